@@ -1,0 +1,108 @@
+// The byte-level engines behind KVWorker<Val> and KVServer<Val>. The public
+// templates convert typed arrays to bytes (zero-copy) and call these; the
+// slicing, routing, validation and reassembly live in the library.
+// Not part of the stable API.
+#ifndef PS_INTERNAL_KV_CORE_H_
+#define PS_INTERNAL_KV_CORE_H_
+
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "ps/base.h"
+#include "ps/range.h"
+#include "ps/sarray.h"
+#include "ps/status.h"
+
+namespace ps {
+
+class AppImpl;
+
+// One slice of a request, in bytes.
+struct RawKVs {
+  SArray<Key> keys;
+  SArray<char> vals;
+  SArray<int> lens;
+};
+
+// Where a pull's values go. `values(bytes)` returns a buffer of exactly
+// `bytes` bytes (growing an empty output) or nullptr if the caller's output
+// already has another size. `adopt` may take a single response's buffer
+// without copying (return true) when the output is empty. `lens(n)` likewise
+// for the per-key lengths; null when the caller did not ask for lengths.
+struct PullSink {
+  std::function<char*(size_t bytes)> values;
+  std::function<bool(const SArray<char>& bytes)> adopt;
+  std::function<int*(size_t n)> lens;
+};
+
+class KVWorkerCore {
+ public:
+  using Callback = std::function<void()>;
+
+  // `app` is borrowed: the owning SimpleApp outlives this core.
+  KVWorkerCore(AppImpl* app, size_t value_bytes);
+  ~KVWorkerCore();
+  KVWorkerCore(const KVWorkerCore&) = delete;
+  KVWorkerCore& operator=(const KVWorkerCore&) = delete;
+
+  // Starts a push and/or pull of `kvs` (keys sorted and unique), routed by
+  // the key ring. Returns the timestamp. Bad arguments fail the request
+  // (visible in Wait), they do not crash.
+  int Submit(bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
+             PullSink sink, Callback cb);
+
+  // The same with slices made by a custom slicer: slices[i] goes to server
+  // rank i (ps-lite's semantics); `first` false skips rank i.
+  int SubmitSliced(bool push, bool pull, int cmd, int priority,
+                   const RawKVs& kvs,
+                   std::vector<std::pair<bool, RawKVs>> slices, PullSink sink,
+                   Callback cb);
+
+  // Blocks until the request completes or fails (a dead server, an error
+  // answer, bad arguments).
+  Status Wait(int timestamp);
+
+  // ps-lite's per-server key ranges, for custom slicers.
+  const std::vector<Range>& ServerKeyRanges();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// What a server's handle sees of one request, in bytes.
+struct RawRequest {
+  int cmd = 0;
+  bool push = false;
+  bool pull = false;
+  int sender = 0;
+  int timestamp = 0;
+  int customer_id = 0;
+  RawKVs kvs;
+};
+
+class KVServerCore {
+ public:
+  // Runs on the app's customer thread for every valid request.
+  using Handler = std::function<void(const RawRequest& request)>;
+
+  KVServerCore(AppImpl* app, size_t value_bytes, Handler handler);
+  ~KVServerCore();
+  KVServerCore(const KVServerCore&) = delete;
+  KVServerCore& operator=(const KVServerCore&) = delete;
+
+  // Answers request (sender, customer_id, timestamp); `error` non-ok makes
+  // the worker's request fail with it.
+  void Respond(int cmd, bool push, bool pull, int sender, int timestamp,
+               int customer_id, const RawKVs& res, const Status& error);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps
+
+#endif  // PS_INTERNAL_KV_CORE_H_

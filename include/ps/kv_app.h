@@ -1,0 +1,417 @@
+// KVWorker<Val> and KVServer<Val>: ps-lite's key-value push/pull API.
+//
+// A worker pushes and pulls (key, value) lists; keys are sorted and unique,
+// each key carries the same number of values, or `lens[i]` values when lens
+// is given. Ember routes each key to a server by its consistent-hash key ring
+// (one message per server) unless a custom slicer is set. Calls return a
+// timestamp at once; Wait(ts) blocks until every server has answered, and a
+// callback, if given, runs on the worker's app thread before Wait returns.
+// When a server dies, Wait logs which and exits the process non-zero (ps-lite
+// has no error path); WaitStatus returns the failure instead.
+//
+// Buffers: Push/Pull/PushPull copy the caller's vectors (as in ps-lite); the
+// Z* variants share the caller's SArrays without copying, which must then not
+// change until the request completes.
+//
+// Thread-safe: any thread may issue requests and wait.
+#ifndef PS_KV_APP_H_
+#define PS_KV_APP_H_
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ps/base.h"
+#include "ps/internal/kv_core.h"
+#include "ps/simple_app.h"
+
+namespace ps {
+
+template <typename Val>
+struct KVPairs {
+  SArray<Key> keys;
+  SArray<Val> vals;
+  SArray<int> lens;
+  int priority = 0;
+};
+
+namespace internal {
+
+template <typename Val>
+PullSink VectorSink(std::vector<Val>* vals, std::vector<int>* lens) {
+  PullSink sink;
+  sink.values = [vals](size_t bytes) -> char* {
+    size_t n = bytes / sizeof(Val);
+    if (vals->empty()) {
+      vals->resize(n);
+    } else if (vals->size() != n) {
+      return nullptr;
+    }
+    return reinterpret_cast<char*>(vals->data());
+  };
+  if (lens != nullptr) {
+    sink.lens = [lens](size_t n) -> int* {
+      if (lens->empty()) {
+        lens->resize(n);
+      } else if (lens->size() != n) {
+        return nullptr;
+      }
+      return lens->data();
+    };
+  }
+  return sink;
+}
+
+template <typename Val>
+PullSink SArraySink(SArray<Val>* vals, SArray<int>* lens) {
+  PullSink sink;
+  sink.values = [vals](size_t bytes) -> char* {
+    size_t n = bytes / sizeof(Val);
+    if (vals->empty()) {
+      vals->resize(n);
+    } else if (vals->size() != n) {
+      return nullptr;
+    }
+    return reinterpret_cast<char*>(vals->data());
+  };
+  sink.adopt = [vals](const SArray<char>& bytes) {
+    if (!vals->empty() || bytes.size() % sizeof(Val) != 0 ||
+        reinterpret_cast<uintptr_t>(bytes.data()) % alignof(Val) != 0) {
+      return false;
+    }
+    *vals = SArray<Val>(bytes);
+    return true;
+  };
+  if (lens != nullptr) {
+    sink.lens = [lens](size_t n) -> int* {
+      if (lens->empty()) {
+        lens->resize(n);
+      } else if (lens->size() != n) {
+        return nullptr;
+      }
+      return lens->data();
+    };
+  }
+  return sink;
+}
+
+template <typename Val>
+RawKVs ToRaw(const KVPairs<Val>& kvs) {
+  RawKVs raw;
+  raw.keys = kvs.keys;
+  raw.vals = SArray<char>(kvs.vals);
+  raw.lens = kvs.lens;
+  return raw;
+}
+
+}  // namespace internal
+
+template <typename Val>
+class KVWorker : public SimpleApp {
+ public:
+  using Callback = std::function<void()>;
+  using SlicedKVs = std::vector<std::pair<bool, KVPairs<Val>>>;
+  using Slicer =
+      std::function<void(const KVPairs<Val>& send,
+                         const std::vector<Range>& ranges, SlicedKVs* sliced)>;
+
+  // `postoffice` null: the default node.
+  explicit KVWorker(int app_id, int customer_id,
+                    Postoffice* postoffice = nullptr)
+      : SimpleApp() {
+    InitApp(app_id, customer_id, postoffice, true);
+    core_ = std::make_unique<KVWorkerCore>(impl_, sizeof(Val));
+  }
+  ~KVWorker() override {
+    StopApp();
+    core_.reset();
+  }
+
+  int Push(const std::vector<Key>& keys, const std::vector<Val>& vals,
+           const std::vector<int>& lens = {}, int cmd = 0,
+           const Callback& cb = nullptr, int priority = 0) {
+    return ZPush(SArray<Key>(keys), SArray<Val>(vals), SArray<int>(lens), cmd,
+                 cb, priority);
+  }
+
+  // Values land in *vals (resized if empty; otherwise it must already have
+  // the right size) before Wait returns or `cb` runs.
+  int Pull(const std::vector<Key>& keys, std::vector<Val>* vals,
+           std::vector<int>* lens = nullptr, int cmd = 0,
+           const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(vals);
+    KVPairs<Val> kvs;
+    kvs.keys = SArray<Key>(keys);
+    kvs.priority = priority;
+    return Send(false, true, cmd, kvs, internal::VectorSink(vals, lens), cb);
+  }
+
+  int PushPull(const std::vector<Key>& keys, const std::vector<Val>& vals,
+               std::vector<Val>* outs, std::vector<int>* lens = nullptr,
+               int cmd = 0, const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(outs);
+    if (outs->empty()) {
+      outs->resize(vals.size());
+    } else {
+      CHECK_EQ(vals.size(), outs->size());
+    }
+    KVPairs<Val> kvs;
+    kvs.keys = SArray<Key>(keys);
+    kvs.vals = SArray<Val>(vals);
+    if (lens != nullptr) kvs.lens = SArray<int>(*lens);
+    kvs.priority = priority;
+    return Send(true, true, cmd, kvs, internal::VectorSink(outs, lens), cb);
+  }
+
+  // Blocks until the request completes; exits the process non-zero, naming
+  // the failed peer, if it failed.
+  void Wait(int timestamp) {
+    Status s = core_->Wait(timestamp);
+    if (!s.ok()) FailStop("KVWorker::Wait", s);
+  }
+
+  // Ember: blocks until the request completes and returns how it ended.
+  [[nodiscard]] Status WaitStatus(int timestamp) {
+    return core_->Wait(timestamp);
+  }
+
+  int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
+            const SArray<int>& lens = {}, int cmd = 0,
+            const Callback& cb = nullptr, int priority = 0) {
+    KVPairs<Val> kvs;
+    kvs.keys = keys;
+    kvs.vals = vals;
+    kvs.lens = lens;
+    kvs.priority = priority;
+    return Send(true, false, cmd, kvs, PullSink(), cb);
+  }
+
+  int ZPull(const SArray<Key>& keys, SArray<Val>* vals,
+            SArray<int>* lens = nullptr, int cmd = 0,
+            const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(vals);
+    KVPairs<Val> kvs;
+    kvs.keys = keys;
+    kvs.priority = priority;
+    return Send(false, true, cmd, kvs, internal::SArraySink(vals, lens), cb);
+  }
+
+  int ZPushPull(const SArray<Key>& keys, const SArray<Val>& vals,
+                SArray<Val>* outs, SArray<int>* lens = nullptr, int cmd = 0,
+                const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(outs);
+    KVPairs<Val> kvs;
+    kvs.keys = keys;
+    kvs.vals = vals;
+    if (lens != nullptr) kvs.lens = *lens;
+    kvs.priority = priority;
+    return Send(true, true, cmd, kvs, internal::SArraySink(outs, lens), cb);
+  }
+
+  // Replaces the default (key ring) routing: `slicer` cuts a request over
+  // ps-lite's per-server ranges and its i-th slice goes to server rank i.
+  void set_slicer(const Slicer& slicer) {
+    CHECK(slicer);
+    slicer_ = slicer;
+  }
+
+ private:
+  int Send(bool push, bool pull, int cmd, const KVPairs<Val>& kvs,
+           PullSink sink, const Callback& cb) {
+    if (!slicer_) {
+      return core_->Submit(push, pull, cmd, kvs.priority, internal::ToRaw(kvs),
+                           std::move(sink), cb);
+    }
+    SlicedKVs sliced;
+    slicer_(kvs, core_->ServerKeyRanges(), &sliced);
+    std::vector<std::pair<bool, RawKVs>> raw(sliced.size());
+    for (size_t i = 0; i < sliced.size(); ++i) {
+      raw[i].first = sliced[i].first;
+      raw[i].second = internal::ToRaw(sliced[i].second);
+    }
+    return core_->SubmitSliced(push, pull, cmd, kvs.priority,
+                               internal::ToRaw(kvs), std::move(raw),
+                               std::move(sink), cb);
+  }
+
+  Slicer slicer_;
+  std::unique_ptr<KVWorkerCore> core_;
+};
+
+struct KVMeta {
+  int cmd;
+  bool push;
+  bool pull;
+  int sender;
+  int timestamp;
+  int customer_id;
+};
+
+template <typename Val>
+class KVServer : public SimpleApp {
+ public:
+  // `postoffice` null: the default node. Requests are held until
+  // set_request_handle is called.
+  explicit KVServer(int app_id, Postoffice* postoffice = nullptr)
+      : SimpleApp() {
+    InitApp(app_id, app_id, postoffice, false);
+    core_ = std::make_unique<KVServerCore>(
+        impl_, sizeof(Val),
+        [this](const RawRequest& request) { Process(request); });
+  }
+  ~KVServer() override {
+    StopApp();
+    core_.reset();
+  }
+
+  using ReqHandle = std::function<void(
+      const KVMeta& req_meta, const KVPairs<Val>& req_data, KVServer* server)>;
+
+  // The handle runs on the server's app thread, one request at a time, and
+  // must call Response once per request (now or later, from any thread).
+  void set_request_handle(const ReqHandle& request_handle) {
+    CHECK(request_handle) << "invalid request handle";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      request_handle_ = std::make_shared<ReqHandle>(request_handle);
+    }
+    EnableDelivery();
+  }
+
+  void Response(const KVMeta& req, const KVPairs<Val>& res = KVPairs<Val>()) {
+    core_->Respond(req.cmd, req.push, req.pull, req.sender, req.timestamp,
+                   req.customer_id, internal::ToRaw(res), Status::OK());
+  }
+
+  // Ember: answers with an error; the worker's request fails with `error`.
+  void ResponseError(const KVMeta& req, const Status& error) {
+    core_->Respond(req.cmd, req.push, req.pull, req.sender, req.timestamp,
+                   req.customer_id, RawKVs(), error);
+  }
+
+ private:
+  void Process(const RawRequest& request) {
+    KVMeta meta;
+    meta.cmd = request.cmd;
+    meta.push = request.push;
+    meta.pull = request.pull;
+    meta.sender = request.sender;
+    meta.timestamp = request.timestamp;
+    meta.customer_id = request.customer_id;
+    KVPairs<Val> data;
+    data.keys = request.kvs.keys;
+    data.vals = SArray<Val>(request.kvs.vals);
+    data.lens = request.kvs.lens;
+    // The handle may hold state (KVServerDefaultHandle's store): call the one
+    // instance, never a copy.
+    std::shared_ptr<ReqHandle> handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle = request_handle_;
+    }
+    (*handle)(meta, data, this);
+  }
+
+  std::mutex mu_;
+  std::shared_ptr<ReqHandle> request_handle_;  // Guarded by mu_.
+  std::unique_ptr<KVServerCore> core_;
+};
+
+// A summing store: a push adds its values to the stored ones, a pull returns
+// them. Unlike ps-lite's, it accepts several values per key (uniform, or per
+// key through `lens`), and answers a request with mismatched sizes with an
+// error instead of crashing. Runs on the server's app thread.
+template <typename Val>
+struct KVServerDefaultHandle {
+  void operator()(const KVMeta& req_meta, const KVPairs<Val>& req_data,
+                  KVServer<Val>* server) {
+    const size_t n = req_data.keys.size();
+    const bool has_lens = !req_data.lens.empty();
+    // Values per key: uniform k, or lens[i].
+    size_t k = 0;
+    if (req_meta.push && !has_lens) {
+      if (n == 0 || req_data.vals.size() % n != 0) {
+        server->ResponseError(
+            req_meta, Status::InvalidArgument(
+                          "push of " + std::to_string(req_data.vals.size()) +
+                          " values for " + std::to_string(n) + " keys"));
+        return;
+      }
+      k = req_data.vals.size() / n;
+    }
+    if (req_meta.push) {
+      // Check everything before changing anything: a bad request is refused
+      // whole.
+      size_t total = 0;
+      for (size_t i = 0; i < n; ++i) {
+        size_t len = k;
+        if (has_lens) {
+          if (req_data.lens[i] < 0) {
+            server->ResponseError(req_meta,
+                                  Status::InvalidArgument("negative length"));
+            return;
+          }
+          len = static_cast<size_t>(req_data.lens[i]);
+        }
+        auto it = store.find(req_data.keys[i]);
+        if (it != store.end() && it->second.size() != len) {
+          server->ResponseError(
+              req_meta, Status::InvalidArgument(
+                            "key " + std::to_string(req_data.keys[i]) +
+                            " holds " + std::to_string(it->second.size()) +
+                            " values, push has " + std::to_string(len)));
+          return;
+        }
+        total += len;
+      }
+      if (total != req_data.vals.size()) {
+        server->ResponseError(
+            req_meta,
+            Status::InvalidArgument("lens add up to " + std::to_string(total) +
+                                    " values, push has " +
+                                    std::to_string(req_data.vals.size())));
+        return;
+      }
+    }
+    KVPairs<Val> res;
+    if (req_meta.pull) {
+      res.keys = req_data.keys;
+      if (has_lens) res.lens.resize(n);
+    }
+    size_t offset = 0;
+    std::vector<Val> pulled;
+    for (size_t i = 0; i < n; ++i) {
+      const Key key = req_data.keys[i];
+      auto& slot = store[key];
+      if (req_meta.push) {
+        size_t len = has_lens ? static_cast<size_t>(req_data.lens[i]) : k;
+        if (slot.empty()) slot.assign(len, Val());
+        for (size_t j = 0; j < len; ++j) {
+          slot[j] += req_data.vals[offset + j];
+        }
+        offset += len;
+      }
+      if (req_meta.pull) {
+        if (slot.empty()) {
+          // Never pushed: ps-lite returns one zero per key.
+          size_t len = k > 0 ? k : 1;
+          slot.assign(len, Val());
+        }
+        pulled.insert(pulled.end(), slot.begin(), slot.end());
+        if (has_lens) res.lens[i] = static_cast<int>(slot.size());
+      }
+    }
+    if (req_meta.pull) res.vals = SArray<Val>(std::move(pulled));
+    server->Response(req_meta, res);
+  }
+
+  std::unordered_map<Key, std::vector<Val>> store;
+};
+
+}  // namespace ps
+
+#endif  // PS_KV_APP_H_

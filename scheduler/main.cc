@@ -1,0 +1,40 @@
+// ember_scheduler: the standalone scheduler. It takes its settings from the
+// same environment as every node (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT,
+// DMLC_NUM_SERVER, DMLC_NUM_WORKER) or from flags, forms the cluster, and
+// exits once every node has finalized (0) or when the cluster fails
+// (non-zero, with the reason on stderr).
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "ps/ps.h"
+
+DEFINE_string(host, "", "Address to bind (default: DMLC_PS_ROOT_URI)");
+DEFINE_int32(port, 0, "Port to bind (default: DMLC_PS_ROOT_PORT)");
+DEFINE_int32(num_servers, 0, "Number of servers (default: DMLC_NUM_SERVER)");
+DEFINE_int32(num_workers, 0, "Number of workers (default: DMLC_NUM_WORKER)");
+
+int main(int argc, char* argv[]) {
+  gflags::SetUsageMessage(
+      "ember_scheduler: the Ember cluster's scheduler.\n"
+      "Settings come from DMLC_* environment variables or these flags.");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  setenv("DMLC_ROLE", "scheduler", 1);
+  if (!FLAGS_host.empty()) setenv("DMLC_PS_ROOT_URI", FLAGS_host.c_str(), 1);
+  if (FLAGS_port > 0) {
+    setenv("DMLC_PS_ROOT_PORT", std::to_string(FLAGS_port).c_str(), 1);
+  }
+  if (FLAGS_num_servers > 0) {
+    setenv("DMLC_NUM_SERVER", std::to_string(FLAGS_num_servers).c_str(), 1);
+  }
+  if (FLAGS_num_workers > 0) {
+    setenv("DMLC_NUM_WORKER", std::to_string(FLAGS_num_workers).c_str(), 1);
+  }
+  ps::Start(0, argv[0]);
+  ps::Finalize(0, true);
+  LOG(INFO) << "every node has finalized; the scheduler exits";
+  return 0;
+}

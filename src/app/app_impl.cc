@@ -1,0 +1,190 @@
+#include "app/app_impl.h"
+
+#include <glog/logging.h>
+
+namespace ps {
+
+AppImpl::AppImpl(SimpleApp* app, int app_id, int customer_id,
+                 Postoffice* postoffice, bool deliver)
+    : app_(app),
+      app_id_(app_id),
+      customer_id_(customer_id),
+      postoffice_(postoffice),
+      node_(postoffice->node()) {
+  CHECK(node_ != nullptr) << "create apps after ps::Start";
+  request_handle_ = std::make_shared<SimpleApp::Handle>(
+      [](const SimpleData& req, SimpleApp* a) { a->Response(req); });
+  response_handle_ =
+      std::make_shared<SimpleApp::Handle>([](const SimpleData&, SimpleApp*) {});
+  if (deliver) customer();
+}
+
+AppImpl::~AppImpl() { StopDelivery(); }
+
+void AppImpl::StopDelivery() {
+  std::unique_ptr<Customer> customer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    customer = std::move(customer_);
+  }
+  customer.reset();  // Joins the customer thread outside mu_.
+}
+
+Customer* AppImpl::customer() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!customer_) {
+    customer_ = std::make_unique<Customer>(
+        app_id_, customer_id_, node_, [this](Message& msg) { Process(msg); });
+    customer_->set_failure_handler([this](int ts, const Status& s) {
+      FailureHandler handler;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        handler = kv_failure_;
+      }
+      if (handler) handler(ts, s);
+    });
+  }
+  return customer_.get();
+}
+
+void AppImpl::set_kv_handler(KVHandler handler, FailureHandler on_failure) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_handler_ = std::move(handler);
+  kv_failure_ = std::move(on_failure);
+}
+
+void AppImpl::set_request_handle(SimpleApp::Handle handle) {
+  CHECK(handle) << "invalid request handle";
+  std::lock_guard<std::mutex> lock(mu_);
+  request_handle_ = std::make_shared<SimpleApp::Handle>(std::move(handle));
+}
+
+void AppImpl::set_response_handle(SimpleApp::Handle handle) {
+  CHECK(handle) << "invalid response handle";
+  std::lock_guard<std::mutex> lock(mu_);
+  response_handle_ = std::make_shared<SimpleApp::Handle>(std::move(handle));
+}
+
+void AppImpl::Process(Message& msg) {
+  if (!msg.meta.simple_app) {
+    KVHandler handler;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handler = kv_handler_;
+    }
+    if (handler) {
+      handler(msg);
+    } else {
+      LOG_EVERY_N(WARNING, 1000)
+          << "app " << app_id_ << " has no key-value handler; dropping "
+          << msg.meta.DebugString();
+    }
+    return;
+  }
+  SimpleData data;
+  data.head = msg.meta.cmd;
+  data.body = msg.meta.body;
+  data.sender = msg.meta.sender;
+  data.timestamp = msg.meta.timestamp;
+  data.customer_id = msg.meta.customer_id;
+  std::shared_ptr<SimpleApp::Handle> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handle = msg.meta.request ? request_handle_ : response_handle_;
+  }
+  (*handle)(data, app_);
+}
+
+int AppImpl::Request(int head, const std::string& body, int recv_id) {
+  RequestTracker* tracker = customer()->tracker();
+  int ts = tracker->NewRequest();
+  std::vector<int> recipients = node_->GetNodeIds(recv_id);
+  tracker->Expect(ts, recipients);
+  for (int to : recipients) {
+    Message msg;
+    msg.meta.app_id = app_id_;
+    msg.meta.customer_id = customer_id_;
+    msg.meta.simple_app = true;
+    msg.meta.request = true;
+    msg.meta.cmd = head;
+    msg.meta.body = body;
+    msg.meta.timestamp = ts;
+    msg.meta.recipient = to;
+    Status s = node_->Send(std::move(msg));
+    if (!s.ok()) {
+      tracker->Fail(ts, s);
+      break;
+    }
+  }
+  return ts;
+}
+
+Status AppImpl::Wait(int timestamp) {
+  return customer()->tracker()->Wait(timestamp);
+}
+
+void AppImpl::Response(const SimpleData& req, const std::string& body) {
+  Message msg;
+  msg.meta.app_id = app_id_;
+  msg.meta.customer_id = req.customer_id;
+  msg.meta.simple_app = true;
+  msg.meta.request = false;
+  msg.meta.cmd = req.head;
+  msg.meta.body = body;
+  msg.meta.timestamp = req.timestamp;
+  msg.meta.recipient = req.sender;
+  Status s = node_->Send(std::move(msg));
+  if (!s.ok()) LOG(WARNING) << "response to " << req.sender << " lost: " << s;
+}
+
+// --- SimpleApp, the public facade.
+
+SimpleApp::SimpleApp() = default;
+
+SimpleApp::SimpleApp(int app_id, int customer_id) : SimpleApp() {
+  InitApp(app_id, customer_id, nullptr, true);
+}
+
+SimpleApp::SimpleApp(int app_id, int customer_id, Postoffice* postoffice)
+    : SimpleApp() {
+  InitApp(app_id, customer_id, postoffice, true);
+}
+
+SimpleApp::~SimpleApp() { delete impl_; }
+
+void SimpleApp::InitApp(int app_id, int customer_id, Postoffice* postoffice,
+                        bool deliver) {
+  CHECK(impl_ == nullptr);
+  if (postoffice == nullptr) postoffice = Postoffice::Get();
+  impl_ = new AppImpl(this, app_id, customer_id, postoffice, deliver);
+}
+
+void SimpleApp::EnableDelivery() { impl_->EnableDelivery(); }
+
+void SimpleApp::StopApp() { impl_->StopDelivery(); }
+
+int SimpleApp::Request(int req_head, const std::string& req_body, int recv_id) {
+  return impl_->Request(req_head, req_body, recv_id);
+}
+
+void SimpleApp::Wait(int timestamp) {
+  Status s = impl_->Wait(timestamp);
+  if (!s.ok()) FailStop("SimpleApp::Wait", s);
+}
+
+Status SimpleApp::WaitStatus(int timestamp) { return impl_->Wait(timestamp); }
+
+void SimpleApp::Response(const SimpleData& recv_req,
+                         const std::string& res_body) {
+  impl_->Response(recv_req, res_body);
+}
+
+void SimpleApp::set_request_handle(const Handle& request_handle) {
+  impl_->set_request_handle(request_handle);
+}
+
+void SimpleApp::set_response_handle(const Handle& response_handle) {
+  impl_->set_response_handle(response_handle);
+}
+
+}  // namespace ps

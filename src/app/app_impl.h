@@ -1,0 +1,72 @@
+// AppImpl: the library half of a SimpleApp (and of the KV apps built on it).
+//
+// It owns the app's Customer and routes each received message: SimpleApp
+// messages to the request/response handles, key-value messages to the
+// handler a KV core installs. Handlers run on the customer thread.
+// Thread-safe.
+#ifndef PS_APP_APP_IMPL_H_
+#define PS_APP_APP_IMPL_H_
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "message/message.h"
+#include "node/customer.h"
+#include "node/node.h"
+#include "ps/simple_app.h"
+
+namespace ps {
+
+class AppImpl {
+ public:
+  using KVHandler = std::function<void(Message& msg)>;
+  using FailureHandler = Customer::FailureHandler;
+
+  // `app` and `postoffice` are borrowed and outlive this object. With
+  // `deliver` false the customer is created at EnableDelivery().
+  AppImpl(SimpleApp* app, int app_id, int customer_id, Postoffice* postoffice,
+          bool deliver);
+  ~AppImpl();
+
+  int app_id() const { return app_id_; }
+  int customer_id() const { return customer_id_; }
+  Node* node() const { return node_; }
+  Postoffice* postoffice() const { return postoffice_; }
+
+  // The customer, created on first use.
+  Customer* customer();
+  void EnableDelivery() { customer(); }
+  // Destroys the customer: no handler runs after this returns.
+  void StopDelivery();
+
+  void set_kv_handler(KVHandler handler, FailureHandler on_failure);
+  void set_request_handle(SimpleApp::Handle handle);
+  void set_response_handle(SimpleApp::Handle handle);
+
+  int Request(int head, const std::string& body, int recv_id);
+  Status Wait(int timestamp);
+  void Response(const SimpleData& req, const std::string& body);
+
+ private:
+  void Process(Message& msg);
+
+  SimpleApp* const app_;
+  const int app_id_;
+  const int customer_id_;
+  Postoffice* const postoffice_;
+  Node* const node_;
+
+  std::mutex mu_;
+  std::unique_ptr<Customer> customer_;  // Guarded by mu_ while created.
+  KVHandler kv_handler_;                // Guarded by mu_.
+  FailureHandler kv_failure_;           // Guarded by mu_.
+  // Shared so a call runs the one instance (handles may hold state) without
+  // holding mu_.
+  std::shared_ptr<SimpleApp::Handle> request_handle_;   // Guarded by mu_.
+  std::shared_ptr<SimpleApp::Handle> response_handle_;  // Guarded by mu_.
+};
+
+}  // namespace ps
+
+#endif  // PS_APP_APP_IMPL_H_

@@ -1,0 +1,467 @@
+// The worker's side of key-value requests: validation, slicing by the key
+// ring, sending one message per server, and reassembling pulled values in
+// the order of the request's keys.
+
+#include <glog/logging.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "app/app_impl.h"
+#include "app/kv_frames.h"
+#include "partition/key_ring.h"
+#include "ps/internal/kv_core.h"
+
+namespace ps {
+
+class KVWorkerCore::Impl {
+ public:
+  Impl(AppImpl* app, size_t value_bytes)
+      : app_(app), value_bytes_(value_bytes) {
+    app_->set_kv_handler([this](Message& msg) { Process(msg); },
+                         [this](int ts, const Status&) { Forget(ts); });
+  }
+
+  ~Impl() { app_->set_kv_handler(nullptr, nullptr); }
+
+  int Submit(bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
+             PullSink sink, Callback cb);
+  int SubmitSliced(bool push, bool pull, int cmd, int priority,
+                   const RawKVs& kvs,
+                   std::vector<std::pair<bool, RawKVs>> slices, PullSink sink,
+                   Callback cb);
+  Status Wait(int ts) { return tracker()->Wait(ts); }
+  const std::vector<Range>& ServerKeyRanges() {
+    return app_->postoffice()->GetServerKeyRanges();
+  }
+
+ private:
+  struct Pending {
+    bool pull = false;
+    SArray<Key> keys;
+    std::vector<uint16_t> owner;    // Server rank of every key.
+    std::vector<size_t> counts;     // Keys per server rank.
+    std::vector<RawKVs> responses;  // By server rank.
+    PullSink sink;
+    Callback cb;
+  };
+
+  RequestTracker* tracker() { return app_->customer()->tracker(); }
+  Status Validate(bool push, const RawKVs& kvs) const;
+  StatusOr<std::shared_ptr<const KeyRing>> Ring();
+  void Dispatch(int ts, bool push, bool pull, int cmd, int priority,
+                uint64_t epoch, Pending pending,
+                std::vector<std::pair<int, RawKVs>> slices);
+  void Process(Message& msg);
+  Status Assemble(const Pending& p) const;
+  void Forget(int ts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.erase(ts);
+  }
+
+  AppImpl* const app_;
+  const size_t value_bytes_;
+
+  std::mutex mu_;
+  std::unordered_map<int, Pending> pending_;  // Guarded by mu_.
+  std::shared_ptr<const KeyRing> ring_;       // Guarded by mu_.
+};
+
+Status KVWorkerCore::Impl::Validate(bool push, const RawKVs& kvs) const {
+  const size_t n = kvs.keys.size();
+  for (size_t i = 1; i < n; ++i) {
+    if (kvs.keys[i - 1] >= kvs.keys[i]) {
+      return Status::InvalidArgument(
+          "keys must be sorted and unique; key " + std::to_string(i) + " (" +
+          std::to_string(kvs.keys[i]) + ") follows " +
+          std::to_string(kvs.keys[i - 1]));
+    }
+  }
+  if (!push) return Status::OK();
+  const size_t nvals = kvs.vals.size() / value_bytes_;
+  if (!kvs.lens.empty()) {
+    if (kvs.lens.size() != n) {
+      return Status::InvalidArgument(
+          "lens has " + std::to_string(kvs.lens.size()) + " entries for " +
+          std::to_string(n) + " keys");
+    }
+    size_t total = 0;
+    for (int len : kvs.lens) {
+      if (len < 0) return Status::InvalidArgument("negative length in lens");
+      total += static_cast<size_t>(len);
+    }
+    if (total != nvals) {
+      return Status::InvalidArgument("lens add up to " + std::to_string(total) +
+                                     " values, got " + std::to_string(nvals));
+    }
+  } else if (n > 0 && nvals % n != 0) {
+    return Status::InvalidArgument(std::to_string(nvals) +
+                                   " values do not divide evenly over " +
+                                   std::to_string(n) + " keys");
+  } else if (n == 0 && nvals != 0) {
+    return Status::InvalidArgument("values without keys");
+  }
+  return Status::OK();
+}
+
+StatusOr<std::shared_ptr<const KeyRing>> KVWorkerCore::Impl::Ring() {
+  RingInfo info = app_->node()->ring_info();
+  if (info.server_ids.empty()) {
+    return Status::Aborted("the node has no key ring (call ps::Start first)");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ring_ || ring_->epoch() != info.epoch) {
+    int vnodes = info.virtual_nodes > 0 ? info.virtual_nodes
+                                        : KeyRing::kDefaultVirtualNodes;
+    ring_ =
+        std::make_shared<const KeyRing>(info.server_ids, vnodes, info.epoch);
+  }
+  return ring_;
+}
+
+int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
+                               const RawKVs& kvs, PullSink sink, Callback cb) {
+  int ts = tracker()->NewRequest();
+  Status s = Validate(push, kvs);
+  auto ring = Ring();
+  if (s.ok() && !ring.ok()) s = ring.status();
+  if (!s.ok()) {
+    tracker()->Fail(ts, s);
+    return ts;
+  }
+  const KeyRing& r = *ring.value();
+  const size_t n = kvs.keys.size();
+  const size_t num_servers = r.num_servers();
+  Pending p;
+  p.pull = pull;
+  p.keys = kvs.keys;
+  p.owner.resize(n);
+  p.counts.assign(num_servers, 0);
+  p.sink = std::move(sink);
+  p.cb = std::move(cb);
+  r.Assign(kvs.keys.data(), n, p.owner.data(), p.counts.data());
+
+  // Pass 1: where each server's keys start and end, and its value bytes.
+  const bool has_vals = push && !kvs.vals.empty();
+  const bool has_lens = push && !kvs.lens.empty();
+  const size_t bytes_per_key =
+      has_vals && !has_lens && n > 0 ? kvs.vals.size() / n : 0;
+  std::vector<size_t> first(num_servers, n), last(num_servers, 0);
+  std::vector<size_t> val_begin(num_servers, 0), val_bytes(num_servers, 0);
+  size_t offset = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t s_idx = p.owner[i];
+    size_t bytes = has_lens ? kvs.lens[i] * value_bytes_ : bytes_per_key;
+    if (first[s_idx] == n) {
+      first[s_idx] = i;
+      val_begin[s_idx] = offset;
+    }
+    last[s_idx] = i;
+    val_bytes[s_idx] += bytes;
+    offset += bytes;
+  }
+  // Pass 2: a server whose keys are one contiguous run gets views of the
+  // caller's arrays (no copy); the others get their keys gathered.
+  std::vector<std::pair<int, RawKVs>> slices;
+  std::vector<RawKVs*> gather(num_servers, nullptr);
+  slices.reserve(num_servers);
+  for (size_t srv = 0; srv < num_servers; ++srv) {
+    if (p.counts[srv] == 0) continue;
+    slices.emplace_back(static_cast<int>(srv), RawKVs());
+    RawKVs& out = slices.back().second;
+    if (last[srv] - first[srv] + 1 == p.counts[srv]) {
+      out.keys = kvs.keys.segment(first[srv], last[srv] + 1);
+      if (has_vals) {
+        out.vals =
+            kvs.vals.segment(val_begin[srv], val_begin[srv] + val_bytes[srv]);
+      }
+      if (has_lens) out.lens = kvs.lens.segment(first[srv], last[srv] + 1);
+    } else {
+      out.keys.resize(0);
+      out.keys.reserve(p.counts[srv]);
+      if (has_vals) {
+        out.vals.resize(0);
+        out.vals.reserve(val_bytes[srv]);
+      }
+      if (has_lens) {
+        out.lens.resize(0);
+        out.lens.reserve(p.counts[srv]);
+      }
+      gather[srv] = &out;
+    }
+  }
+  bool any_gather = false;
+  for (RawKVs* g : gather) any_gather |= g != nullptr;
+  if (any_gather) {
+    size_t voff = 0;
+    for (size_t i = 0; i < n; ++i) {
+      size_t bytes = has_lens ? kvs.lens[i] * value_bytes_ : bytes_per_key;
+      RawKVs* g = gather[p.owner[i]];
+      if (g != nullptr) {
+        g->keys.push_back(kvs.keys[i]);
+        if (has_vals) {
+          size_t at = g->vals.size();
+          g->vals.resize(at + bytes);
+          if (bytes > 0)
+            std::memcpy(g->vals.data() + at, kvs.vals.data() + voff, bytes);
+        }
+        if (has_lens) g->lens.push_back(kvs.lens[i]);
+      }
+      voff += bytes;
+    }
+  }
+  std::vector<int> ids = r.server_ids();
+  for (auto& slice : slices) slice.first = ids[slice.first];
+  Dispatch(ts, push, pull, cmd, priority, r.epoch(), std::move(p),
+           std::move(slices));
+  return ts;
+}
+
+int KVWorkerCore::Impl::SubmitSliced(
+    bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
+    std::vector<std::pair<bool, RawKVs>> sliced, PullSink sink, Callback cb) {
+  int ts = tracker()->NewRequest();
+  Status s = Validate(push, kvs);
+  std::vector<int> ids = app_->node()->server_ids();
+  if (s.ok() && sliced.size() != ids.size()) {
+    s = Status::InvalidArgument("the slicer made " +
+                                std::to_string(sliced.size()) + " slices for " +
+                                std::to_string(ids.size()) + " servers");
+  }
+  const size_t n = kvs.keys.size();
+  Pending p;
+  p.pull = pull;
+  p.keys = kvs.keys;
+  p.owner.assign(n, UINT16_MAX);
+  p.counts.assign(ids.size(), 0);
+  p.sink = std::move(sink);
+  p.cb = std::move(cb);
+  std::vector<std::pair<int, RawKVs>> slices;
+  for (size_t r = 0; s.ok() && r < sliced.size(); ++r) {
+    if (!sliced[r].first || sliced[r].second.keys.empty()) continue;
+    const SArray<Key>& sk = sliced[r].second.keys;
+    const Key* pos = kvs.keys.begin();
+    for (Key key : sk) {
+      pos = std::lower_bound(pos, kvs.keys.end(), key);
+      if (pos == kvs.keys.end() || *pos != key) {
+        s = Status::InvalidArgument(
+            "the slicer put key " + std::to_string(key) +
+            ", which the request lacks, in slice " + std::to_string(r));
+        break;
+      }
+      p.owner[pos - kvs.keys.begin()] = static_cast<uint16_t>(r);
+    }
+    p.counts[r] = sk.size();
+    slices.emplace_back(ids[r], std::move(sliced[r].second));
+  }
+  for (size_t i = 0; s.ok() && i < n; ++i) {
+    if (p.owner[i] == UINT16_MAX) {
+      s = Status::InvalidArgument("the slicer left out key " +
+                                  std::to_string(kvs.keys[i]));
+    }
+  }
+  if (!s.ok()) {
+    tracker()->Fail(ts, s);
+    return ts;
+  }
+  Dispatch(ts, push, pull, cmd, priority, app_->node()->ring_info().epoch,
+           std::move(p), std::move(slices));
+  return ts;
+}
+
+void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
+                                  int priority, uint64_t epoch, Pending p,
+                                  std::vector<std::pair<int, RawKVs>> slices) {
+  std::vector<int> recipients;
+  for (const auto& s : slices) recipients.push_back(s.first);
+  p.responses.resize(p.counts.size());
+  if (recipients.empty()) {
+    // Nothing to send (no keys): complete now, as ps-lite does.
+    if (pull && p.sink.values) p.sink.values(0);
+    if (pull && p.sink.lens) p.sink.lens(0);
+    if (p.cb) p.cb();
+    tracker()->Expect(ts, {});
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_[ts] = std::move(p);
+  }
+  tracker()->Expect(ts, recipients);
+  for (auto& s : slices) {
+    Message msg;
+    msg.meta.app_id = app_->app_id();
+    msg.meta.customer_id = app_->customer_id();
+    msg.meta.request = true;
+    msg.meta.push = push;
+    msg.meta.pull = pull;
+    msg.meta.cmd = cmd;
+    msg.meta.timestamp = ts;
+    msg.meta.priority = priority;
+    msg.meta.epoch = epoch;
+    msg.meta.value_bytes = static_cast<int>(value_bytes_);
+    msg.meta.recipient = s.first;
+    AddKVFrames(s.second, &msg);
+    Status st = app_->node()->Send(std::move(msg));
+    if (!st.ok()) {
+      tracker()->Fail(ts, st);
+      Forget(ts);
+      return;
+    }
+  }
+}
+
+void KVWorkerCore::Impl::Process(Message& msg) {
+  const int ts = msg.meta.timestamp;
+  const int sender = msg.meta.sender;
+  if (msg.meta.request || !tracker()->Expecting(ts, sender)) return;
+  if (msg.meta.status_code != 0) return;  // The customer fails the request.
+  RawKVs raw;
+  Status s = ParseKVFrames(msg, value_bytes_, &raw);
+  Pending done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(ts);
+    if (it == pending_.end()) return;
+    int rank = Node::IdToRank(sender);
+    if (s.ok() &&
+        (rank < 0 || rank >= static_cast<int>(it->second.responses.size()))) {
+      s = Status::Corruption("response from unexpected node " +
+                             std::to_string(sender));
+    }
+    if (!s.ok()) {
+      pending_.erase(it);
+    } else {
+      it->second.responses[rank] = std::move(raw);
+      if (tracker()->Outstanding(ts) > 1) return;
+      done = std::move(it->second);
+      pending_.erase(it);
+    }
+  }
+  if (s.ok() && done.pull) s = Assemble(done);
+  if (!s.ok()) {
+    LOG(WARNING) << "request " << ts << " failed: " << s;
+    tracker()->Fail(ts, s);
+    return;
+  }
+  if (done.cb) done.cb();
+}
+
+Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
+  const size_t n = p.keys.size();
+  const size_t num = p.responses.size();
+  size_t total = 0;
+  int responders = 0;
+  std::vector<size_t> bytes_per_key(num, 0);
+  for (size_t r = 0; r < num; ++r) {
+    const RawKVs& res = p.responses[r];
+    if (p.counts[r] == 0) continue;
+    ++responders;
+    if (res.keys.size() != p.counts[r]) {
+      return Status::Corruption("server rank " + std::to_string(r) +
+                                " answered " + std::to_string(res.keys.size()) +
+                                " keys for " + std::to_string(p.counts[r]) +
+                                " requested");
+    }
+    if (res.lens.empty()) bytes_per_key[r] = res.vals.size() / res.keys.size();
+    total += res.vals.size();
+  }
+  const bool want_lens = static_cast<bool>(p.sink.lens);
+  int* lens_out = nullptr;
+  if (want_lens) {
+    lens_out = p.sink.lens(n);
+    if (lens_out == nullptr) {
+      return Status::InvalidArgument("the lens output has the wrong size for " +
+                                     std::to_string(n) + " keys");
+    }
+  }
+  // One server answered everything: take its buffer as is when allowed.
+  if (responders == 1) {
+    size_t r = 0;
+    while (p.counts[r] == 0) ++r;
+    const RawKVs& res = p.responses[r];
+    for (size_t i = 0; i < n; ++i) {
+      if (res.keys[i] != p.keys[i]) {
+        return Status::Corruption("server answered key " +
+                                  std::to_string(res.keys[i]) +
+                                  " in place of " + std::to_string(p.keys[i]));
+      }
+    }
+    bool adopted = p.sink.adopt && p.sink.adopt(res.vals);
+    if (!adopted) {
+      char* dst = p.sink.values(total);
+      if (dst == nullptr && total > 0) {
+        return Status::InvalidArgument(
+            "the pull output has the wrong size for " +
+            std::to_string(total / value_bytes_) + " values");
+      }
+      if (total > 0) std::memcpy(dst, res.vals.data(), total);
+    }
+    if (lens_out != nullptr) {
+      for (size_t i = 0; i < n; ++i) {
+        lens_out[i] = res.lens.empty()
+                          ? static_cast<int>(bytes_per_key[r] / value_bytes_)
+                          : res.lens[i];
+      }
+    }
+    return Status::OK();
+  }
+  char* dst = p.sink.values(total);
+  if (dst == nullptr && total > 0) {
+    return Status::InvalidArgument("the pull output has the wrong size for " +
+                                   std::to_string(total / value_bytes_) +
+                                   " values");
+  }
+  std::vector<size_t> cursor(num, 0), voff(num, 0);
+  size_t out = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t r = p.owner[i];
+    const RawKVs& res = p.responses[r];
+    const size_t c = cursor[r]++;
+    if (res.keys[c] != p.keys[i]) {
+      return Status::Corruption("server rank " + std::to_string(r) +
+                                " answered key " + std::to_string(res.keys[c]) +
+                                " in place of " + std::to_string(p.keys[i]));
+    }
+    size_t bytes = res.lens.empty()
+                       ? bytes_per_key[r]
+                       : static_cast<size_t>(res.lens[c]) * value_bytes_;
+    if (bytes > 0) std::memcpy(dst + out, res.vals.data() + voff[r], bytes);
+    voff[r] += bytes;
+    out += bytes;
+    if (lens_out != nullptr) {
+      lens_out[i] = static_cast<int>(bytes / value_bytes_);
+    }
+  }
+  return Status::OK();
+}
+
+// --- The facade.
+
+KVWorkerCore::KVWorkerCore(AppImpl* app, size_t value_bytes)
+    : impl_(std::make_unique<Impl>(app, value_bytes)) {}
+
+KVWorkerCore::~KVWorkerCore() = default;
+
+int KVWorkerCore::Submit(bool push, bool pull, int cmd, int priority,
+                         const RawKVs& kvs, PullSink sink, Callback cb) {
+  return impl_->Submit(push, pull, cmd, priority, kvs, std::move(sink),
+                       std::move(cb));
+}
+
+int KVWorkerCore::SubmitSliced(bool push, bool pull, int cmd, int priority,
+                               const RawKVs& kvs,
+                               std::vector<std::pair<bool, RawKVs>> slices,
+                               PullSink sink, Callback cb) {
+  return impl_->SubmitSliced(push, pull, cmd, priority, kvs, std::move(slices),
+                             std::move(sink), std::move(cb));
+}
+
+Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
+
+const std::vector<Range>& KVWorkerCore::ServerKeyRanges() {
+  return impl_->ServerKeyRanges();
+}
+
+}  // namespace ps

@@ -1,0 +1,191 @@
+#include "ps/internal/postoffice.h"
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "node/node.h"
+#include "transport/zmq_van.h"
+
+namespace ps {
+
+namespace {
+
+void InitLogging(const char* argv0) {
+  static std::once_flag once;
+  std::call_once(once, [argv0] {
+    // Log to stderr unless the user configured glog; launchers collect it.
+    if (std::getenv("GLOG_logtostderr") == nullptr &&
+        std::getenv("GLOG_log_dir") == nullptr) {
+      FLAGS_logtostderr = true;
+    }
+    if (const char* v = std::getenv("PS_VERBOSE")) {
+      int level = std::atoi(v);
+      if (level > FLAGS_v) FLAGS_v = level;
+    }
+    if (!google::IsGoogleLoggingInitialized()) {
+      google::InitGoogleLogging(argv0 != nullptr ? argv0 : "ember");
+    }
+  });
+}
+
+Role RoleFromEnvironment() {
+  Role role = Role::kWorker;
+  if (const char* r = std::getenv("DMLC_ROLE")) {
+    Status s = ParseRole(r, &role);
+    (void)s;  // Reported properly by Start.
+  }
+  return role;
+}
+
+int IntFromEnvironment(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+[[noreturn]] void FailStop(const char* what, const Status& status) {
+  LOG(ERROR) << what << " failed: " << status.ToString();
+  google::FlushLogFiles(google::GLOG_INFO);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(1);
+}
+
+Postoffice* Postoffice::Get() {
+  // Never destroyed: the default node may still be in use while static
+  // objects are torn down at exit.
+  static Postoffice* const instance = new Postoffice(nullptr);
+  return instance;
+}
+
+std::unique_ptr<Postoffice> Postoffice::Create(std::unique_ptr<Node> node) {
+  return std::unique_ptr<Postoffice>(new Postoffice(std::move(node)));
+}
+
+Postoffice::Postoffice(std::unique_ptr<Node> node) : node_(std::move(node)) {}
+
+Postoffice::~Postoffice() = default;
+
+Status Postoffice::EnsureNode() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (node_) return Status::OK();
+  StatusOr<Options> options = Options::FromEnvironment();
+  if (!options.ok()) return options.status();
+  node_ = std::make_unique<Node>(options.value(), std::make_unique<ZmqVan>());
+  return Status::OK();
+}
+
+Node* Postoffice::node() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node_.get();
+}
+
+Status Postoffice::StartStatus(int customer_id, bool do_barrier) {
+  PS_RETURN_IF_ERROR(EnsureNode());
+  return node()->Start(customer_id, do_barrier);
+}
+
+void Postoffice::Start(int customer_id, const char* argv0,
+                       const bool do_barrier) {
+  InitLogging(argv0);
+  Status s = StartStatus(customer_id, do_barrier);
+  if (!s.ok()) FailStop("ps::Start", s);
+}
+
+Status Postoffice::FinalizeStatus(int customer_id, bool do_barrier) {
+  Node* n = node();
+  if (n == nullptr) return Status::Aborted("Finalize before Start");
+  return n->Finalize(customer_id, do_barrier);
+}
+
+void Postoffice::Finalize(const int customer_id, const bool do_barrier) {
+  Status s = FinalizeStatus(customer_id, do_barrier);
+  if (!s.ok()) FailStop("ps::Finalize", s);
+}
+
+Status Postoffice::BarrierStatus(int customer_id, int node_group) {
+  Node* n = node();
+  if (n == nullptr) return Status::Aborted("Barrier before Start");
+  return n->Barrier(customer_id, node_group);
+}
+
+void Postoffice::Barrier(int customer_id, int node_group) {
+  Status s = BarrierStatus(customer_id, node_group);
+  if (!s.ok()) FailStop("ps::Postoffice::Barrier", s);
+}
+
+void Postoffice::RegisterExitCallback(const std::function<void()>& cb) {
+  Status s = EnsureNode();
+  if (!s.ok()) FailStop("ps::RegisterExitCallback", s);
+  node()->RegisterExitCallback(cb);
+}
+
+int Postoffice::num_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node_ ? node_->num_workers()
+               : IntFromEnvironment("DMLC_NUM_WORKER", 0);
+}
+
+int Postoffice::num_servers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node_ ? node_->num_servers()
+               : IntFromEnvironment("DMLC_NUM_SERVER", 0);
+}
+
+bool Postoffice::is_worker() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return (node_ ? node_->role() : RoleFromEnvironment()) == Role::kWorker;
+}
+
+bool Postoffice::is_server() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return (node_ ? node_->role() : RoleFromEnvironment()) == Role::kServer;
+}
+
+bool Postoffice::is_scheduler() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return (node_ ? node_->role() : RoleFromEnvironment()) == Role::kScheduler;
+}
+
+int Postoffice::my_rank() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!node_) return -1;
+  int rank = node_->my_rank();
+  return rank < 0 ? 0 : rank;
+}
+
+int Postoffice::verbose() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return node_ ? node_->options().verbose : IntFromEnvironment("PS_VERBOSE", 0);
+}
+
+const std::vector<int>& Postoffice::GetNodeIDs(int node_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> ids =
+      node_ ? node_->GetNodeIds(node_id) : std::vector<int>();
+  auto& slot = node_ids_[node_id];
+  if (slot != ids) slot = std::move(ids);
+  return slot;
+}
+
+const std::vector<Range>& Postoffice::GetServerKeyRanges() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n =
+      node_ ? node_->num_servers() : IntFromEnvironment("DMLC_NUM_SERVER", 0);
+  if (static_cast<int>(server_key_ranges_.size()) != n && n > 0) {
+    server_key_ranges_.clear();
+    for (int i = 0; i < n; ++i) {
+      Key begin = kMaxKey / n * i;
+      Key end = i + 1 == n ? kMaxKey : kMaxKey / n * (i + 1);
+      server_key_ranges_.emplace_back(begin, end);
+    }
+  }
+  return server_key_ranges_;
+}
+
+}  // namespace ps

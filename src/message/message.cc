@@ -1,0 +1,217 @@
+#include "message/message.h"
+
+#include <sstream>
+
+#include "meta.pb.h"
+
+namespace ps {
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kScheduler:
+      return "scheduler";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "unknown";
+}
+
+const char* ControlName(Control control) {
+  switch (control) {
+    case Control::kNone:
+      return "none";
+    case Control::kJoin:
+      return "join";
+    case Control::kNodeTable:
+      return "node_table";
+    case Control::kBarrier:
+      return "barrier";
+    case Control::kHeartbeat:
+      return "heartbeat";
+    case Control::kNodeFailed:
+      return "node_failed";
+    case Control::kAbort:
+      return "abort";
+    case Control::kLeave:
+      return "leave";
+  }
+  return "unknown";
+}
+
+std::string NodeInfo::DebugString() const {
+  std::ostringstream os;
+  os << RoleName(role);
+  if (rank >= 0) os << " " << rank;
+  os << " (id " << id << ", " << address();
+  if (customer_id != 0) os << ", customer " << customer_id;
+  os << ")";
+  return os.str();
+}
+
+std::string Meta::DebugString() const {
+  std::ostringstream os;
+  os << "{" << sender << "->" << recipient;
+  if (control != Control::kNone) {
+    os << " control=" << ControlName(control);
+  } else {
+    os << " app=" << app_id << " customer=" << customer_id
+       << " ts=" << timestamp << (request ? " request" : " response")
+       << (push ? " push" : "") << (pull ? " pull" : "");
+  }
+  os << "}";
+  return os.str();
+}
+
+namespace {
+
+void ToPb(const NodeInfo& n, pb::NodePb* p) {
+  p->set_id(n.id);
+  p->set_role(static_cast<int>(n.role));
+  p->set_host(n.host);
+  p->set_port(n.port);
+  p->set_customer_id(n.customer_id);
+  p->set_rank_hint(n.rank_hint);
+  p->set_rank(n.rank);
+  p->set_incarnation(n.incarnation);
+}
+
+Status FromPb(const pb::NodePb& p, NodeInfo* n) {
+  if (p.role() < 0 || p.role() > 2) {
+    return Status::Corruption("node with unknown role " +
+                              std::to_string(p.role()));
+  }
+  if (p.port() < 0 || p.port() > 65535) {
+    return Status::Corruption("node with bad port " + std::to_string(p.port()));
+  }
+  n->id = p.id();
+  n->role = static_cast<Role>(p.role());
+  n->host = p.host();
+  n->port = p.port();
+  n->customer_id = p.customer_id();
+  n->rank_hint = p.rank_hint();
+  n->rank = p.rank();
+  n->incarnation = p.incarnation();
+  return Status::OK();
+}
+
+}  // namespace
+
+void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
+                std::string* out) {
+  pb::MetaPb p;
+  p.set_sender(meta.sender);
+  p.set_recipient(meta.recipient);
+  p.set_app_id(meta.app_id);
+  p.set_customer_id(meta.customer_id);
+  p.set_timestamp(meta.timestamp);
+  p.set_request(meta.request);
+  p.set_push(meta.push);
+  p.set_pull(meta.pull);
+  p.set_simple_app(meta.simple_app);
+  p.set_cmd(meta.cmd);
+  p.set_priority(meta.priority);
+  if (!meta.body.empty()) p.set_body(meta.body);
+  p.set_epoch(meta.epoch);
+  p.set_clock(meta.clock);
+  p.set_value_bytes(meta.value_bytes);
+  p.set_status_code(meta.status_code);
+  if (!meta.status_message.empty()) {
+    p.set_status_message(meta.status_message);
+  }
+  if (meta.control != Control::kNone) {
+    pb::ControlPb* c = p.mutable_control();
+    c->set_cmd(static_cast<int>(meta.control));
+    for (const NodeInfo& n : meta.nodes) ToPb(n, c->add_nodes());
+    c->set_barrier_group(meta.barrier_group);
+    c->set_barrier_round(meta.barrier_round);
+    c->set_failed_node(meta.failed_node);
+    if (!meta.reason.empty()) c->set_reason(meta.reason);
+    if (meta.ring.epoch != 0) {
+      pb::RingPb* r = c->mutable_ring();
+      r->set_epoch(meta.ring.epoch);
+      r->set_virtual_nodes(meta.ring.virtual_nodes);
+      for (int id : meta.ring.server_ids) r->add_server_ids(id);
+    }
+  }
+  for (const auto& d : data) p.add_frame_bytes(d.size());
+  p.SerializeToString(out);
+}
+
+Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
+                  std::vector<uint64_t>* frame_bytes) {
+  pb::MetaPb p;
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !p.ParseFromArray(bytes, static_cast<int>(size))) {
+    return Status::Corruption("undecodable message header of " +
+                              std::to_string(size) + " bytes");
+  }
+  meta->sender = p.sender();
+  meta->recipient = p.recipient();
+  meta->app_id = p.app_id();
+  meta->customer_id = p.customer_id();
+  meta->timestamp = p.timestamp();
+  meta->request = p.request();
+  meta->push = p.push();
+  meta->pull = p.pull();
+  meta->simple_app = p.simple_app();
+  meta->cmd = p.cmd();
+  meta->priority = p.priority();
+  meta->body = p.body();
+  meta->epoch = p.epoch();
+  meta->clock = p.clock();
+  meta->value_bytes = p.value_bytes();
+  meta->status_code = p.status_code();
+  meta->status_message = p.status_message();
+  meta->control = Control::kNone;
+  meta->nodes.clear();
+  if (p.has_control()) {
+    const pb::ControlPb& c = p.control();
+    if (c.cmd() < static_cast<int>(Control::kNone) ||
+        c.cmd() > static_cast<int>(Control::kLeave)) {
+      return Status::Corruption("unknown control command " +
+                                std::to_string(c.cmd()));
+    }
+    meta->control = static_cast<Control>(c.cmd());
+    meta->nodes.resize(c.nodes_size());
+    for (int i = 0; i < c.nodes_size(); ++i) {
+      PS_RETURN_IF_ERROR(FromPb(c.nodes(i), &meta->nodes[i]));
+    }
+    meta->barrier_group = c.barrier_group();
+    meta->barrier_round = c.barrier_round();
+    meta->failed_node = c.failed_node();
+    meta->reason = c.reason();
+    meta->ring.epoch = c.ring().epoch();
+    meta->ring.virtual_nodes = c.ring().virtual_nodes();
+    meta->ring.server_ids.assign(c.ring().server_ids().begin(),
+                                 c.ring().server_ids().end());
+  }
+  if (meta->status_code < 0 ||
+      meta->status_code > static_cast<int>(Status::Code::kInternal)) {
+    return Status::Corruption("unknown status code " +
+                              std::to_string(meta->status_code));
+  }
+  frame_bytes->assign(p.frame_bytes().begin(), p.frame_bytes().end());
+  return Status::OK();
+}
+
+Status CheckFrames(const std::vector<uint64_t>& frame_bytes,
+                   const std::vector<SArray<char>>& data) {
+  if (frame_bytes.size() != data.size()) {
+    return Status::Corruption(
+        "header announces " + std::to_string(frame_bytes.size()) +
+        " data frames, message has " + std::to_string(data.size()));
+  }
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (frame_bytes[i] != data[i].size()) {
+      return Status::Corruption("data frame " + std::to_string(i) + " has " +
+                                std::to_string(data[i].size()) +
+                                " bytes, header says " +
+                                std::to_string(frame_bytes[i]));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace ps

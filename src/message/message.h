@@ -1,0 +1,132 @@
+// Message: a header (Meta) plus zero or more data frames.
+//
+// Data frames are SArray<char> that share their buffers with the application
+// (zero-copy). A Message is move-only; sending it consumes it.
+#ifndef PS_MESSAGE_MESSAGE_H_
+#define PS_MESSAGE_MESSAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ps/sarray.h"
+#include "ps/status.h"
+
+namespace ps {
+
+enum class Role : int { kScheduler = 0, kServer = 1, kWorker = 2 };
+
+const char* RoleName(Role role);
+
+// Control commands; kNone marks a data message.
+enum class Control : int {
+  kNone = 0,
+  kJoin = 1,        // node -> scheduler: here I am (host, port, role)
+  kNodeTable = 2,   // scheduler -> nodes: ids, ranks, addresses, the ring
+  kBarrier = 3,     // request: node -> scheduler; response: release
+  kHeartbeat = 4,   // node -> scheduler, and the scheduler's echo
+  kNodeFailed = 5,  // scheduler -> nodes: a node was declared dead
+  kAbort = 6,       // scheduler -> nodes: the cluster cannot go on
+  kLeave = 7,       // node -> scheduler: orderly exit after Finalize
+};
+
+const char* ControlName(Control control);
+
+// Identity of one logical node. A worker process may host several logical
+// workers (one per customer id that called Start), as in ps-lite.
+struct NodeInfo {
+  int id = -1;
+  Role role = Role::kWorker;
+  std::string host;
+  int port = 0;
+  int customer_id = 0;
+  int rank_hint = -1;
+  int rank = -1;
+  uint64_t incarnation = 0;
+
+  std::string address() const { return host + ":" + std::to_string(port); }
+  std::string DebugString() const;
+};
+
+struct RingInfo {
+  uint64_t epoch = 0;
+  int virtual_nodes = 0;
+  std::vector<int> server_ids;
+};
+
+struct Meta {
+  static constexpr int kEmpty = -1;
+
+  int sender = kEmpty;
+  int recipient = kEmpty;
+  int app_id = 0;
+  int customer_id = 0;
+  int timestamp = 0;
+  bool request = false;
+  bool push = false;
+  bool pull = false;
+  bool simple_app = false;
+  int cmd = 0;  // ps-lite's "head"
+  int priority = 0;
+  std::string body;
+  uint64_t epoch = 0;
+  int64_t clock = 0;
+  int value_bytes = 0;
+
+  // Non-ok only in a response whose request failed on the receiver.
+  int status_code = 0;
+  std::string status_message;
+
+  // Control part.
+  Control control = Control::kNone;
+  std::vector<NodeInfo> nodes;
+  int barrier_group = 0;
+  uint64_t barrier_round = 0;
+  RingInfo ring;
+  int failed_node = kEmpty;
+  std::string reason;
+
+  std::string DebugString() const;
+};
+
+class Message {
+ public:
+  Message() = default;
+  Message(Message&&) = default;
+  Message& operator=(Message&&) = default;
+  Message(const Message&) = delete;
+  Message& operator=(const Message&) = delete;
+
+  // Appends a frame sharing `array`'s buffer.
+  template <typename V>
+  void AddData(const SArray<V>& array) {
+    data.emplace_back(SArray<char>(array));
+  }
+
+  size_t data_bytes() const {
+    size_t n = 0;
+    for (const auto& d : data) n += d.size();
+    return n;
+  }
+
+  Meta meta;
+  std::vector<SArray<char>> data;
+};
+
+// Encodes `meta` (with the sizes of `data` recorded) into `out`.
+void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
+                std::string* out);
+
+// Decodes a header; kCorruption if the bytes are not a valid header or the
+// frames do not match the sizes it records.
+[[nodiscard]] Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
+                                std::vector<uint64_t>* frame_bytes);
+
+// Checks that `data` matches `frame_bytes` from the decoded header.
+[[nodiscard]] Status CheckFrames(const std::vector<uint64_t>& frame_bytes,
+                                 const std::vector<SArray<char>>& data);
+
+}  // namespace ps
+
+#endif  // PS_MESSAGE_MESSAGE_H_

@@ -1,0 +1,123 @@
+#include "node/customer.h"
+
+#include <glog/logging.h>
+
+#include "node/node.h"
+
+namespace ps {
+
+Customer::Customer(int app_id, int customer_id, Node* node, Handler handler)
+    : app_id_(app_id),
+      customer_id_(customer_id),
+      node_(node),
+      handler_(std::move(handler)) {
+  thread_ = std::thread(&Customer::Loop, this);
+  node_->AddCustomer(this);
+}
+
+Customer::~Customer() {
+  node_->RemoveCustomer(this);
+  queue_.Close();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Customer::set_failure_handler(FailureHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failure_handler_ = std::move(handler);
+}
+
+void Customer::Accept(Message&& msg) {
+  Event e;
+  e.msg = std::move(msg);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++queued_;
+  }
+  if (!queue_.Push(std::move(e))) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --queued_;
+  }
+}
+
+void Customer::OnPeerFailed(int peer, const Status& status) {
+  Event e;
+  e.failed_peer = peer;
+  e.status = status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++queued_;
+  }
+  if (!queue_.Push(std::move(e))) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --queued_;
+    tracker_.OnPeerFailed(peer, status);
+  }
+}
+
+void Customer::FailAll(const Status& status) {
+  Event e;
+  e.fail_all = true;
+  e.status = status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++queued_;
+  }
+  if (!queue_.Push(std::move(e))) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --queued_;
+    tracker_.FailAll(status);
+  }
+}
+
+void Customer::Drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  uint64_t target = queued_;
+  idle_cv_.wait(lock, [&] { return handled_ >= target || queue_.closed(); });
+}
+
+void Customer::Loop() {
+  Event e;
+  while (queue_.Pop(&e)) {
+    if (e.failed_peer >= 0 || e.fail_all) {
+      std::vector<int> failed =
+          e.fail_all ? tracker_.FailAll(e.status)
+                     : tracker_.OnPeerFailed(e.failed_peer, e.status);
+      FailureHandler handler;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        handler = failure_handler_;
+      }
+      if (handler) {
+        for (int ts : failed) handler(ts, e.status);
+      }
+    } else {
+      const Meta& meta = e.msg.meta;
+      int ts = meta.timestamp;
+      int sender = meta.sender;
+      bool response = !meta.request;
+      Status status;
+      if (meta.status_code != 0) {
+        status = Status(static_cast<Status::Code>(meta.status_code),
+                        meta.status_message);
+      }
+      handler_(e.msg);
+      if (response) {
+        bool completed = tracker_.OnResponse(ts, sender, status);
+        if (completed && !status.ok()) {
+          FailureHandler handler;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            handler = failure_handler_;
+          }
+          if (handler) handler(ts, status);
+        }
+      }
+    }
+    e = Event();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++handled_;
+    idle_cv_.notify_all();
+  }
+}
+
+}  // namespace ps

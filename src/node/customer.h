@@ -1,0 +1,83 @@
+// Customer: one application object's mailbox on a node (ps-lite's Customer).
+//
+// Messages for (app_id, customer_id) are queued by the node's receive thread
+// and handled, in order, on the customer's own thread, so application code
+// never runs on the receive thread. The customer tracks its outstanding
+// requests; a response is recorded after the handler has run, so Wait()
+// returns only once the handler has seen every response. Thread-safe.
+#ifndef PS_NODE_CUSTOMER_H_
+#define PS_NODE_CUSTOMER_H_
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "message/message.h"
+#include "node/request_tracker.h"
+#include "util/blocking_queue.h"
+
+namespace ps {
+
+class Node;
+
+class Customer {
+ public:
+  // Runs on the customer thread for every data message.
+  using Handler = std::function<void(Message& msg)>;
+  // Runs on the customer thread when a request fails (after it is marked
+  // failed), so the application can drop what it kept for it.
+  using FailureHandler = std::function<void(int timestamp, const Status&)>;
+
+  // Registers with `node` (borrowed; must outlive this customer) and starts
+  // the customer thread. Messages that arrived for this id before it existed
+  // are delivered now.
+  Customer(int app_id, int customer_id, Node* node, Handler handler);
+  ~Customer();
+  Customer(const Customer&) = delete;
+  Customer& operator=(const Customer&) = delete;
+
+  int app_id() const { return app_id_; }
+  int customer_id() const { return customer_id_; }
+  Node* node() const { return node_; }
+  RequestTracker* tracker() { return &tracker_; }
+
+  void set_failure_handler(FailureHandler handler);
+
+  // Called by the node's receive thread; never blocks.
+  void Accept(Message&& msg);
+  // Called when `peer` is declared dead: its requests fail on this thread.
+  void OnPeerFailed(int peer, const Status& status);
+  // Fails every open request (expulsion, abort).
+  void FailAll(const Status& status);
+
+  // Blocks until everything queued so far has been handled.
+  void Drain();
+
+ private:
+  struct Event {
+    Message msg;
+    int failed_peer = -1;  // >= 0: a peer failure, not a message
+    bool fail_all = false;
+    Status status;
+  };
+  void Loop();
+
+  const int app_id_;
+  const int customer_id_;
+  Node* const node_;
+  Handler handler_;
+  RequestTracker tracker_;
+  BlockingQueue<Event> queue_;
+  std::thread thread_;
+
+  std::mutex mu_;
+  std::condition_variable idle_cv_;
+  FailureHandler failure_handler_;  // Guarded by mu_.
+  uint64_t queued_ = 0;             // Guarded by mu_.
+  uint64_t handled_ = 0;            // Guarded by mu_.
+};
+
+}  // namespace ps
+
+#endif  // PS_NODE_CUSTOMER_H_

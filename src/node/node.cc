@@ -1,0 +1,595 @@
+#include "node/node.h"
+
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+
+#include "node/customer.h"
+
+namespace ps {
+
+namespace {
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<uint64_t>(getpid());
+}
+
+int RoleGroup(Role role) {
+  switch (role) {
+    case Role::kScheduler:
+      return 1;
+    case Role::kServer:
+      return 2;
+    case Role::kWorker:
+      return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
+    : options_(std::move(options)),
+      van_(std::move(van)),
+      clock_(clock),
+      incarnation_(NewIncarnation()) {}
+
+Node::~Node() {
+  StopThreads();
+  van_->Stop();
+}
+
+Status Node::Start(int customer_id, bool do_barrier) {
+  PS_RETURN_IF_ERROR(options_.Validate());
+  PS_RETURN_IF_ERROR(StartVan());
+  std::unique_lock<std::mutex> lock(mu_);
+  if (options_.role == Role::kScheduler) {
+    if (!table_ready_) {
+      lock.unlock();
+      PS_RETURN_IF_ERROR(SchedulerStart());
+      lock.lock();
+    }
+    logical_[customer_id] = kSchedulerId;
+  } else if (!logical_.count(customer_id)) {
+    // Every customer id that starts joins as a logical node of its own.
+    Message join;
+    join.meta.control = Control::kJoin;
+    join.meta.recipient = kSchedulerId;
+    join.meta.request = true;
+    NodeInfo me;
+    me.role = options_.role;
+    me.host = my_host_;
+    me.port = my_port_;
+    me.customer_id = customer_id;
+    me.rank_hint = options_.rank_hint;
+    me.incarnation = incarnation_;
+    join.meta.nodes.push_back(me);
+    lock.unlock();
+    PS_RETURN_IF_ERROR(van_->Send(std::move(join)));
+    lock.lock();
+    // The scheduler has its own start deadline and names what is missing;
+    // ours is a little longer so its explanation arrives first.
+    auto deadline = std::chrono::milliseconds(options_.start_timeout_ms + 2000);
+    bool done = cv_.wait_for(lock, deadline, [&] {
+      return logical_.count(customer_id) > 0 || !abort_status_.ok();
+    });
+    if (!abort_status_.ok()) return abort_status_;
+    if (!done) {
+      return Status::DeadlineExceeded(
+          "no node table from the scheduler at " + options_.scheduler_host +
+          ":" + std::to_string(options_.scheduler_port) + " within " +
+          std::to_string(options_.start_timeout_ms / 1000 + 2) +
+          " s (is the scheduler running? do DMLC_NUM_SERVER and "
+          "DMLC_NUM_WORKER match on every node?)");
+    }
+  }
+  lock.unlock();
+  StartThreads();
+  if (do_barrier) {
+    return Barrier(customer_id, kScheduler + kServerGroup + kWorkerGroup);
+  }
+  return Status::OK();
+}
+
+Status Node::StartVan() {
+  // Only the first Start of a process binds; the others wait for it here.
+  std::lock_guard<std::mutex> start_lock(start_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Status::Aborted("this node has already finalized");
+    if (van_started_) return Status::OK();
+  }
+  bool scheduler = options_.role == Role::kScheduler;
+  std::string host = scheduler ? options_.scheduler_host : options_.node_host;
+  int port = scheduler ? options_.scheduler_port : 0;
+  StatusOr<int> bound = van_->Start(
+      host, port, [this](Message&& msg) { OnMessage(std::move(msg)); });
+  if (!bound.ok()) return bound.status();
+  if (!scheduler) {
+    PS_RETURN_IF_ERROR(van_->Connect(kSchedulerId, options_.scheduler_host,
+                                     options_.scheduler_port));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  my_host_ = host;
+  my_port_ = bound.value();
+  van_started_ = true;
+  last_scheduler_echo_ms_ = clock_->NowMs();
+  VLOG(1) << RoleName(options_.role) << " bound to " << my_host_ << ":"
+          << my_port_;
+  return Status::OK();
+}
+
+void Node::StartThreads() {
+  if (options_.heartbeat_interval_ms <= 0) return;
+  std::lock_guard<std::mutex> lock(hb_mu_);
+  if (heartbeat_thread_.joinable() || hb_stop_) return;
+  heartbeat_thread_ = std::thread(&Node::HeartbeatLoop, this);
+}
+
+void Node::StopThreads() {
+  {
+    std::lock_guard<std::mutex> lock(hb_mu_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void Node::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(hb_mu_);
+  auto interval = std::chrono::milliseconds(options_.heartbeat_interval_ms);
+  while (!hb_cv_.wait_for(lock, interval, [this] { return hb_stop_; })) {
+    lock.unlock();
+    SendHeartbeat();
+    CheckLiveness();
+    lock.lock();
+  }
+}
+
+void Node::SendHeartbeat() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.role == Role::kScheduler || logical_.empty() || stopped_) {
+    return;
+  }
+  Message beat;
+  beat.meta.control = Control::kHeartbeat;
+  beat.meta.request = true;
+  beat.meta.sender = logical_.begin()->second;
+  beat.meta.recipient = kSchedulerId;
+  SendLocked(std::move(beat));
+}
+
+void Node::CheckLiveness() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!table_ready_ || stopped_) return;
+  int64_t now = clock_->NowMs();
+  if (options_.role == Role::kScheduler) {
+    std::vector<std::pair<std::string, int64_t>> expired;
+    for (const auto& beat : last_beat_ms_) {
+      if (now - beat.second > options_.heartbeat_timeout_ms) {
+        expired.push_back(beat);
+      }
+    }
+    for (const auto& e : expired) {
+      DeclareDeadLocked(e.first, "no heartbeat for " +
+                                     std::to_string(now - e.second) + " ms");
+    }
+    return;
+  }
+  if (dead_.count(kSchedulerId)) return;
+  int64_t silent = now - last_scheduler_echo_ms_;
+  if (silent > options_.heartbeat_timeout_ms) {
+    lock.unlock();
+    HandleNodeFailed(kSchedulerId, "no heartbeat echo from the scheduler for " +
+                                       std::to_string(silent) + " ms");
+  }
+}
+
+Status Node::Barrier(int customer_id, int group) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!table_ready_) {
+    return Status::Aborted("Barrier before Start");
+  }
+  if (GetNodeIdsLocked(group).size() <= 1) return Status::OK();
+  if ((group & RoleGroup(options_.role)) == 0) {
+    return Status::InvalidArgument(
+        "barrier over group " + std::to_string(group) + " called by a " +
+        RoleName(options_.role) + ", which is not in that group");
+  }
+  if (!abort_status_.ok()) return abort_status_;
+  auto id = logical_.find(customer_id);
+  if (id == logical_.end()) {
+    return Status::InvalidArgument("Barrier by customer " +
+                                   std::to_string(customer_id) +
+                                   ", which has not called Start");
+  }
+  barrier_waits_[customer_id] = {false, Status::OK()};
+  Message req;
+  req.meta.control = Control::kBarrier;
+  req.meta.request = true;
+  req.meta.sender = id->second;
+  req.meta.recipient = kSchedulerId;
+  req.meta.customer_id = customer_id;
+  req.meta.barrier_group = group;
+  if (options_.role == Role::kScheduler) {
+    lock.unlock();
+    HandleBarrierRequest(req);
+    lock.lock();
+  } else {
+    SendLocked(std::move(req));
+  }
+  cv_.wait(lock, [&] {
+    return barrier_waits_[customer_id].first || !abort_status_.ok();
+  });
+  Status s = barrier_waits_[customer_id].first
+                 ? barrier_waits_[customer_id].second
+                 : abort_status_;
+  barrier_waits_.erase(customer_id);
+  return s;
+}
+
+Status Node::Finalize(int customer_id, bool do_barrier) {
+  Status result;
+  if (do_barrier) {
+    result = Barrier(customer_id, kScheduler + kServerGroup + kWorkerGroup);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  finalized_.insert(customer_id);
+  cv_.notify_all();
+  if (customer_id != 0 && logical_.count(0)) return result;
+  // The last one out: wait (bounded) for this process's other logical nodes.
+  auto timeout = std::chrono::milliseconds(options_.finalize_timeout_ms);
+  cv_.wait_for(lock, timeout, [&] {
+    for (const auto& l : logical_) {
+      if (!finalized_.count(l.first)) return false;
+    }
+    return true;
+  });
+  lock.unlock();
+  StopThreads();
+  std::vector<Customer*> customers;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& c : customers_) customers.push_back(c.second);
+  }
+  for (Customer* c : customers) c->Drain();
+  lock.lock();
+  if (options_.role != Role::kScheduler && table_ready_ &&
+      !dead_.count(kSchedulerId)) {
+    for (const auto& l : logical_) {
+      Message leave;
+      leave.meta.control = Control::kLeave;
+      leave.meta.request = true;
+      leave.meta.sender = l.second;
+      leave.meta.recipient = kSchedulerId;
+      SendLocked(std::move(leave));
+    }
+  }
+  if (options_.role == Role::kScheduler && table_ready_) {
+    // Stay until every node has left or died, so nobody mistakes our exit
+    // for a failure while finishing its own Finalize.
+    cv_.wait_for(lock, timeout, [&] {
+      for (const auto& n : table_) {
+        if (n.first == kSchedulerId) continue;
+        if (!left_.count(n.first) && !dead_.count(n.first)) return false;
+      }
+      return true;
+    });
+  }
+  stopped_ = true;
+  std::function<void()> callback = std::move(exit_callback_);
+  exit_callback_ = nullptr;
+  lock.unlock();
+  if (callback) callback();
+  van_->Stop();
+  return result;
+}
+
+void Node::RegisterExitCallback(std::function<void()> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exit_callback_ = std::move(callback);
+}
+
+Status Node::Send(Message&& msg) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (msg.meta.sender == Meta::kEmpty) {
+    auto it = logical_.find(msg.meta.customer_id);
+    if (it == logical_.end()) it = logical_.begin();
+    if (it == logical_.end()) {
+      return Status::Aborted("send before Start");
+    }
+    msg.meta.sender = it->second;
+  }
+  int recipient = msg.meta.recipient;
+  if (dead_.count(recipient)) {
+    return Status::Unavailable(DescribeLocked(recipient) + " is dead");
+  }
+  if (table_ready_ && !table_.count(recipient)) {
+    return Status::InvalidArgument("unknown recipient node " +
+                                   std::to_string(recipient));
+  }
+  if (IsLocalLocked(recipient)) {
+    lock.unlock();
+    OnMessage(std::move(msg));
+    return Status::OK();
+  }
+  lock.unlock();
+  return van_->Send(std::move(msg));
+}
+
+void Node::SendLocked(Message&& msg) {
+  int recipient = msg.meta.recipient;
+  if (IsLocalLocked(recipient)) {
+    LOG(DFATAL) << "control message to self: " << msg.meta.DebugString();
+    return;
+  }
+  Status s = van_->Send(std::move(msg));
+  if (!s.ok()) VLOG(1) << "send to " << recipient << " failed: " << s;
+}
+
+bool Node::IsLocalLocked(int id) const {
+  for (const auto& l : logical_) {
+    if (l.second == id) return true;
+  }
+  return false;
+}
+
+void Node::AddCustomer(Customer* customer) {
+  std::vector<Message> early;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_pair(customer->app_id(), customer->customer_id());
+    CHECK(customers_.count(key) == 0) << "customer (" << key.first << ", "
+                                      << key.second << ") registered twice";
+    customers_[key] = customer;
+    auto it = early_.find(key);
+    if (it != early_.end()) {
+      early = std::move(it->second);
+      early_.erase(it);
+    }
+  }
+  for (Message& m : early) customer->Accept(std::move(m));
+}
+
+void Node::RemoveCustomer(Customer* customer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  customers_.erase(std::make_pair(customer->app_id(), customer->customer_id()));
+}
+
+void Node::OnMessage(Message&& msg) {
+  const Meta& meta = msg.meta;
+  VLOG(2) << "received " << meta.DebugString();
+  switch (meta.control) {
+    case Control::kNone:
+      DispatchData(std::move(msg));
+      return;
+    case Control::kJoin:
+      if (options_.role == Role::kScheduler) {
+        HandleJoin(msg);
+        return;
+      }
+      break;
+    case Control::kNodeTable:
+      if (options_.role != Role::kScheduler) {
+        HandleNodeTable(msg);
+        return;
+      }
+      break;
+    case Control::kBarrier:
+      if (meta.request && options_.role == Role::kScheduler) {
+        HandleBarrierRequest(msg);
+        return;
+      }
+      if (!meta.request) {
+        HandleBarrierRelease(msg);
+        return;
+      }
+      break;
+    case Control::kHeartbeat:
+      if (options_.role == Role::kScheduler) {
+        HandleHeartbeatAtScheduler(msg);
+      } else {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_scheduler_echo_ms_ = clock_->NowMs();
+      }
+      return;
+    case Control::kNodeFailed:
+      if (meta.sender == kSchedulerId) {
+        HandleNodeFailed(meta.failed_node, meta.reason);
+        return;
+      }
+      break;
+    case Control::kAbort:
+      if (meta.sender == kSchedulerId) {
+        HandleAbort(meta.reason);
+        return;
+      }
+      break;
+    case Control::kLeave:
+      if (options_.role == Role::kScheduler) {
+        HandleLeave(msg);
+        return;
+      }
+      break;
+  }
+  counters_.dropped_bad_control++;
+  LOG(WARNING) << "dropping unexpected control message " << meta.DebugString();
+}
+
+void Node::DispatchData(Message&& msg) {
+  Customer* customer = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int sender = msg.meta.sender;
+    if (!table_.count(sender) || dead_.count(sender)) {
+      counters_.dropped_unknown_sender++;
+      LOG(WARNING) << "dropping message from unknown or dead node " << sender
+                   << ": " << msg.meta.DebugString();
+      return;
+    }
+    int customer_id =
+        options_.role == Role::kWorker ? msg.meta.customer_id : msg.meta.app_id;
+    auto key = std::make_pair(msg.meta.app_id, customer_id);
+    auto it = customers_.find(key);
+    if (it == customers_.end()) {
+      // The application may not have created this customer yet (a server's
+      // KVServer is often made after Start returns); keep a bounded backlog.
+      auto& backlog = early_[key];
+      if (backlog.size() >= 100000) {
+        counters_.dropped_no_customer++;
+        LOG_EVERY_N(WARNING, 1000) << "dropping message for missing customer ("
+                                   << key.first << ", " << key.second << ")";
+        return;
+      }
+      backlog.push_back(std::move(msg));
+      return;
+    }
+    customer = it->second;
+  }
+  customer->Accept(std::move(msg));
+}
+
+void Node::HandleNodeTable(const Message& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (table_ready_) return;  // One per logical node of this process.
+  std::string me = my_host_ + ":" + std::to_string(my_port_);
+  for (const NodeInfo& n : msg.meta.nodes) {
+    table_[n.id] = n;
+    if (n.address() == me && n.role == options_.role) {
+      logical_[n.customer_id] = n.id;
+    } else if (n.id != kSchedulerId) {
+      Status s = van_->Connect(n.id, n.host, n.port);
+      if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
+    }
+  }
+  for (const auto& entry : table_) {
+    const NodeInfo& n = entry.second;
+    if (n.role == Role::kServer) servers_.push_back(n.id);
+    if (n.role == Role::kWorker) workers_.push_back(n.id);
+  }
+  ring_ = msg.meta.ring;
+  table_ready_ = true;
+  last_scheduler_echo_ms_ = clock_->NowMs();
+  VLOG(1) << "node table: " << servers_.size() << " servers, "
+          << workers_.size() << " workers, my id " << logical_.begin()->second;
+  cv_.notify_all();
+}
+
+void Node::HandleBarrierRelease(const Message& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = barrier_waits_.find(msg.meta.customer_id);
+  if (it == barrier_waits_.end()) return;
+  Status s;
+  if (msg.meta.status_code != 0) {
+    s = Status(static_cast<Status::Code>(msg.meta.status_code),
+               msg.meta.status_message);
+  }
+  it->second = {true, s};
+  cv_.notify_all();
+}
+
+void Node::HandleNodeFailed(int id, const std::string& reason) {
+  std::vector<Customer*> customers;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dead_.count(id) || stopped_) return;
+    if (IsLocalLocked(id)) {
+      status = Status::Aborted(
+          "this node was declared dead by the scheduler: " + reason);
+    } else {
+      dead_.insert(id);
+      status =
+          Status::Unavailable(DescribeLocked(id) + " died (" + reason + ")");
+    }
+    LOG(ERROR) << status.message();
+    for (const auto& c : customers_) customers.push_back(c.second);
+  }
+  if (status.code() == Status::Code::kAborted || id == kSchedulerId) {
+    FailEverything(status);
+    return;
+  }
+  for (Customer* c : customers) c->OnPeerFailed(id, status);
+}
+
+void Node::HandleAbort(const std::string& reason) {
+  FailEverything(
+      Status::Aborted("the scheduler aborted the cluster: " + reason));
+}
+
+void Node::FailEverything(const Status& status) {
+  std::vector<Customer*> customers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abort_status_.ok()) abort_status_ = status;
+    for (const auto& c : customers_) customers.push_back(c.second);
+    cv_.notify_all();
+  }
+  LOG(ERROR) << status;
+  for (Customer* c : customers) c->FailAll(status);
+}
+
+int Node::my_id(int customer_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = logical_.find(customer_id);
+  if (it != logical_.end()) return it->second;
+  return logical_.empty() ? -1 : logical_.begin()->second;
+}
+
+int Node::my_rank() const {
+  int id = my_id(0);
+  return id < 0 ? -1 : IdToRank(id);
+}
+
+std::vector<int> Node::GetNodeIds(int group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return GetNodeIdsLocked(group);
+}
+
+std::vector<int> Node::GetNodeIdsLocked(int group) const {
+  if (group >= 8) return {group};
+  std::vector<int> ids;
+  if (group & kScheduler) ids.push_back(kSchedulerId);
+  if (group & kServerGroup)
+    ids.insert(ids.end(), servers_.begin(), servers_.end());
+  if (group & kWorkerGroup)
+    ids.insert(ids.end(), workers_.begin(), workers_.end());
+  return ids;
+}
+
+std::vector<int> Node::server_ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return servers_;
+}
+
+RingInfo Node::ring_info() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ring_;
+}
+
+bool Node::IsAlive(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_.count(id) && !dead_.count(id) && !left_.count(id);
+}
+
+bool Node::ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_ready_;
+}
+
+std::string Node::Describe(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DescribeLocked(id);
+}
+
+std::string Node::DescribeLocked(int id) const {
+  auto it = table_.find(id);
+  if (it == table_.end()) return "node " + std::to_string(id);
+  return it->second.DebugString();
+}
+
+}  // namespace ps

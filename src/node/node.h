@@ -1,0 +1,197 @@
+// Node: the per-process runtime of one Ember node (ps-lite's Postoffice).
+//
+// It owns the van, the membership table (ids, ranks, addresses), the
+// description of the key ring, barriers, heartbeats and failure detection,
+// and it dispatches received messages to customers. A node whose role is
+// scheduler also runs the scheduler's side of those protocols: rendezvous,
+// rank assignment, barrier counting, failure detection and notices
+// (docs/protocol.md). There is no hidden singleton: tests build several nodes
+// in one process over an InProcVan.
+//
+// A worker process may host several logical workers: every customer id that
+// calls Start() joins as a worker of its own (ps-lite's multi-worker mode).
+//
+// Thread-safe. Received messages are handled on the van's thread, which only
+// queues work for customers and never runs application code; exit callbacks
+// run on the thread that calls Finalize().
+#ifndef PS_NODE_NODE_H_
+#define PS_NODE_NODE_H_
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "message/message.h"
+#include "node/options.h"
+#include "transport/van.h"
+#include "util/clock.h"
+
+namespace ps {
+
+class Customer;
+
+// Counters of one node, for tests and the stats line at exit.
+struct NodeCounters {
+  std::atomic<uint64_t> dropped_unknown_sender{0};
+  std::atomic<uint64_t> dropped_no_customer{0};
+  std::atomic<uint64_t> dropped_bad_control{0};
+};
+
+class Node {
+ public:
+  static constexpr int kSchedulerId = 1;
+  static int ServerRankToId(int rank) { return rank * 2 + 8; }
+  static int WorkerRankToId(int rank) { return rank * 2 + 9; }
+  static int IdToRank(int id) { return id < 8 ? 0 : (id - 8) / 2; }
+
+  // `clock` is borrowed and must outlive the node.
+  Node(Options options, std::unique_ptr<Van> van,
+       const Clock* clock = Clock::Real());
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Joins the cluster as logical node `customer_id` (the first call binds the
+  // van) and waits for the node table; then, if `do_barrier`, for every node.
+  // Fails with kDeadlineExceeded if the cluster does not form within the
+  // start timeout (the message names what is missing), kAborted if the
+  // scheduler refuses this node or gives up.
+  [[nodiscard]] Status Start(int customer_id, bool do_barrier);
+
+  // Leaves: an optional barrier over every node, then (for customer 0, once
+  // the other logical nodes of this process have finalized) drains the
+  // customers, tells the scheduler, runs the exit callback and stops the van.
+  // Returns the barrier's Status; the node stops either way.
+  [[nodiscard]] Status Finalize(int customer_id, bool do_barrier);
+
+  // Blocks until every node of `group` has called Barrier with the same group.
+  // Fails (kUnavailable) if a member dies, kAborted if this node is expelled
+  // or the scheduler dies.
+  [[nodiscard]] Status Barrier(int customer_id, int group);
+
+  void RegisterExitCallback(std::function<void()> callback);
+
+  // Sends a message. If meta.sender is unset it becomes this process's
+  // logical id for meta.customer_id (the scheduler: 1). Messages to this
+  // process's own ids are delivered locally. kUnavailable if the recipient is
+  // dead or unknown.
+  [[nodiscard]] Status Send(Message&& msg);
+
+  // Customers register themselves; see Customer.
+  void AddCustomer(Customer* customer);
+  void RemoveCustomer(Customer* customer);
+
+  // --- Membership. Valid after Start() has returned OK.
+  Role role() const { return options_.role; }
+  const Options& options() const { return options_; }
+  int num_servers() const { return options_.num_servers; }
+  int num_workers() const { return options_.num_workers; }
+  // This process's id for logical node `customer_id` (-1 if none).
+  int my_id(int customer_id = 0) const;
+  int my_rank() const;
+  std::vector<int> GetNodeIds(int group) const;
+  // Server ids in rank order.
+  std::vector<int> server_ids() const;
+  RingInfo ring_info() const;
+  bool IsAlive(int id) const;
+  // "server 1 (id 10, 127.0.0.1:4567)".
+  std::string Describe(int id) const;
+  bool ready() const;
+
+  // --- Liveness. Called by the node's own heartbeat thread; public so tests
+  // with a fake clock and heartbeats disabled can drive them.
+  void SendHeartbeat();
+  void CheckLiveness();
+
+  Van* van() { return van_.get(); }
+  const NodeCounters& counters() const { return counters_; }
+
+ private:
+  struct Round {
+    std::map<int, int> arrived;  // id -> customer id
+  };
+
+  Status StartVan();
+  void OnMessage(Message&& msg);
+  void DispatchData(Message&& msg);
+  void HandleNodeTable(const Message& msg);
+  void HandleBarrierRelease(const Message& msg);
+  void HandleNodeFailed(int id, const std::string& reason);
+  void HandleAbort(const std::string& reason);
+  void FailEverything(const Status& status);
+  void StartThreads();
+  void StopThreads();
+  void HeartbeatLoop();
+  std::string DescribeLocked(int id) const;
+  std::vector<int> GetNodeIdsLocked(int group) const;
+  bool IsLocalLocked(int id) const;
+
+  // Scheduler side (node_scheduler.cc).
+  Status SchedulerStart();
+  void HandleJoin(const Message& msg);
+  void AssignAndBroadcastLocked();
+  void RejectLocked(const NodeInfo& node, const std::string& reason);
+  void HandleBarrierRequest(const Message& msg);
+  void EvaluateBarriersLocked();
+  void ReleaseRoundLocked(int group, const Round& round, const Status& status);
+  void HandleHeartbeatAtScheduler(const Message& msg);
+  void HandleLeave(const Message& msg);
+  void DeclareDeadLocked(const std::string& address, const std::string& why);
+  void SendLocked(Message&& msg);
+  std::string MissingNodesLocked() const;
+
+  // Immutable after construction.
+  const Options options_;
+  const std::unique_ptr<Van> van_;
+  const Clock* const clock_;
+  const uint64_t incarnation_;
+
+  NodeCounters counters_;
+  std::mutex start_mu_;  // Serialises binding the van.
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // Table ready, barrier released, abort.
+  // Guarded by mu_.
+  bool van_started_ = false;
+  bool stopped_ = false;
+  std::string my_host_;
+  int my_port_ = 0;
+  std::map<int, int> logical_;  // customer id -> node id
+  std::set<int> finalized_;     // customer ids
+  bool table_ready_ = false;
+  std::map<int, NodeInfo> table_;
+  std::vector<int> servers_;  // ids by rank
+  std::vector<int> workers_;  // ids by rank
+  RingInfo ring_;
+  std::set<int> dead_;
+  std::set<int> left_;
+  Status abort_status_;
+  std::map<int, std::pair<bool, Status>> barrier_waits_;  // by customer id
+  std::map<std::pair<int, int>, Customer*> customers_;
+  std::map<std::pair<int, int>, std::vector<Message>> early_;
+  std::function<void()> exit_callback_;
+  int64_t last_scheduler_echo_ms_ = 0;
+
+  // Scheduler state, guarded by mu_.
+  std::vector<NodeInfo> joins_;
+  std::map<int, std::vector<Round>> rounds_;     // group -> pending rounds
+  std::map<std::string, int64_t> last_beat_ms_;  // address -> time
+  int next_reject_id_ = -1000;
+
+  // Heartbeat thread.
+  std::thread heartbeat_thread_;
+  std::mutex hb_mu_;
+  std::condition_variable hb_cv_;
+  bool hb_stop_ = false;  // Guarded by hb_mu_.
+};
+
+}  // namespace ps
+
+#endif  // PS_NODE_NODE_H_

@@ -1,0 +1,338 @@
+// The scheduler's side of Node: rendezvous, rank assignment, barriers,
+// heartbeats and failure notices. docs/protocol.md describes the protocol.
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <set>
+
+#include "node/customer.h"
+#include "node/node.h"
+
+namespace ps {
+
+namespace {
+// The ring's epoch when the cluster first forms.
+constexpr uint64_t kFirstEpoch = 1;
+}  // namespace
+
+Status Node::SchedulerStart() {
+  std::unique_lock<std::mutex> lock(mu_);
+  NodeInfo me;
+  me.id = kSchedulerId;
+  me.role = Role::kScheduler;
+  me.host = my_host_;
+  me.port = my_port_;
+  me.rank = 0;
+  me.incarnation = incarnation_;
+  table_[kSchedulerId] = me;
+  auto timeout = std::chrono::milliseconds(options_.start_timeout_ms);
+  bool formed = cv_.wait_for(
+      lock, timeout, [this] { return table_ready_ || !abort_status_.ok(); });
+  if (!abort_status_.ok()) return abort_status_;
+  if (formed) return Status::OK();
+  std::string missing = MissingNodesLocked();
+  Status s = Status::DeadlineExceeded(
+      "the cluster did not form within " +
+      std::to_string(options_.start_timeout_ms / 1000) + " s: " + missing);
+  for (const NodeInfo& n : joins_) RejectLocked(n, s.message());
+  abort_status_ = s;
+  return s;
+}
+
+std::string Node::MissingNodesLocked() const {
+  int servers = 0, workers = 0;
+  for (const NodeInfo& n : joins_) {
+    if (n.role == Role::kServer) ++servers;
+    if (n.role == Role::kWorker) ++workers;
+  }
+  std::string s = std::to_string(servers) + " of " +
+                  std::to_string(options_.num_servers) + " servers and " +
+                  std::to_string(workers) + " of " +
+                  std::to_string(options_.num_workers) + " workers joined";
+  std::vector<std::string> missing;
+  if (servers < options_.num_servers) {
+    missing.push_back(std::to_string(options_.num_servers - servers) +
+                      " server(s)");
+  }
+  if (workers < options_.num_workers) {
+    missing.push_back(std::to_string(options_.num_workers - workers) +
+                      " worker(s)");
+  }
+  if (!missing.empty()) {
+    s += "; missing ";
+    for (size_t i = 0; i < missing.size(); ++i) {
+      s += (i ? " and " : "") + missing[i];
+    }
+  }
+  return s;
+}
+
+void Node::RejectLocked(const NodeInfo& node, const std::string& reason) {
+  int id = next_reject_id_--;
+  if (!van_->Connect(id, node.host, node.port).ok()) return;
+  Message abort;
+  abort.meta.control = Control::kAbort;
+  abort.meta.sender = kSchedulerId;
+  abort.meta.recipient = id;
+  abort.meta.reason = reason;
+  SendLocked(std::move(abort));
+}
+
+void Node::HandleJoin(const Message& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (msg.meta.nodes.size() != 1) {
+    counters_.dropped_bad_control++;
+    LOG(WARNING) << "dropping a join with " << msg.meta.nodes.size()
+                 << " nodes";
+    return;
+  }
+  const NodeInfo& node = msg.meta.nodes[0];
+  if (node.role == Role::kScheduler || node.host.empty() || node.port <= 0) {
+    counters_.dropped_bad_control++;
+    LOG(WARNING) << "dropping a malformed join from " << node.DebugString();
+    return;
+  }
+  if (!abort_status_.ok()) {
+    RejectLocked(node, abort_status_.message());
+    return;
+  }
+  if (table_ready_) {
+    LOG(WARNING) << "rejecting late " << node.DebugString()
+                 << ": the cluster has already formed";
+    RejectLocked(node, "the cluster has already formed with " +
+                           std::to_string(options_.num_servers) +
+                           " servers and " +
+                           std::to_string(options_.num_workers) +
+                           " workers; this node is one too many");
+    return;
+  }
+  int same_role = 0;
+  for (const NodeInfo& n : joins_) {
+    if (n.address() == node.address() && n.customer_id == node.customer_id) {
+      return;  // A duplicate.
+    }
+    if (n.role == node.role) ++same_role;
+  }
+  int expected =
+      node.role == Role::kServer ? options_.num_servers : options_.num_workers;
+  if (same_role >= expected) {
+    LOG(WARNING) << "rejecting " << node.DebugString() << ": already "
+                 << expected << " " << RoleName(node.role) << "s";
+    RejectLocked(node, "DMLC_NUM_" +
+                           std::string(node.role == Role::kServer ? "SERVER"
+                                                                  : "WORKER") +
+                           "=" + std::to_string(expected) +
+                           " and that many have joined already");
+    return;
+  }
+  joins_.push_back(node);
+  VLOG(1) << "joined: " << node.DebugString() << " (" << joins_.size() << "/"
+          << options_.num_servers + options_.num_workers << ")";
+  if (static_cast<int>(joins_.size()) ==
+      options_.num_servers + options_.num_workers) {
+    AssignAndBroadcastLocked();
+  }
+}
+
+void Node::AssignAndBroadcastLocked() {
+  // Ranks follow the launch hints when every node of a role gave a distinct
+  // one; otherwise (or for ties) the order of arrival.
+  for (Role role : {Role::kServer, Role::kWorker}) {
+    std::vector<size_t> order;
+    std::set<int> hints;
+    bool use_hints = true;
+    for (size_t i = 0; i < joins_.size(); ++i) {
+      if (joins_[i].role != role) continue;
+      order.push_back(i);
+      if (joins_[i].rank_hint < 0 ||
+          !hints.insert(joins_[i].rank_hint).second) {
+        use_hints = false;
+      }
+    }
+    if (use_hints) {
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return joins_[a].rank_hint < joins_[b].rank_hint;
+      });
+    }
+    for (size_t rank = 0; rank < order.size(); ++rank) {
+      NodeInfo& n = joins_[order[rank]];
+      n.rank = static_cast<int>(rank);
+      n.id = role == Role::kServer ? ServerRankToId(n.rank)
+                                   : WorkerRankToId(n.rank);
+    }
+  }
+  int64_t now = clock_->NowMs();
+  std::vector<int> server_ids;
+  for (const NodeInfo& n : joins_) {
+    table_[n.id] = n;
+    Status s = van_->Connect(n.id, n.host, n.port);
+    if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
+    last_beat_ms_[n.address()] = now;
+  }
+  for (const auto& entry : table_) {
+    if (entry.second.role == Role::kServer) servers_.push_back(entry.first);
+    if (entry.second.role == Role::kWorker) workers_.push_back(entry.first);
+  }
+  ring_.epoch = kFirstEpoch;
+  ring_.virtual_nodes = options_.virtual_nodes;
+  ring_.server_ids = servers_;
+  for (const auto& entry : table_) {
+    if (entry.first == kSchedulerId) continue;
+    Message m;
+    m.meta.control = Control::kNodeTable;
+    m.meta.sender = kSchedulerId;
+    m.meta.recipient = entry.first;
+    for (const auto& e : table_) m.meta.nodes.push_back(e.second);
+    m.meta.ring = ring_;
+    SendLocked(std::move(m));
+  }
+  table_ready_ = true;
+  LOG(INFO) << "cluster formed: " << servers_.size() << " servers, "
+            << workers_.size() << " workers";
+  cv_.notify_all();
+}
+
+void Node::HandleBarrierRequest(const Message& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int sender = msg.meta.sender;
+  int group = msg.meta.barrier_group;
+  if (!table_ready_ || !table_.count(sender) || group <= 0 || group >= 8) {
+    counters_.dropped_bad_control++;
+    LOG(WARNING) << "dropping a bad barrier request " << msg.meta.DebugString();
+    return;
+  }
+  auto& rounds = rounds_[group];
+  // A node that is already in the oldest pending round joins the next one.
+  size_t r = 0;
+  while (r < rounds.size() && rounds[r].arrived.count(sender)) ++r;
+  if (r == rounds.size()) rounds.emplace_back();
+  rounds[r].arrived[sender] = msg.meta.customer_id;
+  VLOG(1) << "barrier " << group << ": " << rounds[r].arrived.size()
+          << " arrived";
+  EvaluateBarriersLocked();
+}
+
+void Node::EvaluateBarriersLocked() {
+  for (auto& entry : rounds_) {
+    int group = entry.first;
+    auto& rounds = entry.second;
+    while (!rounds.empty()) {
+      const Round& round = rounds.front();
+      std::vector<int> members = GetNodeIdsLocked(group);
+      std::string dead_member;
+      bool complete = true;
+      for (int id : members) {
+        if (left_.count(id)) continue;
+        if (dead_.count(id)) {
+          dead_member = DescribeLocked(id);
+          break;
+        }
+        if (!round.arrived.count(id)) complete = false;
+      }
+      if (!dead_member.empty()) {
+        ReleaseRoundLocked(
+            group, round,
+            Status::Unavailable("barrier over group " + std::to_string(group) +
+                                " cannot complete: " + dead_member +
+                                " is dead"));
+      } else if (complete) {
+        ReleaseRoundLocked(group, round, Status::OK());
+      } else {
+        break;
+      }
+      rounds.erase(rounds.begin());
+    }
+  }
+}
+
+void Node::ReleaseRoundLocked(int group, const Round& round,
+                              const Status& status) {
+  VLOG(1) << "releasing barrier " << group << ": " << status;
+  for (const auto& a : round.arrived) {
+    if (dead_.count(a.first)) continue;
+    if (a.first == kSchedulerId) {
+      auto it = barrier_waits_.find(a.second);
+      if (it != barrier_waits_.end()) it->second = {true, status};
+      cv_.notify_all();
+      continue;
+    }
+    Message release;
+    release.meta.control = Control::kBarrier;
+    release.meta.request = false;
+    release.meta.sender = kSchedulerId;
+    release.meta.recipient = a.first;
+    release.meta.customer_id = a.second;
+    release.meta.barrier_group = group;
+    release.meta.status_code = static_cast<int>(status.code());
+    release.meta.status_message = status.message();
+    SendLocked(std::move(release));
+  }
+}
+
+void Node::HandleHeartbeatAtScheduler(const Message& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = table_.find(msg.meta.sender);
+  if (it == table_.end() || dead_.count(msg.meta.sender)) return;
+  last_beat_ms_[it->second.address()] = clock_->NowMs();
+  Message echo;
+  echo.meta.control = Control::kHeartbeat;
+  echo.meta.request = false;
+  echo.meta.sender = kSchedulerId;
+  echo.meta.recipient = msg.meta.sender;
+  SendLocked(std::move(echo));
+}
+
+void Node::HandleLeave(const Message& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = table_.find(msg.meta.sender);
+  if (it == table_.end()) return;
+  left_.insert(msg.meta.sender);
+  // A process has left once all its logical nodes have.
+  bool all_left = true;
+  for (const auto& n : table_) {
+    if (n.second.address() == it->second.address() && !left_.count(n.first)) {
+      all_left = false;
+    }
+  }
+  if (all_left) last_beat_ms_.erase(it->second.address());
+  VLOG(1) << it->second.DebugString() << " left";
+  EvaluateBarriersLocked();
+  cv_.notify_all();
+}
+
+void Node::DeclareDeadLocked(const std::string& address,
+                             const std::string& why) {
+  last_beat_ms_.erase(address);
+  std::vector<int> victims;
+  for (const auto& n : table_) {
+    if (n.second.address() == address && !dead_.count(n.first) &&
+        !left_.count(n.first)) {
+      victims.push_back(n.first);
+    }
+  }
+  for (int id : victims) {
+    std::string who = DescribeLocked(id);
+    LOG(ERROR) << who << " is dead: " << why;
+    dead_.insert(id);
+    for (const auto& n : table_) {
+      int to = n.first;
+      if (to == kSchedulerId || dead_.count(to) || left_.count(to)) continue;
+      Message notice;
+      notice.meta.control = Control::kNodeFailed;
+      notice.meta.sender = kSchedulerId;
+      notice.meta.recipient = to;
+      notice.meta.failed_node = id;
+      notice.meta.reason = why;
+      SendLocked(std::move(notice));
+    }
+    // The scheduler's own customers (a program running as scheduler).
+    Status status = Status::Unavailable(who + " died (" + why + ")");
+    for (const auto& c : customers_) c.second->OnPeerFailed(id, status);
+  }
+  EvaluateBarriersLocked();
+}
+
+}  // namespace ps

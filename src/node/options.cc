@@ -1,0 +1,169 @@
+#include "node/options.h"
+
+#include <arpa/inet.h>
+#include <gflags/gflags.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+DEFINE_int32(ember_heartbeat_interval_ms, 500,
+             "Interval between heartbeats to the scheduler; 0 disables them "
+             "(env EMBER_HEARTBEAT_INTERVAL_MS)");
+DEFINE_int32(ember_heartbeat_timeout_ms, 4000,
+             "A node silent for this long is declared dead "
+             "(env EMBER_HEARTBEAT_TIMEOUT_MS)");
+DEFINE_int32(ember_start_timeout, 60,
+             "Seconds to wait for every node to join before start-up fails "
+             "(env EMBER_START_TIMEOUT)");
+DEFINE_int32(ember_virtual_nodes, 0,
+             "Virtual nodes per server on the key ring; 0: the default "
+             "(env EMBER_VIRTUAL_NODES)");
+
+namespace ps {
+
+namespace {
+
+// Reads an integer variable; a flag set on the command line wins.
+Status ReadInt(const char* env, const char* flag, int min, int max,
+               int* value) {
+  gflags::CommandLineFlagInfo info;
+  if (flag != nullptr && gflags::GetCommandLineFlagInfo(flag, &info) &&
+      !info.is_default) {
+    *value = std::atoi(info.current_value.c_str());
+  } else if (const char* s = std::getenv(env)) {
+    char* end = nullptr;
+    errno = 0;
+    long v = std::strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') {
+      return Status::InvalidArgument(std::string(env) + "='" + s +
+                                     "' is not an integer");
+    }
+    if (v < min || v > max) {
+      return Status::InvalidArgument(
+          std::string(env) + "=" + s + " is out of range [" +
+          std::to_string(min) + ", " + std::to_string(max) + "]");
+    }
+    *value = static_cast<int>(v);
+  } else if (flag != nullptr && gflags::GetCommandLineFlagInfo(flag, &info)) {
+    *value = std::atoi(info.current_value.c_str());
+  }
+  return Status::OK();
+}
+
+Status InterfaceAddress(const std::string& interface, std::string* ip) {
+  struct ifaddrs* addrs = nullptr;
+  if (getifaddrs(&addrs) != 0) {
+    return Status::InvalidArgument(std::string("getifaddrs failed: ") +
+                                   std::strerror(errno));
+  }
+  for (struct ifaddrs* a = addrs; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if (interface != a->ifa_name) continue;
+    char buf[INET_ADDRSTRLEN];
+    auto* in = reinterpret_cast<struct sockaddr_in*>(a->ifa_addr);
+    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
+    *ip = buf;
+    freeifaddrs(addrs);
+    return Status::OK();
+  }
+  freeifaddrs(addrs);
+  return Status::InvalidArgument("DMLC_INTERFACE=" + interface +
+                                 " has no IPv4 address");
+}
+
+}  // namespace
+
+Status ParseRole(const std::string& name, Role* role) {
+  if (name == "scheduler") {
+    *role = Role::kScheduler;
+  } else if (name == "server") {
+    *role = Role::kServer;
+  } else if (name == "worker") {
+    *role = Role::kWorker;
+  } else {
+    return Status::InvalidArgument("DMLC_ROLE='" + name +
+                                   "': expected scheduler, server or worker");
+  }
+  return Status::OK();
+}
+
+StatusOr<Options> Options::FromEnvironment() {
+  Options o;
+  const char* role = std::getenv("DMLC_ROLE");
+  if (role == nullptr) {
+    return Status::InvalidArgument(
+        "DMLC_ROLE is not set (scheduler, server or worker); "
+        "scripts/local.sh sets it");
+  }
+  PS_RETURN_IF_ERROR(ParseRole(role, &o.role));
+  const char* uri = std::getenv("DMLC_PS_ROOT_URI");
+  if (uri == nullptr || *uri == '\0') {
+    return Status::InvalidArgument(
+        "DMLC_PS_ROOT_URI (the scheduler's address) is not set");
+  }
+  o.scheduler_host = uri;
+  if (std::getenv("DMLC_PS_ROOT_PORT") == nullptr) {
+    return Status::InvalidArgument(
+        "DMLC_PS_ROOT_PORT (the scheduler's port) is not set");
+  }
+  PS_RETURN_IF_ERROR(
+      ReadInt("DMLC_PS_ROOT_PORT", nullptr, 1, 65535, &o.scheduler_port));
+  if (std::getenv("DMLC_NUM_SERVER") == nullptr ||
+      std::getenv("DMLC_NUM_WORKER") == nullptr) {
+    return Status::InvalidArgument(
+        "DMLC_NUM_SERVER and DMLC_NUM_WORKER must be set");
+  }
+  PS_RETURN_IF_ERROR(
+      ReadInt("DMLC_NUM_SERVER", nullptr, 1, 4096, &o.num_servers));
+  PS_RETURN_IF_ERROR(
+      ReadInt("DMLC_NUM_WORKER", nullptr, 1, 65536, &o.num_workers));
+  PS_RETURN_IF_ERROR(ReadInt("PS_VERBOSE", nullptr, 0, 3, &o.verbose));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_RANK_HINT", nullptr, -1, 1 << 20, &o.rank_hint));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_INTERVAL_MS",
+                             "ember_heartbeat_interval_ms", 0, 600000,
+                             &o.heartbeat_interval_ms));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_TIMEOUT_MS",
+                             "ember_heartbeat_timeout_ms", 1, 3600000,
+                             &o.heartbeat_timeout_ms));
+  int start_timeout_s = o.start_timeout_ms / 1000;
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_START_TIMEOUT", "ember_start_timeout", 1,
+                             86400, &start_timeout_s));
+  o.start_timeout_ms = start_timeout_s * 1000;
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_FINALIZE_TIMEOUT_MS", nullptr, 1, 3600000,
+                             &o.finalize_timeout_ms));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_VIRTUAL_NODES", "ember_virtual_nodes", 0,
+                             65536, &o.virtual_nodes));
+  if (const char* host = std::getenv("DMLC_NODE_HOST")) {
+    o.node_host = host;
+  } else if (const char* itf = std::getenv("DMLC_INTERFACE")) {
+    PS_RETURN_IF_ERROR(InterfaceAddress(itf, &o.node_host));
+  } else {
+    o.node_host = "127.0.0.1";
+  }
+  PS_RETURN_IF_ERROR(o.Validate());
+  return o;
+}
+
+Status Options::Validate() const {
+  if (num_servers < 1) {
+    return Status::InvalidArgument("need at least one server");
+  }
+  if (num_workers < 1) {
+    return Status::InvalidArgument("need at least one worker");
+  }
+  if (heartbeat_interval_ms > 0 &&
+      heartbeat_timeout_ms < 2 * heartbeat_interval_ms) {
+    return Status::InvalidArgument(
+        "EMBER_HEARTBEAT_TIMEOUT_MS (" + std::to_string(heartbeat_timeout_ms) +
+        ") must be at least twice EMBER_HEARTBEAT_INTERVAL_MS (" +
+        std::to_string(heartbeat_interval_ms) + ")");
+  }
+  return Status::OK();
+}
+
+}  // namespace ps

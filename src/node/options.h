@@ -1,0 +1,55 @@
+// Options: every setting of a node, read once, in one place.
+//
+// Settings come from ps-lite's environment variables (DMLC_*), Ember's own
+// (EMBER_*), or the same names as gflags on binaries that parse flags
+// (--ember_heartbeat_interval_ms, ...). Environment variables win over flag
+// defaults; a flag set on the command line wins over the environment.
+#ifndef PS_NODE_OPTIONS_H_
+#define PS_NODE_OPTIONS_H_
+
+#include <string>
+
+#include "message/message.h"
+#include "ps/status.h"
+
+namespace ps {
+
+struct Options {
+  Role role = Role::kWorker;
+  std::string scheduler_host = "127.0.0.1";
+  int scheduler_port = 0;
+  int num_servers = 1;
+  int num_workers = 1;
+  // The address this node binds to and announces (DMLC_NODE_HOST, or the
+  // address of DMLC_INTERFACE, or 127.0.0.1).
+  std::string node_host;
+  int verbose = 0;  // PS_VERBOSE
+
+  // Launch index among nodes of the same role; the scheduler uses it as the
+  // rank when every node of that role supplied a distinct one.
+  int rank_hint = -1;  // EMBER_RANK_HINT
+
+  // Failure detection. Interval 0 disables heartbeats (unit tests drive
+  // CheckLiveness() by hand instead).
+  int heartbeat_interval_ms = 500;  // EMBER_HEARTBEAT_INTERVAL_MS
+  int heartbeat_timeout_ms = 4000;  // EMBER_HEARTBEAT_TIMEOUT_MS
+  int start_timeout_ms = 60000;     // EMBER_START_TIMEOUT (seconds in env)
+  int finalize_timeout_ms = 10000;  // EMBER_FINALIZE_TIMEOUT_MS
+
+  // The key ring.
+  int virtual_nodes = 0;  // EMBER_VIRTUAL_NODES; 0: KeyRing's default
+
+  // Reads the environment (and flags). Bad values are kInvalidArgument with
+  // a message naming the variable.
+  static StatusOr<Options> FromEnvironment();
+
+  // Checks values that do not depend on where they came from.
+  [[nodiscard]] Status Validate() const;
+};
+
+// Parses a role name ("scheduler", "server", "worker").
+[[nodiscard]] Status ParseRole(const std::string& name, Role* role);
+
+}  // namespace ps
+
+#endif  // PS_NODE_OPTIONS_H_

@@ -1,0 +1,126 @@
+#include "node/request_tracker.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace ps {
+
+int RequestTracker::NewRequest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int ts = next_timestamp_++;
+  open_[ts] = Entry();
+  return ts;
+}
+
+void RequestTracker::Expect(int timestamp, std::vector<int> peers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(timestamp);
+  if (it == open_.end()) return;  // Already failed.
+  it->second.expected = true;
+  it->second.peers = std::move(peers);
+  if (it->second.peers.empty()) CompleteLocked(timestamp, Status::OK());
+}
+
+bool RequestTracker::Expecting(int timestamp, int peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(timestamp);
+  if (it == open_.end()) return false;
+  const auto& p = it->second.peers;
+  return std::find(p.begin(), p.end(), peer) != p.end();
+}
+
+int RequestTracker::Outstanding(int timestamp) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(timestamp);
+  return it == open_.end() ? 0 : static_cast<int>(it->second.peers.size());
+}
+
+bool RequestTracker::OnResponse(int timestamp, int peer, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(timestamp);
+  if (it == open_.end()) return false;
+  auto& peers = it->second.peers;
+  auto p = std::find(peers.begin(), peers.end(), peer);
+  if (p == peers.end()) return false;
+  peers.erase(p);
+  if (!status.ok()) {
+    CompleteLocked(timestamp, status);
+    return true;
+  }
+  if (peers.empty() && it->second.expected) {
+    CompleteLocked(timestamp, Status::OK());
+    return true;
+  }
+  return false;
+}
+
+void RequestTracker::Fail(int timestamp, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (open_.count(timestamp)) CompleteLocked(timestamp, status);
+}
+
+std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> failed;
+  for (const auto& entry : open_) {
+    const auto& p = entry.second.peers;
+    if (std::find(p.begin(), p.end(), peer) != p.end()) {
+      failed.push_back(entry.first);
+    }
+  }
+  for (int ts : failed) CompleteLocked(ts, status);
+  return failed;
+}
+
+std::vector<int> RequestTracker::FailAll(const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> failed;
+  for (const auto& entry : open_) failed.push_back(entry.first);
+  for (int ts : failed) CompleteLocked(ts, status);
+  return failed;
+}
+
+void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
+  open_.erase(timestamp);
+  if (!status.ok()) {
+    failed_[timestamp] = status;
+    while (failed_.size() > kMaxRememberedFailures) {
+      failed_.erase(failed_.begin());
+    }
+  }
+  cv_.notify_all();
+}
+
+Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (timestamp < 0 || timestamp >= next_timestamp_) {
+    return Status::InvalidArgument("no request with timestamp " +
+                                   std::to_string(timestamp));
+  }
+  auto done = [&] { return open_.count(timestamp) == 0; };
+  if (timeout_ms < 0) {
+    cv_.wait(lock, done);
+  } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    return Status::DeadlineExceeded(
+        "request " + std::to_string(timestamp) + " still waits for " +
+        std::to_string(open_[timestamp].peers.size()) + " responses after " +
+        std::to_string(timeout_ms) + " ms");
+  }
+  auto it = failed_.find(timestamp);
+  if (it == failed_.end()) return Status::OK();
+  Status s = it->second;
+  failed_.erase(it);
+  return s;
+}
+
+bool RequestTracker::IsOpen(int timestamp) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_.count(timestamp) > 0;
+}
+
+size_t RequestTracker::open_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_.size();
+}
+
+}  // namespace ps

@@ -1,0 +1,79 @@
+// RequestTracker: which responses each outstanding request still waits for.
+//
+// A request is identified by its timestamp. It completes when every expected
+// peer has answered, or fails as soon as one answer is an error or one peer is
+// declared dead. Completed requests are removed at once; a failed request's
+// Status is kept until someone waits for it (at most kMaxRememberedFailures,
+// oldest dropped first), so the table never grows over a long run.
+// Thread-safe.
+#ifndef PS_NODE_REQUEST_TRACKER_H_
+#define PS_NODE_REQUEST_TRACKER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "ps/status.h"
+
+namespace ps {
+
+class RequestTracker {
+ public:
+  static constexpr size_t kMaxRememberedFailures = 4096;
+
+  RequestTracker() = default;
+  RequestTracker(const RequestTracker&) = delete;
+  RequestTracker& operator=(const RequestTracker&) = delete;
+
+  // Opens a request; it completes only after Expect().
+  int NewRequest();
+
+  // Sets the peers that owe a response (one entry per response; a peer may
+  // appear once). An empty list completes the request now.
+  void Expect(int timestamp, std::vector<int> peers);
+
+  // True if `timestamp` is open and still waits for `peer`.
+  bool Expecting(int timestamp, int peer) const;
+
+  // Responses still owed; 0 if the request is not open.
+  int Outstanding(int timestamp) const;
+
+  // Records `peer`'s answer. Returns true if this completed the request
+  // (successfully or not). Unexpected answers are ignored (false).
+  bool OnResponse(int timestamp, int peer, const Status& status);
+
+  // Fails the request now (a send failed, bad arguments).
+  void Fail(int timestamp, const Status& status);
+
+  // Fails every open request that still waits for `peer`; returns them.
+  std::vector<int> OnPeerFailed(int peer, const Status& status);
+
+  // Fails every open request (shutdown, expulsion).
+  std::vector<int> FailAll(const Status& status);
+
+  // Blocks until the request completes; its Status. timeout_ms < 0 waits
+  // without a deadline (failure detection still wakes it).
+  Status Wait(int timestamp, int64_t timeout_ms = -1);
+
+  bool IsOpen(int timestamp) const;
+  size_t open_requests() const;
+
+ private:
+  struct Entry {
+    std::vector<int> peers;  // Still owed.
+    bool expected = false;   // Expect() was called.
+  };
+  void CompleteLocked(int timestamp, const Status& status);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int next_timestamp_ = 0;        // Guarded by mu_.
+  std::map<int, Entry> open_;     // Guarded by mu_.
+  std::map<int, Status> failed_;  // Guarded by mu_.
+};
+
+}  // namespace ps
+
+#endif  // PS_NODE_REQUEST_TRACKER_H_

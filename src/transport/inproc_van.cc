@@ -1,0 +1,124 @@
+#include "transport/inproc_van.h"
+
+#include <glog/logging.h>
+
+namespace ps {
+
+void InProcNetwork::Sever(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  vans_.erase(address);
+}
+
+StatusOr<int> InProcNetwork::Bind(const std::string& host, int port,
+                                  InProcVan* van) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (port == 0) {
+    while (vans_.count(host + ":" + std::to_string(next_port_))) ++next_port_;
+    port = next_port_++;
+  }
+  std::string address = host + ":" + std::to_string(port);
+  if (vans_.count(address)) {
+    return Status::Unavailable("address " + address + " is in use");
+  }
+  vans_[address] = van;
+  return port;
+}
+
+void InProcNetwork::Unbind(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  vans_.erase(address);
+}
+
+bool InProcNetwork::Deliver(const std::string& address, std::string header,
+                            std::vector<SArray<char>> data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = vans_.find(address);
+  if (it == vans_.end()) return false;
+  it->second->Enqueue({std::move(header), std::move(data)});
+  return true;
+}
+
+InProcVan::InProcVan(InProcNetwork* network) : network_(network) {}
+
+InProcVan::~InProcVan() { Stop(); }
+
+StatusOr<int> InProcVan::Start(const std::string& host, int port,
+                               Handler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return Status::Internal("van started twice");
+  StatusOr<int> bound = network_->Bind(host, port, this);
+  if (!bound.ok()) return bound.status();
+  address_ = host + ":" + std::to_string(bound.value());
+  handler_ = std::move(handler);
+  started_ = true;
+  receiver_ = std::thread(&InProcVan::ReceiveLoop, this);
+  return bound.value();
+}
+
+Status InProcVan::Connect(int id, const std::string& host, int port) {
+  if (host.empty() || port <= 0 || port > 65535) {
+    return Status::InvalidArgument("bad address " + host + ":" +
+                                   std::to_string(port));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  routes_[id] = host + ":" + std::to_string(port);
+  return Status::OK();
+}
+
+Status InProcVan::Send(Message&& msg) {
+  std::string address;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopped_) return Status::Unavailable("van is stopped");
+    auto it = routes_.find(msg.meta.recipient);
+    if (it == routes_.end()) {
+      return Status::Unavailable("no route to node " +
+                                 std::to_string(msg.meta.recipient));
+    }
+    address = it->second;
+  }
+  std::string header;
+  EncodeMeta(msg.meta, msg.data, &header);
+  size_t bytes = header.size() + msg.data_bytes();
+  // A severed peer loses the message silently, as a dead process would.
+  if (network_->Deliver(address, std::move(header), std::move(msg.data))) {
+    counters_.sent_messages++;
+    counters_.sent_bytes += bytes;
+  }
+  return Status::OK();
+}
+
+void InProcVan::Enqueue(Packet packet) { inbox_.Push(std::move(packet)); }
+
+void InProcVan::ReceiveLoop() {
+  Packet packet;
+  while (inbox_.Pop(&packet)) {
+    Message msg;
+    std::vector<uint64_t> frame_bytes;
+    Status s = DecodeMeta(packet.header.data(), packet.header.size(), &msg.meta,
+                          &frame_bytes);
+    if (s.ok()) s = CheckFrames(frame_bytes, packet.data);
+    if (!s.ok()) {
+      counters_.rejected_messages++;
+      LOG(WARNING) << "dropping message: " << s;
+      continue;
+    }
+    msg.data = std::move(packet.data);
+    counters_.received_messages++;
+    counters_.received_bytes += packet.header.size() + msg.data_bytes();
+    handler_(std::move(msg));
+  }
+}
+
+void InProcVan::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopped_) return;
+    stopped_ = true;
+  }
+  network_->Unbind(address_);
+  inbox_.Close();
+  if (receiver_.joinable()) receiver_.join();
+}
+
+}  // namespace ps

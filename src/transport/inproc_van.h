@@ -1,0 +1,83 @@
+// InProcVan: a van whose peers live in the same process, for unit tests.
+//
+// Vans join an InProcNetwork under an address "host:port". A send encodes the
+// header exactly as the wire does (so the codec and its validation run), and
+// the receiving van's thread delivers messages in the order they were sent.
+// No sockets, no ports, no sleeps. Thread-safe.
+#ifndef PS_TRANSPORT_INPROC_VAN_H_
+#define PS_TRANSPORT_INPROC_VAN_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "transport/van.h"
+#include "util/blocking_queue.h"
+
+namespace ps {
+
+class InProcVan;
+
+// The registry that connects InProcVans. Outlives its vans.
+class InProcNetwork {
+ public:
+  InProcNetwork() = default;
+  InProcNetwork(const InProcNetwork&) = delete;
+  InProcNetwork& operator=(const InProcNetwork&) = delete;
+
+  // Makes the van at `address` unreachable, as if its process had died:
+  // messages to it are dropped.
+  void Sever(const std::string& address);
+
+ private:
+  friend class InProcVan;
+  StatusOr<int> Bind(const std::string& host, int port, InProcVan* van);
+  void Unbind(const std::string& address);
+  // Delivers an encoded message to the van at `address`; false if none.
+  bool Deliver(const std::string& address, std::string header,
+               std::vector<SArray<char>> data);
+
+  std::mutex mu_;
+  std::map<std::string, InProcVan*> vans_;  // Guarded by mu_.
+  int next_port_ = 1;                       // Guarded by mu_.
+};
+
+class InProcVan final : public Van {
+ public:
+  // `network` is borrowed and must outlive this van.
+  explicit InProcVan(InProcNetwork* network);
+  ~InProcVan() override;
+
+  StatusOr<int> Start(const std::string& host, int port,
+                      Handler handler) override;
+  Status Connect(int id, const std::string& host, int port) override;
+  Status Send(Message&& msg) override;
+  void Stop() override;
+
+ private:
+  friend class InProcNetwork;
+  struct Packet {
+    std::string header;
+    std::vector<SArray<char>> data;
+  };
+  void Enqueue(Packet packet);
+  void ReceiveLoop();
+
+  InProcNetwork* const network_;
+  Handler handler_;
+  std::string address_;
+  BlockingQueue<Packet> inbox_;
+  std::thread receiver_;
+
+  std::mutex mu_;
+  std::unordered_map<int, std::string> routes_;  // Guarded by mu_.
+  bool started_ = false;                         // Guarded by mu_.
+  bool stopped_ = false;                         // Guarded by mu_.
+};
+
+}  // namespace ps
+
+#endif  // PS_TRANSPORT_INPROC_VAN_H_

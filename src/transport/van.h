@@ -1,0 +1,67 @@
+// Van: the transport seam. A van binds one receiving endpoint, reaches other
+// nodes by id, and delivers received messages to a handler.
+//
+// Implementations: ZmqVan (TCP through ZeroMQ) and InProcVan (many nodes in
+// one process, for tests). All methods are thread-safe. The handler runs on
+// the van's own receive thread and must not block.
+#ifndef PS_TRANSPORT_VAN_H_
+#define PS_TRANSPORT_VAN_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "message/message.h"
+#include "ps/status.h"
+
+namespace ps {
+
+struct VanCounters {
+  std::atomic<uint64_t> sent_messages{0};
+  std::atomic<uint64_t> sent_bytes{0};
+  std::atomic<uint64_t> received_messages{0};
+  std::atomic<uint64_t> received_bytes{0};
+  // Messages dropped on receipt because they could not be decoded.
+  std::atomic<uint64_t> rejected_messages{0};
+  // Sends that failed after being accepted (socket errors).
+  std::atomic<uint64_t> send_errors{0};
+};
+
+class Van {
+ public:
+  using Handler = std::function<void(Message&& msg)>;
+
+  virtual ~Van() = default;
+
+  // Binds to host:port (port 0: an ephemeral port) and starts delivering
+  // received messages to `handler`. Returns the bound port.
+  [[nodiscard]] virtual StatusOr<int> Start(const std::string& host, int port,
+                                            Handler handler) = 0;
+
+  // Makes node `id` reachable at host:port. Several ids may share one address
+  // (logical workers of one process). Reconnecting an id to a new address
+  // replaces the old route.
+  [[nodiscard]] virtual Status Connect(int id, const std::string& host,
+                                       int port) = 0;
+
+  // Sends `msg` to msg.meta.recipient; consumes it. The data frames are not
+  // copied: their buffers are shared until the bytes have left. Fails with
+  // kUnavailable if the recipient is unknown or the van is stopped; a failure
+  // after the message was accepted is logged and counted, and is otherwise
+  // detected by heartbeats.
+  [[nodiscard]] virtual Status Send(Message&& msg) = 0;
+
+  // Stops receiving and releases the endpoint. Idempotent. Messages accepted
+  // by Send are given a bounded time to leave.
+  virtual void Stop() = 0;
+
+  const VanCounters& counters() const { return counters_; }
+
+ protected:
+  VanCounters counters_;
+};
+
+}  // namespace ps
+
+#endif  // PS_TRANSPORT_VAN_H_

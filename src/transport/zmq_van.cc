@@ -1,0 +1,306 @@
+#include "transport/zmq_van.h"
+
+#include <glog/logging.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ps {
+
+namespace {
+
+// Linger for unsent messages when a socket closes at Stop().
+constexpr int kLingerMs = 1000;
+// Frames smaller than this, or not 8-byte aligned, are copied on receipt
+// (ZeroMQ stores very small frames inside the zmq_msg_t itself).
+constexpr size_t kZeroCopyMinBytes = 64;
+
+std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+
+void FreeSArray(void* /*data*/, void* hint) {
+  delete static_cast<SArray<char>*>(hint);
+}
+
+// Wraps a received frame as an SArray without copying when possible.
+SArray<char> TakeFrame(zmq_msg_t* frame) {
+  size_t size = zmq_msg_size(frame);
+  char* data = static_cast<char*>(zmq_msg_data(frame));
+  if (size < kZeroCopyMinBytes || reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    SArray<char> copy;
+    copy.CopyFrom(data, size);
+    zmq_msg_close(frame);
+    return copy;
+  }
+  auto* owned = new zmq_msg_t;
+  zmq_msg_init(owned);
+  zmq_msg_move(owned, frame);
+  SArray<char> array;
+  array.reset(static_cast<char*>(zmq_msg_data(owned)), size, [owned](char*) {
+    zmq_msg_close(owned);
+    delete owned;
+  });
+  return array;
+}
+
+}  // namespace
+
+ZmqVan::ZmqVan() = default;
+
+ZmqVan::~ZmqVan() { Stop(); }
+
+StatusOr<int> ZmqVan::Start(const std::string& host, int port,
+                            Handler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return Status::Internal("van started twice");
+  context_ = zmq_ctx_new();
+  if (context_ == nullptr) {
+    return Status::Internal("zmq_ctx_new failed: " + ZmqError());
+  }
+  zmq_ctx_set(context_, ZMQ_MAX_SOCKETS, 65536);
+  router_ = zmq_socket(context_, ZMQ_ROUTER);
+  int zero = 0;
+  zmq_setsockopt(router_, ZMQ_RCVHWM, &zero, sizeof(zero));
+  int linger = 0;
+  zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger));
+  std::string endpoint =
+      "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
+  if (zmq_bind(router_, endpoint.c_str()) != 0) {
+    Status s =
+        Status::Unavailable("cannot bind " + endpoint + ": " + ZmqError());
+    zmq_close(router_);
+    zmq_ctx_term(context_);
+    router_ = context_ = nullptr;
+    return s;
+  }
+  char last[256];
+  size_t last_size = sizeof(last);
+  zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &last_size);
+  std::string bound(last);
+  int bound_port = std::atoi(bound.substr(bound.rfind(':') + 1).c_str());
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    zmq_close(router_);
+    zmq_ctx_term(context_);
+    router_ = context_ = nullptr;
+    return Status::Internal(std::string("eventfd failed: ") +
+                            std::strerror(errno));
+  }
+  handler_ = std::move(handler);
+  started_ = true;
+  io_thread_ = std::thread(&ZmqVan::IoLoop, this);
+  return bound_port;
+}
+
+Status ZmqVan::Connect(int id, const std::string& host, int port) {
+  if (host.empty() || port <= 0 || port > 65535) {
+    return Status::InvalidArgument("bad address " + host + ":" +
+                                   std::to_string(port));
+  }
+  std::string address = host + ":" + std::to_string(port);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return Status::Unavailable("van is stopped");
+    routes_[id] = address;
+  }
+  Post(ConnectOp{address});
+  return Status::OK();
+}
+
+Status ZmqVan::Send(Message&& msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return Status::Unavailable("van is stopped");
+    if (!routes_.count(msg.meta.recipient)) {
+      return Status::Unavailable("no route to node " +
+                                 std::to_string(msg.meta.recipient));
+    }
+  }
+  Post(std::move(msg));
+  return Status::OK();
+}
+
+void ZmqVan::Post(Op op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_.push_back(std::move(op));
+  }
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof(one));
+  (void)n;  // A full counter still wakes the I/O thread.
+}
+
+void ZmqVan::IoLoop() {
+  zmq_pollitem_t items[2];
+  items[0] = {router_, 0, ZMQ_POLLIN, 0};
+  items[1] = {nullptr, wake_fd_, ZMQ_POLLIN, 0};
+  while (true) {
+    int rc = zmq_poll(items, 2, -1);
+    if (rc < 0) {
+      if (zmq_errno() == EINTR) continue;
+      LOG(ERROR) << "zmq_poll failed: " << ZmqError();
+      break;
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      uint64_t count;
+      ssize_t n = read(wake_fd_, &count, sizeof(count));
+      (void)n;
+    }
+    DrainOps();
+    if (items[0].revents & ZMQ_POLLIN) ReceiveAll();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && ops_.empty()) break;
+  }
+}
+
+void ZmqVan::DrainOps() {
+  std::deque<Op> ops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops.swap(ops_);
+  }
+  for (Op& op : ops) {
+    if (auto* c = std::get_if<ConnectOp>(&op)) {
+      SocketFor(c->address);
+    } else {
+      DoSend(&std::get<Message>(op));
+    }
+  }
+}
+
+void* ZmqVan::SocketFor(const std::string& address) {
+  auto it = dealers_.find(address);
+  if (it != dealers_.end()) return it->second;
+  void* socket = zmq_socket(context_, ZMQ_DEALER);
+  int zero = 0;
+  zmq_setsockopt(socket, ZMQ_SNDHWM, &zero, sizeof(zero));
+  int linger = kLingerMs;
+  zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+  std::string endpoint = "tcp://" + address;
+  if (zmq_connect(socket, endpoint.c_str()) != 0) {
+    LOG(ERROR) << "cannot connect to " << endpoint << ": " << ZmqError();
+    zmq_close(socket);
+    return nullptr;
+  }
+  dealers_[address] = socket;
+  return socket;
+}
+
+void ZmqVan::DoSend(Message* msg) {
+  std::string address;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = routes_.find(msg->meta.recipient);
+    if (it != routes_.end()) address = it->second;
+  }
+  void* socket = address.empty() ? nullptr : SocketFor(address);
+  if (socket == nullptr) {
+    counters_.send_errors++;
+    LOG(WARNING) << "no socket for node " << msg->meta.recipient
+                 << "; dropping " << msg->meta.DebugString();
+    return;
+  }
+  std::string header;
+  EncodeMeta(msg->meta, msg->data, &header);
+  size_t bytes = header.size();
+  const size_t n = msg->data.size();
+  int flags = n > 0 ? ZMQ_SNDMORE : 0;
+  if (zmq_send(socket, header.data(), header.size(), flags) < 0) {
+    counters_.send_errors++;
+    LOG(WARNING) << "send to " << address << " failed: " << ZmqError();
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SArray<char>& d = msg->data[i];
+    zmq_msg_t frame;
+    if (d.empty()) {
+      zmq_msg_init_size(&frame, 0);
+    } else {
+      // The frame holds a reference to the buffer until ZeroMQ frees it.
+      auto* ref = new SArray<char>(d);
+      zmq_msg_init_data(&frame, ref->data(), ref->size(), FreeSArray, ref);
+    }
+    bytes += d.size();
+    if (zmq_msg_send(&frame, socket, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
+      counters_.send_errors++;
+      LOG(WARNING) << "send to " << address << " failed: " << ZmqError();
+      zmq_msg_close(&frame);  // Runs FreeSArray.
+      return;
+    }
+  }
+  counters_.sent_messages++;
+  counters_.sent_bytes += bytes;
+}
+
+void ZmqVan::ReceiveAll() {
+  while (true) {
+    // Frame 0: the sender's routing identity, added by ROUTER.
+    zmq_msg_t identity;
+    zmq_msg_init(&identity);
+    if (zmq_msg_recv(&identity, router_, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&identity);
+      return;  // EAGAIN: nothing more for now.
+    }
+    bool more = zmq_msg_more(&identity);
+    zmq_msg_close(&identity);
+    std::vector<zmq_msg_t> frames;
+    while (more) {
+      frames.emplace_back();
+      zmq_msg_init(&frames.back());
+      if (zmq_msg_recv(&frames.back(), router_, 0) < 0) {
+        zmq_msg_close(&frames.back());
+        frames.pop_back();
+        break;
+      }
+      more = zmq_msg_more(&frames.back());
+    }
+    if (frames.empty()) {
+      counters_.rejected_messages++;
+      LOG(WARNING) << "dropping a message without header";
+      continue;
+    }
+    Message msg;
+    std::vector<uint64_t> frame_bytes;
+    size_t total = zmq_msg_size(&frames[0]);
+    Status s = DecodeMeta(static_cast<const char*>(zmq_msg_data(&frames[0])),
+                          zmq_msg_size(&frames[0]), &msg.meta, &frame_bytes);
+    zmq_msg_close(&frames[0]);
+    for (size_t i = 1; i < frames.size(); ++i) {
+      total += zmq_msg_size(&frames[i]);
+      msg.data.push_back(TakeFrame(&frames[i]));
+    }
+    if (s.ok()) s = CheckFrames(frame_bytes, msg.data);
+    if (!s.ok()) {
+      counters_.rejected_messages++;
+      LOG(WARNING) << "dropping message: " << s;
+      continue;
+    }
+    counters_.received_messages++;
+    counters_.received_bytes += total;
+    handler_(std::move(msg));
+  }
+}
+
+void ZmqVan::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return;
+    stopping_ = true;
+  }
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof(one));
+  (void)n;
+  if (io_thread_.joinable()) io_thread_.join();
+  for (auto& entry : dealers_) zmq_close(entry.second);
+  dealers_.clear();
+  zmq_close(router_);
+  router_ = nullptr;
+  zmq_ctx_term(context_);  // Waits up to kLingerMs for unsent messages.
+  context_ = nullptr;
+  close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+}  // namespace ps
