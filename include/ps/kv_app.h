@@ -330,7 +330,7 @@ struct KVServerDefaultHandle {
   void operator()(const KVMeta& req_meta, const KVPairs<Val>& req_data,
                   KVServer<Val>* server) {
     const size_t n = req_data.keys.size();
-    const bool has_lens = !req_data.lens.empty();
+    bool has_lens = !req_data.lens.empty();
     // Values per key: uniform k, or lens[i].
     size_t k = 0;
     if (req_meta.push && !has_lens) {
@@ -386,26 +386,43 @@ struct KVServerDefaultHandle {
     std::vector<Val> pulled;
     for (size_t i = 0; i < n; ++i) {
       const Key key = req_data.keys[i];
-      auto& slot = store[key];
+      auto it = store.find(key);
       if (req_meta.push) {
         size_t len = has_lens ? static_cast<size_t>(req_data.lens[i]) : k;
-        if (slot.empty()) slot.assign(len, Val());
+        if (it == store.end()) {
+          it = store.emplace(key, std::vector<Val>(len, Val())).first;
+        }
         for (size_t j = 0; j < len; ++j) {
-          slot[j] += req_data.vals[offset + j];
+          it->second[j] += req_data.vals[offset + j];
         }
         offset += len;
       }
       if (req_meta.pull) {
-        if (slot.empty()) {
-          // Never pushed: ps-lite returns one zero per key.
-          size_t len = k > 0 ? k : 1;
-          slot.assign(len, Val());
+        if (it == store.end()) {
+          // Never pushed: ps-lite answers one zero per key.
+          it = store.emplace(key, std::vector<Val>(k > 0 ? k : 1, Val())).first;
         }
-        pulled.insert(pulled.end(), slot.begin(), slot.end());
-        if (has_lens) res.lens[i] = static_cast<int>(slot.size());
+        pulled.insert(pulled.end(), it->second.begin(), it->second.end());
+        if (has_lens) res.lens[i] = static_cast<int>(it->second.size());
       }
     }
-    if (req_meta.pull) res.vals = SArray<Val>(std::move(pulled));
+    if (req_meta.pull) {
+      res.vals = SArray<Val>(std::move(pulled));
+      // Keys of different lengths need their lengths in the answer.
+      if (!has_lens && n > 0 && res.vals.size() % n != 0) has_lens = true;
+      if (!has_lens && n > 0) {
+        size_t first = store[req_data.keys[0]].size();
+        for (size_t i = 1; i < n && !has_lens; ++i) {
+          has_lens = store[req_data.keys[i]].size() != first;
+        }
+      }
+      if (has_lens && res.lens.empty()) {
+        res.lens.resize(n);
+        for (size_t i = 0; i < n; ++i) {
+          res.lens[i] = static_cast<int>(store[req_data.keys[i]].size());
+        }
+      }
+    }
     server->Response(req_meta, res);
   }
 

@@ -57,19 +57,17 @@ Status ParseKVFrames(const Message& msg, size_t value_bytes, RawKVs* kvs) {
                                 std::to_string(n) + " keys");
     }
     kvs->lens = SArray<int>(d[2]);
-    // A pull request may carry lengths without values; otherwise they must
-    // account for every value.
-    if (nvals > 0) {
-      size_t total = 0;
-      for (int len : kvs->lens) {
-        if (len < 0) return Status::Corruption("negative length");
-        total += static_cast<size_t>(len);
-      }
-      if (total != nvals) {
-        return Status::Corruption("lengths add up to " + std::to_string(total) +
-                                  " values, frame has " +
-                                  std::to_string(nvals));
-      }
+    size_t total = 0;
+    for (int len : kvs->lens) {
+      if (len < 0) return Status::Corruption("negative length");
+      total += static_cast<size_t>(len);
+    }
+    // Only a pull request may carry lengths without values (it asks for
+    // them); otherwise the lengths must account for every value.
+    bool pull_request = msg.meta.request && !msg.meta.push;
+    if (!(pull_request && nvals == 0) && total != nvals) {
+      return Status::Corruption("lengths add up to " + std::to_string(total) +
+                                " values, frame has " + std::to_string(nvals));
     }
   } else if (n > 0 && nvals % n != 0) {
     return Status::Corruption(std::to_string(nvals) +

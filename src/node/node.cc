@@ -576,6 +576,11 @@ bool Node::IsAlive(int id) const {
   return table_.count(id) && !dead_.count(id) && !left_.count(id);
 }
 
+int64_t Node::last_scheduler_echo_ms() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_scheduler_echo_ms_;
+}
+
 bool Node::ready() const {
   std::lock_guard<std::mutex> lock(mu_);
   return table_ready_;

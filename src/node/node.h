@@ -110,6 +110,9 @@ class Node {
   void SendHeartbeat();
   void CheckLiveness();
 
+  // When the last heartbeat echo from the scheduler arrived (clock time).
+  int64_t last_scheduler_echo_ms() const;
+
   Van* van() { return van_.get(); }
   const NodeCounters& counters() const { return counters_; }
 

@@ -20,14 +20,6 @@ constexpr uint64_t kFirstEpoch = 1;
 
 Status Node::SchedulerStart() {
   std::unique_lock<std::mutex> lock(mu_);
-  NodeInfo me;
-  me.id = kSchedulerId;
-  me.role = Role::kScheduler;
-  me.host = my_host_;
-  me.port = my_port_;
-  me.rank = 0;
-  me.incarnation = incarnation_;
-  table_[kSchedulerId] = me;
   auto timeout = std::chrono::milliseconds(options_.start_timeout_ms);
   bool formed = cv_.wait_for(
       lock, timeout, [this] { return table_ready_ || !abort_status_.ok(); });
@@ -164,8 +156,17 @@ void Node::AssignAndBroadcastLocked() {
                                    : WorkerRankToId(n.rank);
     }
   }
+  // The scheduler's own entry; the cluster may form before the scheduler's
+  // Start() has returned from binding, so it is made here.
+  NodeInfo me;
+  me.id = kSchedulerId;
+  me.role = Role::kScheduler;
+  me.host = options_.scheduler_host;
+  me.port = options_.scheduler_port;
+  me.rank = 0;
+  me.incarnation = incarnation_;
+  table_[kSchedulerId] = me;
   int64_t now = clock_->NowMs();
-  std::vector<int> server_ids;
   for (const NodeInfo& n : joins_) {
     table_[n.id] = n;
     Status s = van_->Connect(n.id, n.host, n.port);

@@ -31,21 +31,26 @@ namespace {
 Status ReadInt(const char* env, const char* flag, int min, int max,
                int* value) {
   gflags::CommandLineFlagInfo info;
+  const char* s = nullptr;
+  std::string source = env;
   if (flag != nullptr && gflags::GetCommandLineFlagInfo(flag, &info) &&
       !info.is_default) {
-    *value = std::atoi(info.current_value.c_str());
-  } else if (const char* s = std::getenv(env)) {
+    s = info.current_value.c_str();
+    source = std::string("--") + flag;
+  } else {
+    s = std::getenv(env);
+  }
+  if (s != nullptr) {
     char* end = nullptr;
     errno = 0;
     long v = std::strtol(s, &end, 10);
     if (errno != 0 || end == s || *end != '\0') {
-      return Status::InvalidArgument(std::string(env) + "='" + s +
-                                     "' is not an integer");
+      return Status::InvalidArgument(source + "='" + s + "' is not an integer");
     }
     if (v < min || v > max) {
-      return Status::InvalidArgument(
-          std::string(env) + "=" + s + " is out of range [" +
-          std::to_string(min) + ", " + std::to_string(max) + "]");
+      return Status::InvalidArgument(source + "=" + s + " is out of range [" +
+                                     std::to_string(min) + ", " +
+                                     std::to_string(max) + "]");
     }
     *value = static_cast<int>(v);
   } else if (flag != nullptr && gflags::GetCommandLineFlagInfo(flag, &info)) {
@@ -132,7 +137,7 @@ StatusOr<Options> Options::FromEnvironment() {
                              &o.heartbeat_timeout_ms));
   int start_timeout_s = o.start_timeout_ms / 1000;
   PS_RETURN_IF_ERROR(ReadInt("EMBER_START_TIMEOUT", "ember_start_timeout", 1,
-                             86400, &start_timeout_s));
+                             86400, &start_timeout_s));  // A day at most.
   o.start_timeout_ms = start_timeout_s * 1000;
   PS_RETURN_IF_ERROR(ReadInt("EMBER_FINALIZE_TIMEOUT_MS", nullptr, 1, 3600000,
                              &o.finalize_timeout_ms));

@@ -85,6 +85,7 @@ void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
   if (!status.ok()) {
     failed_[timestamp] = status;
     while (failed_.size() > kMaxRememberedFailures) {
+      forgotten_up_to_ = std::max(forgotten_up_to_, failed_.begin()->first);
       failed_.erase(failed_.begin());
     }
   }
@@ -107,10 +108,15 @@ Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
         std::to_string(timeout_ms) + " ms");
   }
   auto it = failed_.find(timestamp);
-  if (it == failed_.end()) return Status::OK();
-  Status s = it->second;
-  failed_.erase(it);
-  return s;
+  if (it != failed_.end()) return it->second;
+  if (timestamp <= forgotten_up_to_) {
+    return Status::Aborted(
+        "the outcome of request " + std::to_string(timestamp) +
+        " is no longer known: more than " +
+        std::to_string(kMaxRememberedFailures) +
+        " later requests failed before anyone waited for it");
+  }
+  return Status::OK();
 }
 
 bool RequestTracker::IsOpen(int timestamp) const {

@@ -2,9 +2,10 @@
 //
 // A request is identified by its timestamp. It completes when every expected
 // peer has answered, or fails as soon as one answer is an error or one peer is
-// declared dead. Completed requests are removed at once; a failed request's
-// Status is kept until someone waits for it (at most kMaxRememberedFailures,
-// oldest dropped first), so the table never grows over a long run.
+// declared dead. Completed requests are removed at once; the Status of the
+// last kMaxRememberedFailures failed requests is kept, so the table never
+// grows over a long run. Waiting for a request whose failure has been
+// forgotten returns kAborted ("outcome no longer known"), never a false OK.
 // Thread-safe.
 #ifndef PS_NODE_REQUEST_TRACKER_H_
 #define PS_NODE_REQUEST_TRACKER_H_
@@ -72,6 +73,8 @@ class RequestTracker {
   int next_timestamp_ = 0;        // Guarded by mu_.
   std::map<int, Entry> open_;     // Guarded by mu_.
   std::map<int, Status> failed_;  // Guarded by mu_.
+  // Requests at or below this timestamp may have failed and been forgotten.
+  int forgotten_up_to_ = -1;  // Guarded by mu_.
 };
 
 }  // namespace ps

@@ -7,6 +7,8 @@ namespace ps {
 void InProcNetwork::Sever(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   vans_.erase(address);
+  unbound_.erase(address);
+  severed_.insert(address);
 }
 
 StatusOr<int> InProcNetwork::Bind(const std::string& host, int port,
@@ -21,19 +23,28 @@ StatusOr<int> InProcNetwork::Bind(const std::string& host, int port,
     return Status::Unavailable("address " + address + " is in use");
   }
   vans_[address] = van;
+  auto waiting = unbound_.find(address);
+  if (waiting != unbound_.end()) {
+    for (Packet& p : waiting->second) van->Enqueue(std::move(p));
+    unbound_.erase(waiting);
+  }
   return port;
 }
 
 void InProcNetwork::Unbind(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
-  vans_.erase(address);
+  // A stopped van's address stays dead, like a closed process's port.
+  Sever(address);
 }
 
 bool InProcNetwork::Deliver(const std::string& address, std::string header,
                             std::vector<SArray<char>> data) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (severed_.count(address)) return false;
   auto it = vans_.find(address);
-  if (it == vans_.end()) return false;
+  if (it == vans_.end()) {
+    unbound_[address].push_back({std::move(header), std::move(data)});
+    return true;
+  }
   it->second->Enqueue({std::move(header), std::move(data)});
   return true;
 }

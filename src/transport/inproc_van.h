@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -28,8 +29,8 @@ class InProcNetwork {
   InProcNetwork(const InProcNetwork&) = delete;
   InProcNetwork& operator=(const InProcNetwork&) = delete;
 
-  // Makes the van at `address` unreachable, as if its process had died:
-  // messages to it are dropped.
+  // Makes the van at `address` unreachable for good, as if its process had
+  // died: messages to it are dropped.
   void Sever(const std::string& address);
 
  private:
@@ -40,9 +41,18 @@ class InProcNetwork {
   bool Deliver(const std::string& address, std::string header,
                std::vector<SArray<char>> data);
 
+  struct Packet {
+    std::string header;
+    std::vector<SArray<char>> data;
+  };
+
   std::mutex mu_;
   std::map<std::string, InProcVan*> vans_;  // Guarded by mu_.
-  int next_port_ = 1;                       // Guarded by mu_.
+  // Messages to an address nobody has bound yet wait for it, as ZeroMQ
+  // queues messages for a peer it has not reached yet. Guarded by mu_.
+  std::map<std::string, std::vector<Packet>> unbound_;
+  std::set<std::string> severed_;  // Guarded by mu_.
+  int next_port_ = 1;              // Guarded by mu_.
 };
 
 class InProcVan final : public Van {
@@ -59,10 +69,7 @@ class InProcVan final : public Van {
 
  private:
   friend class InProcNetwork;
-  struct Packet {
-    std::string header;
-    std::vector<SArray<char>> data;
-  };
+  using Packet = InProcNetwork::Packet;
   void Enqueue(Packet packet);
   void ReceiveLoop();
 

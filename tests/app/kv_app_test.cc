@@ -1,0 +1,284 @@
+#include <gtest/gtest.h>
+
+#include <future>
+#include <map>
+#include <random>
+
+#include "ps/ps.h"
+#include "testutil/inproc_cluster.h"
+
+namespace ps {
+namespace {
+
+// Servers with the summing default handle, created and destroyed with the
+// test.
+class KVAppTest : public ::testing::Test {
+ protected:
+  void Form(int servers, int workers) {
+    cluster_ = std::make_unique<InProcCluster>(servers, workers);
+    cluster_->Start();
+    for (int i = 0; i < servers; ++i) {
+      auto s = std::make_unique<KVServer<float>>(0, cluster_->server(i));
+      s->set_request_handle(KVServerDefaultHandle<float>());
+      servers_.push_back(std::move(s));
+    }
+  }
+  void TearDown() override {
+    if (!cluster_) return;
+    workers_.clear();
+    cluster_->Finalize();
+    servers_.clear();
+    cluster_.reset();
+  }
+  KVWorker<float>* Worker(int rank) {
+    while (static_cast<int>(workers_.size()) <= rank) {
+      int r = static_cast<int>(workers_.size());
+      workers_.push_back(
+          std::make_unique<KVWorker<float>>(0, 0, cluster_->worker(r)));
+    }
+    return workers_[rank].get();
+  }
+
+  std::unique_ptr<InProcCluster> cluster_;
+  std::vector<std::unique_ptr<KVServer<float>>> servers_;
+  std::vector<std::unique_ptr<KVWorker<float>>> workers_;
+};
+
+std::vector<Key> RandomKeys(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Key> keys(n);
+  for (auto& k : keys) k = rng();
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+TEST_F(KVAppTest, PushesFromEveryWorkerAreSummedExactly) {
+  Form(3, 2);
+  std::vector<Key> keys = RandomKeys(1000, 1);
+  std::vector<float> vals(keys.size());
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i % 97);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    KVWorker<float>* kv = Worker(w);
+    threads.emplace_back([&, kv] {
+      for (int rep = 0; rep < 5; ++rep) {
+        ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, vals)).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<float> out;
+  ASSERT_TRUE(Worker(0)->WaitStatus(Worker(0)->Pull(keys, &out)).ok());
+  ASSERT_EQ(out.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(out[i], 10 * vals[i]);
+}
+
+TEST_F(KVAppTest, KeysSpreadOverEveryServer) {
+  Form(3, 1);
+  std::map<int, int> seen;  // server rank -> keys received
+  for (int i = 0; i < 3; ++i) {
+    servers_[i]->set_request_handle([&seen, i](const KVMeta& m,
+                                               const KVPairs<float>& d,
+                                               KVServer<float>* s) {
+      seen[i] += static_cast<int>(d.keys.size());
+      s->Response(m);
+    });
+  }
+  std::vector<Key> keys(3000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;  // Dense keys.
+  std::vector<float> vals(keys.size(), 1);
+  ASSERT_TRUE(Worker(0)->WaitStatus(Worker(0)->Push(keys, vals)).ok());
+  ASSERT_EQ(seen.size(), 3u);
+  for (const auto& s : seen) {
+    EXPECT_GT(s.second, 800) << "server " << s.first;
+    EXPECT_LT(s.second, 1200) << "server " << s.first;
+  }
+}
+
+TEST_F(KVAppTest, VariableLengthValuesRoundTrip) {
+  Form(2, 1);
+  std::vector<Key> keys = RandomKeys(200, 2);
+  std::vector<int> lens(keys.size());
+  std::vector<float> vals;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    lens[i] = static_cast<int>(i % 5);  // Including zero-length keys.
+    for (int j = 0; j < lens[i]; ++j)
+      vals.push_back(static_cast<float>(i * 10 + j));
+  }
+  KVWorker<float>* kv = Worker(0);
+  ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, vals, lens)).ok());
+  std::vector<float> out;
+  std::vector<int> out_lens;
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out, &out_lens)).ok());
+  // Zero-length keys were created with length 0 by the push.
+  EXPECT_EQ(out_lens, lens);
+  EXPECT_EQ(out, vals);
+}
+
+TEST_F(KVAppTest, SeveralValuesPerKeyAndPushPull) {
+  Form(2, 1);
+  std::vector<Key> keys = RandomKeys(100, 3);
+  std::vector<float> vals(keys.size() * 4);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
+  KVWorker<float>* kv = Worker(0);
+  std::vector<float> outs;
+  ASSERT_TRUE(kv->WaitStatus(kv->PushPull(keys, vals, &outs)).ok());
+  ASSERT_TRUE(kv->WaitStatus(kv->PushPull(keys, vals, &outs)).ok());
+  ASSERT_EQ(outs.size(), vals.size());
+  for (size_t i = 0; i < vals.size(); ++i) EXPECT_EQ(outs[i], 2 * vals[i]);
+}
+
+TEST_F(KVAppTest, ZeroCopyPullAndCallbackRunsBeforeWait) {
+  Form(1, 1);
+  KVWorker<float>* kv = Worker(0);
+  SArray<Key> keys = {1, 2, 3};
+  SArray<float> vals = {1.5f, 2.5f, 3.5f};
+  ASSERT_TRUE(kv->WaitStatus(kv->ZPush(keys, vals)).ok());
+  SArray<float> out;
+  bool called = false;
+  int ts = kv->ZPull(keys, &out, nullptr, 0, [&] { called = true; });
+  ASSERT_TRUE(kv->WaitStatus(ts).ok());
+  EXPECT_TRUE(called);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_EQ(out[2], 3.5f);
+}
+
+TEST_F(KVAppTest, EmptyRequestCompletesAtOnce) {
+  Form(2, 1);
+  KVWorker<float>* kv = Worker(0);
+  std::vector<float> out;
+  bool called = false;
+  int ts = kv->Pull({}, &out, nullptr, 0, [&] { called = true; });
+  EXPECT_TRUE(kv->WaitStatus(ts).ok());
+  EXPECT_TRUE(called);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST_F(KVAppTest, BadArgumentsFailTheRequestNotTheProcess) {
+  Form(2, 1);
+  KVWorker<float>* kv = Worker(0);
+  Status unsorted = kv->WaitStatus(kv->Push({5, 3}, {1, 2}));
+  EXPECT_EQ(unsorted.code(), Status::Code::kInvalidArgument) << unsorted;
+  Status uneven = kv->WaitStatus(kv->Push({1, 2}, {1, 2, 3}));
+  EXPECT_EQ(uneven.code(), Status::Code::kInvalidArgument) << uneven;
+  Status lens = kv->WaitStatus(kv->Push({1, 2}, {1, 2, 3}, {1, 1}));
+  EXPECT_EQ(lens.code(), Status::Code::kInvalidArgument) << lens;
+  std::vector<float> wrong_size(7);
+  Status out = kv->WaitStatus(kv->Pull({1, 2}, &wrong_size));
+  EXPECT_EQ(out.code(), Status::Code::kInvalidArgument) << out;
+  // The node is still fine.
+  EXPECT_TRUE(kv->WaitStatus(kv->Push({1, 2}, {1, 2})).ok());
+}
+
+TEST_F(KVAppTest, ServerErrorReachesTheWorker) {
+  Form(1, 1);
+  servers_[0]->set_request_handle(
+      [](const KVMeta& m, const KVPairs<float>&, KVServer<float>* s) {
+        s->ResponseError(m, Status::NotFound("no such table"));
+      });
+  KVWorker<float>* kv = Worker(0);
+  Status s = kv->WaitStatus(kv->Push({1}, {1}));
+  EXPECT_EQ(s.code(), Status::Code::kNotFound) << s;
+  EXPECT_EQ(s.message(), "no such table");
+}
+
+TEST_F(KVAppTest, MismatchedValueShapeIsRefusedWhole) {
+  Form(1, 1);
+  KVWorker<float>* kv = Worker(0);
+  ASSERT_TRUE(kv->WaitStatus(kv->Push({1, 2}, {1, 1})).ok());
+  // Key 2 holds one value; a push of two values per key is refused and
+  // key 1 is left untouched.
+  Status s = kv->WaitStatus(kv->Push({1, 2}, {5, 5, 5, 5}));
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s;
+  std::vector<float> out;
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull({1, 2}, &out)).ok());
+  EXPECT_EQ(out, (std::vector<float>{1, 1}));
+}
+
+TEST_F(KVAppTest, CustomSlicerSendsSliceIToServerRankI) {
+  Form(2, 1);
+  std::map<int, std::vector<Key>> seen;
+  for (int i = 0; i < 2; ++i) {
+    servers_[i]->set_request_handle([&seen, i](const KVMeta& m,
+                                               const KVPairs<float>& d,
+                                               KVServer<float>* s) {
+      seen[i].assign(d.keys.begin(), d.keys.end());
+      KVPairs<float> res;
+      res.keys = d.keys;
+      res.vals = SArray<float>(d.keys.size(), static_cast<float>(i));
+      s->Response(m, res);
+    });
+  }
+  KVWorker<float>* kv = Worker(0);
+  // Everything below 100 to rank 1, the rest to rank 0.
+  kv->set_slicer([](const KVPairs<float>& send,
+                    const std::vector<Range>& ranges,
+                    KVWorker<float>::SlicedKVs* sliced) {
+    ASSERT_EQ(ranges.size(), 2u);
+    sliced->resize(2);
+    size_t split = std::lower_bound(send.keys.begin(), send.keys.end(), 100) -
+                   send.keys.begin();
+    (*sliced)[1] = {split > 0, KVPairs<float>()};
+    (*sliced)[1].second.keys = send.keys.segment(0, split);
+    (*sliced)[0] = {split < send.keys.size(), KVPairs<float>()};
+    (*sliced)[0].second.keys = send.keys.segment(split, send.keys.size());
+  });
+  std::vector<float> out;
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull({1, 50, 150, 200}, &out)).ok());
+  EXPECT_EQ(seen[1], (std::vector<Key>{1, 50}));
+  EXPECT_EQ(seen[0], (std::vector<Key>{150, 200}));
+  EXPECT_EQ(out, (std::vector<float>{1, 1, 0, 0}));
+}
+
+TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
+  Form(2, 1);
+  // Server 1 never answers: its handle drops requests.
+  servers_[1]->set_request_handle(
+      [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  KVWorker<float>* kv = Worker(0);
+  std::vector<Key> keys = RandomKeys(100, 4);
+  std::vector<float> out;
+  int ts = kv->Pull(keys, &out);
+  cluster_->KillByHeartbeat(cluster_->server(1));
+  Status s = kv->WaitStatus(ts);
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s;
+  EXPECT_NE(s.message().find("server 1"), std::string::npos) << s;
+  // New requests that need the dead server fail at once.
+  Status again = kv->WaitStatus(kv->Pull(keys, &out));
+  EXPECT_EQ(again.code(), Status::Code::kUnavailable) << again;
+  workers_.clear();
+  servers_.clear();
+  cluster_.reset();  // No final barrier: a member is dead.
+}
+
+TEST(SimpleAppTest, RequestToAGroupGetsEveryResponse) {
+  InProcCluster cluster(2, 2);
+  cluster.Start();
+  std::atomic<int> handled{0};
+  std::vector<std::unique_ptr<SimpleApp>> apps;
+  for (Postoffice* p : cluster.all()) {
+    apps.push_back(std::make_unique<SimpleApp>(0, 0, p));
+    apps.back()->set_request_handle([&](const SimpleData& req, SimpleApp* app) {
+      EXPECT_EQ(req.head, 7);
+      EXPECT_EQ(req.body, "ping");
+      ++handled;
+      app->Response(req, "pong");
+    });
+  }
+  std::atomic<int> pongs{0};
+  apps[0]->set_response_handle([&](const SimpleData& res, SimpleApp*) {
+    if (res.body == "pong") ++pongs;
+  });
+  // The scheduler asks everybody, itself included.
+  int ts =
+      apps[0]->Request(7, "ping", kScheduler + kServerGroup + kWorkerGroup);
+  ASSERT_TRUE(apps[0]->WaitStatus(ts).ok());
+  EXPECT_EQ(handled.load(), 5);
+  EXPECT_EQ(pongs.load(), 5);
+  cluster.Finalize();
+}
+
+}  // namespace
+}  // namespace ps

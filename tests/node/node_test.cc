@@ -1,0 +1,130 @@
+#include "node/node.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "testutil/inproc_cluster.h"
+
+namespace ps {
+namespace {
+
+TEST(NodeTest, ClusterFormsWithRanksFromLaunchHints) {
+  InProcCluster cluster(3, 2);
+  cluster.Start();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(cluster.server(r)->my_rank(), r);
+    EXPECT_TRUE(cluster.server(r)->is_server());
+    EXPECT_EQ(cluster.server(r)->node()->my_id(), Node::ServerRankToId(r));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(cluster.worker(r)->my_rank(), r);
+    EXPECT_TRUE(cluster.worker(r)->is_worker());
+  }
+  EXPECT_TRUE(cluster.scheduler()->is_scheduler());
+  EXPECT_EQ(cluster.worker(0)->GetNodeIDs(kServerGroup),
+            (std::vector<int>{8, 10, 12}));
+  EXPECT_EQ(cluster.worker(1)->GetNodeIDs(kWorkerGroup + kScheduler),
+            (std::vector<int>{1, 9, 11}));
+  RingInfo ring = cluster.worker(0)->node()->ring_info();
+  EXPECT_EQ(ring.epoch, 1u);
+  EXPECT_EQ(ring.server_ids, (std::vector<int>{8, 10, 12}));
+  cluster.Finalize();
+}
+
+TEST(NodeTest, BarrierWaitsForEveryMemberOfItsGroup) {
+  InProcCluster cluster(1, 2);
+  cluster.Start();
+  auto first = std::async(std::launch::async, [&] {
+    return cluster.worker(0)->BarrierStatus(0, kWorkerGroup);
+  });
+  // Worker 1 has not arrived: the barrier cannot have been released.
+  EXPECT_EQ(first.wait_for(std::chrono::seconds(0)),
+            std::future_status::timeout);
+  Status second = cluster.worker(1)->BarrierStatus(0, kWorkerGroup);
+  EXPECT_TRUE(second.ok()) << second;
+  EXPECT_TRUE(first.get().ok());
+  cluster.Finalize();
+}
+
+TEST(NodeTest, BarrierRejectsAGroupTheCallerIsNotIn) {
+  // (A group of one node needs no barrier, as in ps-lite; use two servers.)
+  InProcCluster cluster(2, 1);
+  cluster.Start();
+  Status s = cluster.worker(0)->BarrierStatus(0, kServerGroup);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s;
+  cluster.Finalize();
+}
+
+TEST(NodeTest, DeadWorkerFailsABarrierThatWaitsForIt) {
+  InProcCluster cluster(1, 2);
+  cluster.Start();
+  auto waiting = std::async(std::launch::async, [&] {
+    return cluster.server(0)->BarrierStatus(0, kServerGroup + kWorkerGroup);
+  });
+  cluster.KillByHeartbeat(cluster.worker(1));
+  Status s = waiting.get();
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s;
+  EXPECT_NE(s.message().find("worker 1"), std::string::npos) << s;
+  EXPECT_FALSE(cluster.server(0)->node()->IsAlive(Node::WorkerRankToId(1)));
+  // A later barrier over a group with a dead member fails at once.
+  Status again = cluster.worker(0)->BarrierStatus(0, kWorkerGroup);
+  EXPECT_EQ(again.code(), Status::Code::kUnavailable) << again;
+}
+
+TEST(NodeTest, SilentSchedulerIsDetectedByNodes) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  cluster.network()->Sever("scheduler:1");
+  cluster.clock()->Advance(InProcCluster::kTimeoutMs + 1);
+  auto waiting = std::async(std::launch::async, [&] {
+    return cluster.worker(0)->BarrierStatus(0, kServerGroup + kWorkerGroup);
+  });
+  cluster.worker(0)->node()->CheckLiveness();
+  Status s = waiting.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("scheduler"), std::string::npos) << s;
+}
+
+TEST(NodeTest, StartTimesOutNamingTheMissingNodes) {
+  InProcNetwork network;
+  FakeClock clock;
+  Options o;
+  o.role = Role::kScheduler;
+  o.scheduler_host = "scheduler";
+  o.scheduler_port = 1;
+  o.num_servers = 2;
+  o.num_workers = 1;
+  o.heartbeat_interval_ms = 0;
+  o.start_timeout_ms = 1;  // Nobody will come.
+  Node scheduler(o, std::make_unique<InProcVan>(&network), &clock);
+  Status s = scheduler.Start(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("0 of 2 servers"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("missing 2 server(s) and 1 worker(s)"),
+            std::string::npos)
+      << s;
+}
+
+TEST(NodeTest, SurplusNodeIsRejectedWithAReason) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  Options o;
+  o.role = Role::kWorker;
+  o.scheduler_host = "scheduler";
+  o.scheduler_port = 1;
+  o.node_host = "node";
+  o.num_servers = 1;
+  o.num_workers = 1;
+  o.heartbeat_interval_ms = 0;
+  o.start_timeout_ms = 30000;
+  Node extra(o, std::make_unique<InProcVan>(cluster.network()),
+             cluster.clock());
+  Status s = extra.Start(0, false);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("already formed"), std::string::npos) << s;
+  cluster.Finalize();
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,329 @@
+#include "node/options.h"
+
+#include <gflags/gflags.h>
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace ps {
+
+// Test failures name status codes instead of dumping their bytes.
+inline void PrintTo(Status::Code code, std::ostream* os) {
+  *os << Status::CodeName(code);
+}
+
+namespace {
+
+using Code = Status::Code;
+
+// Every variable FromEnvironment() reads.
+const char* const kVariables[] = {
+    "DMLC_ROLE",
+    "DMLC_PS_ROOT_URI",
+    "DMLC_PS_ROOT_PORT",
+    "DMLC_NUM_SERVER",
+    "DMLC_NUM_WORKER",
+    "DMLC_NODE_HOST",
+    "DMLC_INTERFACE",
+    "PS_VERBOSE",
+    "EMBER_RANK_HINT",
+    "EMBER_HEARTBEAT_INTERVAL_MS",
+    "EMBER_HEARTBEAT_TIMEOUT_MS",
+    "EMBER_START_TIMEOUT",
+    "EMBER_FINALIZE_TIMEOUT_MS",
+    "EMBER_VIRTUAL_NODES",
+};
+
+// Clears the variables above for each test and restores the process's own
+// values (and every gflag) afterwards.
+class OptionsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : kVariables) {
+      const char* value = std::getenv(name);
+      if (value != nullptr) saved_[name] = value;
+      unsetenv(name);
+    }
+    flags_ = std::make_unique<gflags::FlagSaver>();
+  }
+
+  void TearDown() override {
+    flags_.reset();
+    for (const char* name : kVariables) {
+      auto it = saved_.find(name);
+      if (it == saved_.end()) {
+        unsetenv(name);
+      } else {
+        setenv(name, it->second.c_str(), 1);
+      }
+    }
+  }
+
+  static void Set(const char* name, const std::string& value) {
+    setenv(name, value.c_str(), 1);
+  }
+
+  // The variables a node cannot start without.
+  static void SetRequired() {
+    Set("DMLC_ROLE", "worker");
+    Set("DMLC_PS_ROOT_URI", "10.1.2.3");
+    Set("DMLC_PS_ROOT_PORT", "9091");
+    Set("DMLC_NUM_SERVER", "2");
+    Set("DMLC_NUM_WORKER", "3");
+  }
+
+  // Expects kInvalidArgument with a message that names `variable`.
+  static void ExpectRejected(const char* variable) {
+    StatusOr<Options> o = Options::FromEnvironment();
+    ASSERT_FALSE(o.ok()) << variable;
+    EXPECT_EQ(o.status().code(), Code::kInvalidArgument) << o.status();
+    EXPECT_NE(o.status().message().find(variable), std::string::npos)
+        << o.status();
+  }
+
+  // Sets `variable` to each of `values` on top of a valid environment and
+  // expects each to be rejected; leaves `variable` unset.
+  static void ExpectEachRejected(const char* variable,
+                                 const std::vector<std::string>& values) {
+    for (const std::string& value : values) {
+      SCOPED_TRACE(std::string(variable) + "='" + value + "'");
+      SetRequired();
+      Set(variable, value);
+      ExpectRejected(variable);
+      unsetenv(variable);
+    }
+  }
+
+ private:
+  std::map<std::string, std::string> saved_;
+  std::unique_ptr<gflags::FlagSaver> flags_;
+};
+
+TEST_F(OptionsTest, ReadsFullValidEnvironment) {
+  Set("DMLC_ROLE", "server");
+  Set("DMLC_PS_ROOT_URI", "scheduler.example");
+  Set("DMLC_PS_ROOT_PORT", "65535");
+  Set("DMLC_NUM_SERVER", "4");
+  Set("DMLC_NUM_WORKER", "16");
+  Set("DMLC_NODE_HOST", "10.0.0.7");
+  Set("PS_VERBOSE", "2");
+  Set("EMBER_RANK_HINT", "3");
+  Set("EMBER_HEARTBEAT_INTERVAL_MS", "100");
+  Set("EMBER_HEARTBEAT_TIMEOUT_MS", "250");
+  Set("EMBER_START_TIMEOUT", "30");
+  Set("EMBER_FINALIZE_TIMEOUT_MS", "1500");
+  Set("EMBER_VIRTUAL_NODES", "64");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  const Options& v = o.value();
+  EXPECT_EQ(v.role, Role::kServer);
+  EXPECT_EQ(v.scheduler_host, "scheduler.example");
+  EXPECT_EQ(v.scheduler_port, 65535);
+  EXPECT_EQ(v.num_servers, 4);
+  EXPECT_EQ(v.num_workers, 16);
+  EXPECT_EQ(v.node_host, "10.0.0.7");
+  EXPECT_EQ(v.verbose, 2);
+  EXPECT_EQ(v.rank_hint, 3);
+  EXPECT_EQ(v.heartbeat_interval_ms, 100);
+  EXPECT_EQ(v.heartbeat_timeout_ms, 250);
+  EXPECT_EQ(v.start_timeout_ms, 30000);  // Seconds in the environment.
+  EXPECT_EQ(v.finalize_timeout_ms, 1500);
+  EXPECT_EQ(v.virtual_nodes, 64);
+  EXPECT_TRUE(v.Validate().ok());
+}
+
+TEST_F(OptionsTest, OptionalVariablesDefault) {
+  SetRequired();
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  const Options& v = o.value();
+  EXPECT_EQ(v.role, Role::kWorker);
+  EXPECT_EQ(v.scheduler_host, "10.1.2.3");
+  EXPECT_EQ(v.scheduler_port, 9091);
+  EXPECT_EQ(v.num_servers, 2);
+  EXPECT_EQ(v.num_workers, 3);
+  EXPECT_EQ(v.node_host, "127.0.0.1");
+  EXPECT_EQ(v.verbose, 0);
+  EXPECT_EQ(v.rank_hint, -1);
+  EXPECT_EQ(v.heartbeat_interval_ms, 500);
+  EXPECT_EQ(v.heartbeat_timeout_ms, 4000);
+  EXPECT_EQ(v.start_timeout_ms, 60000);
+  EXPECT_EQ(v.finalize_timeout_ms, 10000);
+  EXPECT_EQ(v.virtual_nodes, 0);
+}
+
+TEST_F(OptionsTest, ParsesEveryRoleName) {
+  SetRequired();
+  const std::vector<std::pair<std::string, Role>> roles = {
+      {"scheduler", Role::kScheduler},
+      {"server", Role::kServer},
+      {"worker", Role::kWorker}};
+  for (const auto& r : roles) {
+    Set("DMLC_ROLE", r.first);
+    StatusOr<Options> o = Options::FromEnvironment();
+    ASSERT_TRUE(o.ok()) << r.first << ": " << o.status();
+    EXPECT_EQ(o.value().role, r.second) << r.first;
+    Role parsed = Role::kWorker;
+    ASSERT_TRUE(ParseRole(r.first, &parsed).ok());
+    EXPECT_EQ(parsed, r.second);
+  }
+}
+
+TEST_F(OptionsTest, MissingRoleIsInvalidArgument) {
+  SetRequired();
+  unsetenv("DMLC_ROLE");
+  ExpectRejected("DMLC_ROLE");
+}
+
+TEST_F(OptionsTest, BadRoleNameIsInvalidArgument) {
+  ExpectEachRejected("DMLC_ROLE", {"", "Worker", "servers", "client", " "});
+  Role role = Role::kServer;
+  EXPECT_EQ(ParseRole("master", &role).code(), Code::kInvalidArgument);
+  EXPECT_EQ(role, Role::kServer);  // Untouched on error.
+}
+
+TEST_F(OptionsTest, MissingOrEmptyRootUriIsInvalidArgument) {
+  SetRequired();
+  unsetenv("DMLC_PS_ROOT_URI");
+  ExpectRejected("DMLC_PS_ROOT_URI");
+  ExpectEachRejected("DMLC_PS_ROOT_URI", {""});
+}
+
+TEST_F(OptionsTest, MissingRootPortIsInvalidArgument) {
+  SetRequired();
+  unsetenv("DMLC_PS_ROOT_PORT");
+  ExpectRejected("DMLC_PS_ROOT_PORT");
+}
+
+TEST_F(OptionsTest, NonNumericRootPortIsInvalidArgument) {
+  ExpectEachRejected("DMLC_PS_ROOT_PORT",
+                     {"", "http", "80x", "8.0", "0x50", "9091 ", "--1"});
+}
+
+TEST_F(OptionsTest, OutOfRangeRootPortIsInvalidArgument) {
+  ExpectEachRejected("DMLC_PS_ROOT_PORT", {"0", "-1", "65536", "4294967297",
+                                           "99999999999999999999999"});
+}
+
+TEST_F(OptionsTest, RootPortBoundsAreAccepted) {
+  for (const char* port : {"1", "65535"}) {
+    SetRequired();
+    Set("DMLC_PS_ROOT_PORT", port);
+    StatusOr<Options> o = Options::FromEnvironment();
+    ASSERT_TRUE(o.ok()) << port << ": " << o.status();
+    EXPECT_EQ(o.value().scheduler_port, std::atoi(port));
+  }
+}
+
+TEST_F(OptionsTest, MissingServerOrWorkerCountIsInvalidArgument) {
+  SetRequired();
+  unsetenv("DMLC_NUM_SERVER");
+  ExpectRejected("DMLC_NUM_SERVER");
+  SetRequired();
+  unsetenv("DMLC_NUM_WORKER");
+  ExpectRejected("DMLC_NUM_WORKER");
+}
+
+TEST_F(OptionsTest, NonNumericServerCountIsInvalidArgument) {
+  ExpectEachRejected("DMLC_NUM_SERVER", {"", "two", "2servers", "1e3"});
+}
+
+TEST_F(OptionsTest, OutOfRangeServerCountIsInvalidArgument) {
+  ExpectEachRejected("DMLC_NUM_SERVER", {"0", "-3", "4097", "2147483648"});
+}
+
+TEST_F(OptionsTest, BadWorkerCountIsInvalidArgument) {
+  ExpectEachRejected("DMLC_NUM_WORKER", {"x", "0", "65537"});
+}
+
+TEST_F(OptionsTest, OutOfRangeOptionalIntegersAreInvalidArgument) {
+  ExpectEachRejected("PS_VERBOSE", {"4", "-1", "loud"});
+  ExpectEachRejected("EMBER_RANK_HINT", {"-2", "rank"});
+  ExpectEachRejected("EMBER_HEARTBEAT_INTERVAL_MS", {"-1", "600001"});
+  ExpectEachRejected("EMBER_HEARTBEAT_TIMEOUT_MS", {"0", "3600001"});
+  ExpectEachRejected("EMBER_START_TIMEOUT", {"0", "86401", "60s"});
+  ExpectEachRejected("EMBER_FINALIZE_TIMEOUT_MS", {"0", "soon"});
+  ExpectEachRejected("EMBER_VIRTUAL_NODES", {"-1", "65537"});
+}
+
+TEST_F(OptionsTest, HeartbeatTimeoutBelowTwiceIntervalIsInvalidArgument) {
+  SetRequired();
+  Set("EMBER_HEARTBEAT_INTERVAL_MS", "1000");
+  Set("EMBER_HEARTBEAT_TIMEOUT_MS", "1999");
+  ExpectRejected("EMBER_HEARTBEAT_TIMEOUT_MS");
+  // The default timeout (4000) is too short for a 2001 ms interval too.
+  unsetenv("EMBER_HEARTBEAT_TIMEOUT_MS");
+  Set("EMBER_HEARTBEAT_INTERVAL_MS", "2001");
+  ExpectRejected("EMBER_HEARTBEAT_TIMEOUT_MS");
+}
+
+TEST_F(OptionsTest, HeartbeatTimeoutOfExactlyTwiceIntervalIsAccepted) {
+  SetRequired();
+  Set("EMBER_HEARTBEAT_INTERVAL_MS", "1000");
+  Set("EMBER_HEARTBEAT_TIMEOUT_MS", "2000");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().heartbeat_timeout_ms, 2000);
+}
+
+TEST_F(OptionsTest, ZeroHeartbeatIntervalDisablesTimeoutCheck) {
+  SetRequired();
+  Set("EMBER_HEARTBEAT_INTERVAL_MS", "0");
+  Set("EMBER_HEARTBEAT_TIMEOUT_MS", "1");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().heartbeat_interval_ms, 0);
+}
+
+TEST_F(OptionsTest, NodeHostWinsOverInterface) {
+  SetRequired();
+  Set("DMLC_NODE_HOST", "192.168.1.9");
+  Set("DMLC_INTERFACE", "no-such-interface0");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().node_host, "192.168.1.9");
+}
+
+TEST_F(OptionsTest, UnknownInterfaceIsInvalidArgument) {
+  SetRequired();
+  Set("DMLC_INTERFACE", "no-such-interface0");
+  ExpectRejected("DMLC_INTERFACE");
+}
+
+TEST_F(OptionsTest, CommandLineFlagWinsOverEnvironment) {
+  SetRequired();
+  Set("EMBER_VIRTUAL_NODES", "32");
+  Set("EMBER_START_TIMEOUT", "5");
+  ASSERT_FALSE(
+      gflags::SetCommandLineOption("ember_virtual_nodes", "64").empty());
+  ASSERT_FALSE(
+      gflags::SetCommandLineOption("ember_start_timeout", "7").empty());
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().virtual_nodes, 64);
+  EXPECT_EQ(o.value().start_timeout_ms, 7000);
+}
+
+TEST_F(OptionsTest, OutOfRangeCommandLineFlagIsInvalidArgument) {
+  SetRequired();
+  ASSERT_FALSE(gflags::SetCommandLineOption("ember_heartbeat_interval_ms", "-1")
+                   .empty());
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), Code::kInvalidArgument);
+  // Named as the flag or as its variable.
+  std::string message = o.status().message();
+  for (char& c : message) c = static_cast<char>(std::tolower(c));
+  EXPECT_NE(message.find("heartbeat_interval_ms"), std::string::npos)
+      << o.status();
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,155 @@
+// InProcCluster: a scheduler, servers and workers in one process, joined by
+// an InProcNetwork, with heartbeats driven by a FakeClock. No ports, no
+// sleeps.
+#ifndef PS_TESTUTIL_INPROC_CLUSTER_H_
+#define PS_TESTUTIL_INPROC_CLUSTER_H_
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "node/node.h"
+#include "ps/ps.h"
+#include "testutil/fake_clock.h"
+#include "transport/inproc_van.h"
+
+namespace ps {
+
+// Blocks until `done()` holds. The condition is a fact the test waits for
+// (a message handled on another thread), not a guess about timing; the
+// deadline only turns a bug into a failure instead of a hang.
+inline bool WaitUntil(
+    const std::function<bool()>& done,
+    std::chrono::seconds deadline = std::chrono::seconds(30)) {
+  auto end = std::chrono::steady_clock::now() + deadline;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+class InProcCluster {
+ public:
+  static constexpr int kTimeoutMs = 1000;
+
+  InProcCluster(int num_servers, int num_workers) {
+    Options base;
+    base.scheduler_host = "scheduler";
+    base.scheduler_port = 1;
+    base.node_host = "node";
+    base.num_servers = num_servers;
+    base.num_workers = num_workers;
+    base.heartbeat_interval_ms = 0;  // The test drives liveness.
+    base.heartbeat_timeout_ms = kTimeoutMs;
+    base.start_timeout_ms = 30000;
+    base.finalize_timeout_ms = 30000;
+    Options s = base;
+    s.role = Role::kScheduler;
+    scheduler_ = Make(s);
+    for (int i = 0; i < num_servers; ++i) {
+      Options o = base;
+      o.role = Role::kServer;
+      o.rank_hint = i;
+      servers_.push_back(Make(o));
+    }
+    for (int i = 0; i < num_workers; ++i) {
+      Options o = base;
+      o.role = Role::kWorker;
+      o.rank_hint = i;
+      workers_.push_back(Make(o));
+    }
+  }
+
+  ~InProcCluster() {
+    // Nodes stop in their destructors; apps must be gone by now.
+    workers_.clear();
+    servers_.clear();
+    scheduler_.reset();
+  }
+
+  // Starts every node (with the start barrier) and checks it worked.
+  void Start() {
+    ForAll([](Postoffice* p) { return p->StartStatus(0, true); });
+  }
+
+  // Finalizes every node (with the final barrier) and checks it worked.
+  void Finalize() {
+    ForAll([](Postoffice* p) { return p->FinalizeStatus(0, true); });
+  }
+
+  Postoffice* scheduler() { return scheduler_.get(); }
+  Postoffice* server(int rank) { return servers_[rank].get(); }
+  Postoffice* worker(int rank) { return workers_[rank].get(); }
+  std::vector<Postoffice*> all() {
+    std::vector<Postoffice*> v{scheduler_.get()};
+    for (auto& s : servers_) v.push_back(s.get());
+    for (auto& w : workers_) v.push_back(w.get());
+    return v;
+  }
+
+  // Declares `victim` dead the way the scheduler would after missed
+  // heartbeats: time passes, every other node beats (and we wait for the
+  // echo, so the scheduler has recorded it), then the scheduler checks.
+  void KillByHeartbeat(Postoffice* victim) {
+    network_.Sever(Address(victim));
+    clock_.Advance(kTimeoutMs + 1);
+    for (Postoffice* p : all()) {
+      if (p == victim || p == scheduler()) continue;
+      p->node()->SendHeartbeat();
+      int64_t now = clock_.NowMs();
+      ASSERT_TRUE(WaitUntil(
+          [&] { return p->node()->last_scheduler_echo_ms() == now; }));
+    }
+    scheduler()->node()->CheckLiveness();
+  }
+
+  FakeClock* clock() { return &clock_; }
+  InProcNetwork* network() { return &network_; }
+
+ private:
+  std::unique_ptr<Postoffice> Make(const Options& o) {
+    return Postoffice::Create(std::make_unique<Node>(
+        o, std::make_unique<InProcVan>(&network_), &clock_));
+  }
+
+  std::string Address(Postoffice* p) {
+    int id = p->node()->my_id();
+    return p == scheduler() ? "scheduler:1" : AddressOf(id);
+  }
+
+  std::string AddressOf(int id) {
+    std::string d = scheduler()->node()->Describe(id);
+    // "... (id N, host:port)" -> host:port
+    size_t comma = d.find(", ", d.find("(id "));
+    size_t close = d.find_first_of(",)", comma + 2);
+    return d.substr(comma + 2, close - comma - 2);
+  }
+
+  void ForAll(const std::function<Status(Postoffice*)>& fn) {
+    std::vector<Postoffice*> nodes = all();
+    std::vector<Status> results(nodes.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      threads.emplace_back([&, i] { results[i] = fn(nodes[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      ASSERT_TRUE(results[i].ok()) << "node " << i << ": " << results[i];
+    }
+  }
+
+  FakeClock clock_;
+  InProcNetwork network_;  // Outlives the nodes (declared first).
+  std::unique_ptr<Postoffice> scheduler_;
+  std::vector<std::unique_ptr<Postoffice>> servers_;
+  std::vector<std::unique_ptr<Postoffice>> workers_;
+};
+
+}  // namespace ps
+
+#endif  // PS_TESTUTIL_INPROC_CLUSTER_H_
