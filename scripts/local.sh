@@ -28,7 +28,8 @@ role).  An argument equal to {role} is replaced by the process's role name.
 Output lines are prefixed with "[scheduler] ", "[server I] ", "[worker I] ".
 
 Environment:
-  DMLC_PS_ROOT_PORT        scheduler port (default: a free port chosen by the kernel)
+  DMLC_PS_ROOT_PORT        scheduler port (default: the scheduler binds a port the
+                           kernel picks and publishes it through EMBER_PORT_FILE)
   EMBER_SCHEDULER          scheduler binary to run (no arguments)
   EMBER_PROGRAM_SCHEDULER  =1: run PROGRAM ARGS as the scheduler (ps-lite style)
   EMBER_BUILD_DIR          build tree searched for scheduler/ember_scheduler
@@ -137,41 +138,24 @@ else
 fi
 
 # --------------------------------------------------------------------- port --
-find_free_port() {
-  local port
-  if command -v python3 >/dev/null 2>&1; then
-    port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])' 2>/dev/null)
-    if is_uint "$port" && ((port > 0)); then
-      printf '%s\n' "$port"
-      return 0
-    fi
-  fi
-  local i
-  for ((i = 0; i < 200; i++)); do
-    port=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
-    # a refused connection means nobody listens there
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      printf '%s\n' "$port"
-      return 0
-    fi
-  done
-  return 1
-}
-
+# Unless the caller fixed DMLC_PS_ROOT_PORT, the scheduler binds port 0 (a
+# port the kernel picks, so two clusters can never collide) and writes the
+# port it got to EMBER_PORT_FILE; the other processes start once it is known.
+ROOT_PORT=
 if [[ -n ${DMLC_PS_ROOT_PORT:-} ]]; then
   is_uint "$DMLC_PS_ROOT_PORT" || die_usage "DMLC_PS_ROOT_PORT must be a port number, got '$DMLC_PS_ROOT_PORT'"
   ROOT_PORT=$DMLC_PS_ROOT_PORT
-else
-  ROOT_PORT=$(find_free_port) || {
-    echo "$LOCALSH_NAME: could not find a free TCP port for the scheduler" >&2
-    exit 1
-  }
 fi
+PORT_DIR=$(mktemp -d "${TMPDIR:-/tmp}/ember-local.XXXXXX") || {
+  echo "$LOCALSH_NAME: cannot create a temporary directory" >&2
+  exit 1
+}
+PORT_FILE=$PORT_DIR/port
 
 export DMLC_NUM_SERVER=$NUM_SERVERS
 export DMLC_NUM_WORKER=$NUM_WORKERS
 export DMLC_PS_ROOT_URI=127.0.0.1
-export DMLC_PS_ROOT_PORT=$ROOT_PORT
+export DMLC_PS_ROOT_PORT=${ROOT_PORT:-0}
 
 if [[ -n ${EMBER_LOG_DIR:-} ]]; then
   mkdir -p -- "$EMBER_LOG_DIR" || {
@@ -277,6 +261,7 @@ slot_alive() {
 stop_cluster() {
   [[ $STOPPED == 1 ]] && return 0
   STOPPED=1
+  [[ -n ${PORT_DIR:-} ]] && rm -rf -- "$PORT_DIR"
   local slot i any n=${#PIDS[@]}
   for ((slot = 0; slot < n; slot++)); do
     slot_alive "$slot" && signal_slot TERM "$slot"
@@ -365,10 +350,31 @@ launch() {
 }
 
 # ------------------------------------------------------------------- launch --
+[[ -z $ROOT_PORT ]] && export EMBER_PORT_FILE=$PORT_FILE
 if [[ ${#SCHED_CMD[@]} -gt 0 ]]; then
   launch scheduler 0 "[scheduler] " "${SCHED_CMD[@]}"
 else
   launch scheduler 0 "[scheduler] " "$PROGRAM_PATH" "${PROGRAM_ARGS[@]}"
+fi
+unset EMBER_PORT_FILE
+if [[ -z $ROOT_PORT ]]; then
+  # Wait (bounded) for the scheduler to publish its port.
+  for ((tries = 0; tries < 600; tries++)); do
+    if [[ -s $PORT_FILE ]]; then
+      ROOT_PORT=$(<"$PORT_FILE")
+      break
+    fi
+    pid_alive "${PIDS[0]}" || break
+    sleep 0.05
+  done
+  if ! is_uint "$ROOT_PORT"; then
+    reap
+    echo "$LOCALSH_NAME: the scheduler did not publish its port (see its output above)" >&2
+    stop_cluster
+    trap - EXIT
+    exit "$((FAIL_STATUS ? FAIL_STATUS : 1))"
+  fi
+  export DMLC_PS_ROOT_PORT=$ROOT_PORT
 fi
 for ((i = 0; i < SERVER_PROCS; i++)); do
   launch server "$i" "[server $i] " "$PROGRAM_PATH" "${PROGRAM_ARGS[@]}"

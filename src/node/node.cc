@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <random>
 
 #include "node/customer.h"
@@ -28,6 +29,21 @@ int RoleGroup(Role role) {
       return 4;
   }
   return 0;
+}
+
+// Writes the port atomically (a launcher polls for the file).
+Status WritePortFile(const std::string& path, int port) {
+  std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) {
+    return Status::InvalidArgument("cannot write EMBER_PORT_FILE " + path);
+  }
+  std::fprintf(f, "%d\n", port);
+  bool ok = std::fclose(f) == 0;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::InvalidArgument("cannot write EMBER_PORT_FILE " + path);
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -112,6 +128,9 @@ Status Node::StartVan() {
   if (!scheduler) {
     PS_RETURN_IF_ERROR(van_->Connect(kSchedulerId, options_.scheduler_host,
                                      options_.scheduler_port));
+  }
+  if (scheduler && !options_.port_file.empty()) {
+    PS_RETURN_IF_ERROR(WritePortFile(options_.port_file, bound.value()));
   }
   std::lock_guard<std::mutex> lock(mu_);
   my_host_ = host;
@@ -241,8 +260,11 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   finalized_.insert(customer_id);
   cv_.notify_all();
   if (customer_id != 0 && logical_.count(0)) return result;
+  // After a failure nobody is worth waiting for: shut down at once.
+  const bool failed = !result.ok() || !abort_status_.ok();
   // The last one out: wait (bounded) for this process's other logical nodes.
-  auto timeout = std::chrono::milliseconds(options_.finalize_timeout_ms);
+  auto timeout =
+      std::chrono::milliseconds(failed ? 0 : options_.finalize_timeout_ms);
   cv_.wait_for(lock, timeout, [&] {
     for (const auto& l : logical_) {
       if (!finalized_.count(l.first)) return false;
@@ -304,6 +326,7 @@ Status Node::Send(Message&& msg) {
     }
     msg.meta.sender = it->second;
   }
+  if (!abort_status_.ok()) return abort_status_;
   int recipient = msg.meta.recipient;
   if (dead_.count(recipient)) {
     return Status::Unavailable(DescribeLocked(recipient) + " is dead");
@@ -509,7 +532,8 @@ void Node::HandleNodeFailed(int id, const std::string& reason) {
     LOG(ERROR) << status.message();
     for (const auto& c : customers_) customers.push_back(c.second);
   }
-  if (status.code() == Status::Code::kAborted || id == kSchedulerId) {
+  if (status.code() == Status::Code::kAborted || id == kSchedulerId ||
+      options_.failure_policy == FailurePolicy::kAbort) {
     FailEverything(status);
     return;
   }

@@ -162,7 +162,7 @@ void Node::AssignAndBroadcastLocked() {
   me.id = kSchedulerId;
   me.role = Role::kScheduler;
   me.host = options_.scheduler_host;
-  me.port = options_.scheduler_port;
+  me.port = my_port_ > 0 ? my_port_ : options_.scheduler_port;
   me.rank = 0;
   me.incarnation = incarnation_;
   table_[kSchedulerId] = me;

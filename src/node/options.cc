@@ -115,8 +115,22 @@ StatusOr<Options> Options::FromEnvironment() {
     return Status::InvalidArgument(
         "DMLC_PS_ROOT_PORT (the scheduler's port) is not set");
   }
-  PS_RETURN_IF_ERROR(
-      ReadInt("DMLC_PS_ROOT_PORT", nullptr, 1, 65535, &o.scheduler_port));
+  // Only the scheduler may bind port 0 (any free port; see EMBER_PORT_FILE).
+  PS_RETURN_IF_ERROR(ReadInt("DMLC_PS_ROOT_PORT", nullptr,
+                             o.role == Role::kScheduler ? 0 : 1, 65535,
+                             &o.scheduler_port));
+  if (const char* f = std::getenv("EMBER_PORT_FILE")) o.port_file = f;
+  if (const char* p = std::getenv("EMBER_ON_NODE_FAILURE")) {
+    std::string policy = p;
+    if (policy == "abort") {
+      o.failure_policy = FailurePolicy::kAbort;
+    } else if (policy == "continue") {
+      o.failure_policy = FailurePolicy::kContinue;
+    } else {
+      return Status::InvalidArgument("EMBER_ON_NODE_FAILURE='" + policy +
+                                     "': expected abort or continue");
+    }
+  }
   if (std::getenv("DMLC_NUM_SERVER") == nullptr ||
       std::getenv("DMLC_NUM_WORKER") == nullptr) {
     return Status::InvalidArgument(

@@ -14,6 +14,15 @@
 
 namespace ps {
 
+// What a node does when the scheduler declares another node dead.
+enum class FailurePolicy {
+  // Fail every pending and future request and barrier: the run ends, with
+  // the dead node named. Right for ps-lite programs, which cannot recover.
+  kAbort,
+  // Fail only the requests that wait for the dead node; the rest goes on.
+  kContinue,
+};
+
 struct Options {
   Role role = Role::kWorker;
   std::string scheduler_host = "127.0.0.1";
@@ -35,6 +44,13 @@ struct Options {
   int heartbeat_timeout_ms = 4000;  // EMBER_HEARTBEAT_TIMEOUT_MS
   int start_timeout_ms = 60000;     // EMBER_START_TIMEOUT (seconds in env)
   int finalize_timeout_ms = 10000;  // EMBER_FINALIZE_TIMEOUT_MS
+
+  FailurePolicy failure_policy =
+      FailurePolicy::kAbort;  // EMBER_ON_NODE_FAILURE
+
+  // Scheduler only: if set, the bound port is written to this file (the
+  // scheduler may bind port 0 and let launchers learn the port from it).
+  std::string port_file;  // EMBER_PORT_FILE
 
   // The key ring.
   int virtual_nodes = 0;  // EMBER_VIRTUAL_NODES; 0: KeyRing's default
