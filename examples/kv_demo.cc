@@ -29,7 +29,7 @@
 #include "ps/ps.h"
 
 DEFINE_uint64(seed, 1, "seed of the ground-truth model and of the data");
-DEFINE_uint64(features, 1000000, "number of distinct features");
+DEFINE_uint64(features, 100000, "number of distinct features");
 DEFINE_double(zipf, 1.1, "exponent s of the features' Zipf-like frequency");
 DEFINE_int32(min_active, 20, "fewest features drawn per example");
 DEFINE_int32(max_active, 40, "most features drawn per example");
@@ -39,7 +39,7 @@ DEFINE_int64(examples_per_worker, 200000, "training examples per worker");
 DEFINE_int64(test_examples, 20000, "held-out examples evaluated by worker 0");
 DEFINE_int32(batch, 1000, "examples per minibatch");
 DEFINE_int32(epochs, 3, "passes over each worker's training shard");
-DEFINE_double(lr, 0.1, "Adagrad learning rate, applied by the servers");
+DEFINE_double(lr, 0.05, "Adagrad learning rate, applied by the servers");
 
 static_assert(sizeof(ps::Key) == 8, "the demo's feature ids are 64-bit keys");
 
@@ -51,6 +51,8 @@ constexpr int kCustomerId = 0;
 // Data streams: the test set's is shared by every worker; worker r draws its
 // training shard from stream r + 1.
 constexpr uint64_t kTestStream = 0;
+
+constexpr double kPi = 3.14159265358979323846;
 
 using Clock = std::chrono::steady_clock;
 
@@ -64,6 +66,11 @@ std::string WithCommas(uint64_t n) {
     s.insert(static_cast<size_t>(i), ",");
   }
   return s;
+}
+
+// "1 worker", "2 workers".
+std::string Count(uint64_t n, const char* noun) {
+  return WithCommas(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 // splitmix64's finalizer: a bijection on 64-bit values, so distinct feature
@@ -134,7 +141,7 @@ class Generator {
     const double u1 = 1.0 - ToUnit(Mix64(key ^ 0x5851f42d4c957f2dULL));
     const double u2 = ToUnit(Mix64(key ^ 0x14057b7ef767814fULL));
     return FLAGS_truth_stddev * std::sqrt(-2.0 * std::log(u1)) *
-           std::cos(2.0 * M_PI * u2);
+           std::cos(2.0 * kPi * u2);
   }
 
   Dataset Generate(uint64_t stream, size_t num_examples) const {
@@ -397,7 +404,7 @@ struct WorkerCounters {
 // One pass over `data`: per minibatch, pull the weights of its features,
 // push the gradient of the summed log-loss. Returns the mean log-loss of the
 // examples under the weights they were trained with (progressive
-// validation), in *logloss.
+// validation) in *logloss.
 ps::Status TrainEpoch(const Dataset& data, ps::KVWorker<float>* kv,
                       WorkerCounters* counters, double* logloss) {
   const Clock::time_point start = Clock::now();
@@ -472,11 +479,13 @@ ps::Status RunWorker() {
     const double positives =
         std::count(test.labels.begin(), test.labels.end(), 1);
     std::printf(
-        "sparse logistic regression: %d workers x %s examples, %d servers, "
-        "%s features (zipf %.2f), batch %d, %d epochs, adagrad lr %g\n",
-        ps::NumWorkers(), WithCommas(train.size()).c_str(), ps::NumServers(),
-        WithCommas(FLAGS_features).c_str(), FLAGS_zipf, FLAGS_batch,
-        FLAGS_epochs, FLAGS_lr);
+        "sparse logistic regression on %s x %s: %s per worker, %s "
+        "(zipf %.2f), batch %d, %s, adagrad lr %g\n",
+        Count(ps::NumServers(), "server").c_str(),
+        Count(ps::NumWorkers(), "worker").c_str(),
+        Count(train.size(), "example").c_str(),
+        Count(FLAGS_features, "feature").c_str(), FLAGS_zipf, FLAGS_batch,
+        Count(FLAGS_epochs, "epoch").c_str(), FLAGS_lr);
     std::printf(
         "test set: %s examples, %s distinct features, %.1f%% positive; "
         "ground truth logloss %.4f, AUC %.4f\n",

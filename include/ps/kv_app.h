@@ -123,8 +123,9 @@ class KVWorker : public SimpleApp {
   explicit KVWorker(int app_id, int customer_id,
                     Postoffice* postoffice = nullptr)
       : SimpleApp() {
-    InitApp(app_id, customer_id, postoffice, true);
+    InitApp(app_id, customer_id, postoffice);
     core_ = std::make_unique<KVWorkerCore>(impl_, sizeof(Val));
+    EnableDelivery();
   }
   ~KVWorker() override {
     StopApp();
@@ -258,7 +259,7 @@ class KVServer : public SimpleApp {
   // set_request_handle is called.
   explicit KVServer(int app_id, Postoffice* postoffice = nullptr)
       : SimpleApp() {
-    InitApp(app_id, app_id, postoffice, false);
+    InitApp(app_id, app_id, postoffice);
     core_ = std::make_unique<KVServerCore>(
         impl_, sizeof(Val),
         [this](const RawRequest& request) { Process(request); });
@@ -312,6 +313,12 @@ class KVServer : public SimpleApp {
     {
       std::lock_guard<std::mutex> lock(mu_);
       handle = request_handle_;
+    }
+    if (!handle) {
+      // Released by a barrier before the program set a handle.
+      ResponseError(meta, Status::NotFound("this server has no request "
+                                           "handle for app"));
+      return;
     }
     (*handle)(meta, data, this);
   }

@@ -48,6 +48,9 @@ class SimpleApp {
                         const std::string& res_body = "");
 
   using Handle = std::function<void(const SimpleData& recved, SimpleApp* app)>;
+  // Received messages are held until the app sets a handle, sends its first
+  // request, or the node reaches a barrier (Finalize included), so no request
+  // is handled by the default before the application's handle is in place.
   // Default: respond with an empty body.
   virtual void set_request_handle(const Handle& request_handle);
   // Default: nothing.
@@ -55,10 +58,9 @@ class SimpleApp {
 
  protected:
   SimpleApp();
-  // Creates the app's customer. With `deliver` false, messages are held by
-  // the node until EnableDelivery() (a KVServer before its handle is set).
-  void InitApp(int app_id, int customer_id, Postoffice* postoffice,
-               bool deliver);
+  // Binds the app to a node. Its messages are held until EnableDelivery()
+  // (or a barrier on the node).
+  void InitApp(int app_id, int customer_id, Postoffice* postoffice);
   void EnableDelivery();
   // Stops handling messages (joins the app thread); subclasses call it first
   // in their destructors, before the state their handlers use goes away.

@@ -5,7 +5,7 @@
 namespace ps {
 
 AppImpl::AppImpl(SimpleApp* app, int app_id, int customer_id,
-                 Postoffice* postoffice, bool deliver)
+                 Postoffice* postoffice)
     : app_(app),
       app_id_(app_id),
       customer_id_(customer_id),
@@ -16,7 +16,6 @@ AppImpl::AppImpl(SimpleApp* app, int app_id, int customer_id,
       [](const SimpleData& req, SimpleApp* a) { a->Response(req); });
   response_handle_ =
       std::make_shared<SimpleApp::Handle>([](const SimpleData&, SimpleApp*) {});
-  if (deliver) customer();
 }
 
 AppImpl::~AppImpl() { StopDelivery(); }
@@ -34,7 +33,8 @@ Customer* AppImpl::customer() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!customer_) {
     customer_ = std::make_unique<Customer>(
-        app_id_, customer_id_, node_, [this](Message& msg) { Process(msg); });
+        app_id_, customer_id_, node_, [this](Message& msg) { Process(msg); },
+        /*held=*/true);
     customer_->set_failure_handler([this](int ts, const Status& s) {
       FailureHandler handler;
       {
@@ -96,6 +96,7 @@ void AppImpl::Process(Message& msg) {
 }
 
 int AppImpl::Request(int head, const std::string& body, int recv_id) {
+  EnableDelivery();  // The answers must be handled.
   RequestTracker* tracker = customer()->tracker();
   int ts = tracker->NewRequest();
   std::vector<int> recipients = node_->GetNodeIds(recv_id);
@@ -141,22 +142,26 @@ void AppImpl::Response(const SimpleData& req, const std::string& body) {
 
 SimpleApp::SimpleApp() = default;
 
+// A SimpleApp's messages are held until it sets a handle, sends its first
+// request, or the node reaches a barrier, so a request that arrives right
+// after construction is handled by the application's handle, not by the
+// default one (a race in ps-lite).
 SimpleApp::SimpleApp(int app_id, int customer_id) : SimpleApp() {
-  InitApp(app_id, customer_id, nullptr, true);
+  InitApp(app_id, customer_id, nullptr);
 }
 
 SimpleApp::SimpleApp(int app_id, int customer_id, Postoffice* postoffice)
     : SimpleApp() {
-  InitApp(app_id, customer_id, postoffice, true);
+  InitApp(app_id, customer_id, postoffice);
 }
 
 SimpleApp::~SimpleApp() { delete impl_; }
 
-void SimpleApp::InitApp(int app_id, int customer_id, Postoffice* postoffice,
-                        bool deliver) {
+void SimpleApp::InitApp(int app_id, int customer_id, Postoffice* postoffice) {
   CHECK(impl_ == nullptr);
   if (postoffice == nullptr) postoffice = Postoffice::Get();
-  impl_ = new AppImpl(this, app_id, customer_id, postoffice, deliver);
+  impl_ = new AppImpl(this, app_id, customer_id, postoffice);
+  impl_->customer();  // Registered now, held until EnableDelivery.
 }
 
 void SimpleApp::EnableDelivery() { impl_->EnableDelivery(); }
@@ -181,10 +186,12 @@ void SimpleApp::Response(const SimpleData& recv_req,
 
 void SimpleApp::set_request_handle(const Handle& request_handle) {
   impl_->set_request_handle(request_handle);
+  impl_->EnableDelivery();
 }
 
 void SimpleApp::set_response_handle(const Handle& response_handle) {
   impl_->set_response_handle(response_handle);
+  impl_->EnableDelivery();
 }
 
 }  // namespace ps

@@ -23,10 +23,10 @@ class AppImpl {
   using KVHandler = std::function<void(Message& msg)>;
   using FailureHandler = Customer::FailureHandler;
 
-  // `app` and `postoffice` are borrowed and outlive this object. With
-  // `deliver` false the customer is created at EnableDelivery().
-  AppImpl(SimpleApp* app, int app_id, int customer_id, Postoffice* postoffice,
-          bool deliver);
+  // `app` and `postoffice` are borrowed and outlive this object. Messages
+  // are delivered once the customer exists: at EnableDelivery() (or the
+  // first request).
+  AppImpl(SimpleApp* app, int app_id, int customer_id, Postoffice* postoffice);
   ~AppImpl();
 
   int app_id() const { return app_id_; }
@@ -34,9 +34,9 @@ class AppImpl {
   Node* node() const { return node_; }
   Postoffice* postoffice() const { return postoffice_; }
 
-  // The customer, created on first use.
+  // The customer, created (held) on first use.
   Customer* customer();
-  void EnableDelivery() { customer(); }
+  void EnableDelivery() { customer()->Release(); }
   // Destroys the customer: no handler runs after this returns.
   void StopDelivery();
 

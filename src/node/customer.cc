@@ -6,17 +6,20 @@
 
 namespace ps {
 
-Customer::Customer(int app_id, int customer_id, Node* node, Handler handler)
+Customer::Customer(int app_id, int customer_id, Node* node, Handler handler,
+                   bool held)
     : app_id_(app_id),
       customer_id_(customer_id),
       node_(node),
-      handler_(std::move(handler)) {
+      handler_(std::move(handler)),
+      held_(held) {
   thread_ = std::thread(&Customer::Loop, this);
   node_->AddCustomer(this);
 }
 
 Customer::~Customer() {
   node_->RemoveCustomer(this);
+  Release();
   queue_.Close();
   if (thread_.joinable()) thread_.join();
 }
@@ -69,6 +72,15 @@ void Customer::FailAll(const Status& status) {
   }
 }
 
+void Customer::Release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!held_) return;
+    held_ = false;
+  }
+  idle_cv_.notify_all();
+}
+
 void Customer::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t target = queued_;
@@ -76,6 +88,10 @@ void Customer::Drain() {
 }
 
 void Customer::Loop() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [this] { return !held_; });
+  }
   Event e;
   while (queue_.Pop(&e)) {
     if (e.failed_peer >= 0 || e.fail_all) {

@@ -31,8 +31,10 @@ class Customer {
 
   // Registers with `node` (borrowed; must outlive this customer) and starts
   // the customer thread. Messages that arrived for this id before it existed
-  // are delivered now.
-  Customer(int app_id, int customer_id, Node* node, Handler handler);
+  // are queued now. A `held` customer queues messages but handles none until
+  // Release(), so an application can finish setting its handles first.
+  Customer(int app_id, int customer_id, Node* node, Handler handler,
+           bool held = false);
   ~Customer();
   Customer(const Customer&) = delete;
   Customer& operator=(const Customer&) = delete;
@@ -50,6 +52,9 @@ class Customer {
   void OnPeerFailed(int peer, const Status& status);
   // Fails every open request (expulsion, abort).
   void FailAll(const Status& status);
+
+  // Starts handling messages (idempotent).
+  void Release();
 
   // Blocks until everything queued so far has been handled.
   void Drain();
@@ -76,6 +81,7 @@ class Customer {
   FailureHandler failure_handler_;  // Guarded by mu_.
   uint64_t queued_ = 0;             // Guarded by mu_.
   uint64_t handled_ = 0;            // Guarded by mu_.
+  bool held_ = false;               // Guarded by mu_.
 };
 
 }  // namespace ps

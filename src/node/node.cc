@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <random>
 
@@ -183,6 +184,7 @@ void Node::SendHeartbeat() {
 }
 
 void Node::CheckLiveness() {
+  SweepEarlyMessages();
   std::unique_lock<std::mutex> lock(mu_);
   if (!table_ready_ || stopped_) return;
   int64_t now = clock_->NowMs();
@@ -209,6 +211,9 @@ void Node::CheckLiveness() {
 }
 
 Status Node::Barrier(int customer_id, int group) {
+  // A program that reaches a barrier has set up its apps: let every held one
+  // start handling messages (peers may need their answers to get here too).
+  ReleaseCustomers();
   std::unique_lock<std::mutex> lock(mu_);
   if (!table_ready_) {
     return Status::Aborted("Barrier before Start");
@@ -278,7 +283,10 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& c : customers_) customers.push_back(c.second);
   }
-  for (Customer* c : customers) c->Drain();
+  for (Customer* c : customers) {
+    c->Release();
+    c->Drain();
+  }
   lock.lock();
   if (options_.role != Role::kScheduler && table_ready_ &&
       !dead_.count(kSchedulerId)) {
@@ -369,13 +377,26 @@ void Node::AddCustomer(Customer* customer) {
     CHECK(customers_.count(key) == 0) << "customer (" << key.first << ", "
                                       << key.second << ") registered twice";
     customers_[key] = customer;
-    auto it = early_.find(key);
+    auto it = early_.find(customer->app_id());
     if (it != early_.end()) {
-      early = std::move(it->second);
-      early_.erase(it);
+      auto& backlog = it->second;
+      for (auto m = backlog.begin(); m != backlog.end();) {
+        if (FindCustomerLocked(m->second.meta) == customer) {
+          early.push_back(std::move(m->second));
+          m = backlog.erase(m);
+        } else {
+          ++m;
+        }
+      }
+      if (backlog.empty()) early_.erase(it);
     }
   }
   for (Message& m : early) customer->Accept(std::move(m));
+}
+
+void Node::ReleaseCustomers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& c : customers_) c.second->Release();
 }
 
 void Node::RemoveCustomer(Customer* customer) {
@@ -443,6 +464,26 @@ void Node::OnMessage(Message&& msg) {
   LOG(WARNING) << "dropping unexpected control message " << meta.DebugString();
 }
 
+// ps-lite routes by (app, customer) on workers and by (app, app) elsewhere;
+// Ember also takes an app's only customer, so SimpleApp(7, 0) on a server
+// is reachable too.
+Customer* Node::FindCustomerLocked(const Meta& meta) const {
+  const int app = meta.app_id;
+  if (options_.role == Role::kWorker || !meta.request) {
+    auto it = customers_.find({app, meta.customer_id});
+    if (it != customers_.end()) return it->second;
+  }
+  if (options_.role != Role::kWorker) {
+    auto it = customers_.find({app, app});
+    if (it != customers_.end()) return it->second;
+  }
+  auto first = customers_.lower_bound({app, INT_MIN});
+  if (first == customers_.end() || first->first.first != app) return nullptr;
+  auto next = std::next(first);
+  if (next != customers_.end() && next->first.first == app) return nullptr;
+  return first->second;
+}
+
 void Node::DispatchData(Message&& msg) {
   Customer* customer = nullptr;
   {
@@ -454,26 +495,69 @@ void Node::DispatchData(Message&& msg) {
                    << ": " << msg.meta.DebugString();
       return;
     }
-    int customer_id =
-        options_.role == Role::kWorker ? msg.meta.customer_id : msg.meta.app_id;
-    auto key = std::make_pair(msg.meta.app_id, customer_id);
-    auto it = customers_.find(key);
-    if (it == customers_.end()) {
-      // The application may not have created this customer yet (a server's
+    customer = FindCustomerLocked(msg.meta);
+    if (customer == nullptr) {
+      // The application may not have created this app yet (a server's
       // KVServer is often made after Start returns); keep a bounded backlog.
-      auto& backlog = early_[key];
+      auto& backlog = early_[msg.meta.app_id];
       if (backlog.size() >= 100000) {
         counters_.dropped_no_customer++;
-        LOG_EVERY_N(WARNING, 1000) << "dropping message for missing customer ("
-                                   << key.first << ", " << key.second << ")";
+        LOG_EVERY_N(WARNING, 1000)
+            << "dropping message for missing app " << msg.meta.app_id;
         return;
       }
-      backlog.push_back(std::move(msg));
+      backlog.emplace_back(clock_->NowMs(), std::move(msg));
       return;
     }
-    customer = it->second;
   }
   customer->Accept(std::move(msg));
+}
+
+void Node::SweepEarlyMessages() {
+  std::vector<Message> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t now = clock_->NowMs();
+    for (auto it = early_.begin(); it != early_.end();) {
+      auto& backlog = it->second;
+      for (auto m = backlog.begin(); m != backlog.end();) {
+        if (now - m->first <= options_.missing_app_timeout_ms) {
+          ++m;
+          continue;
+        }
+        const Meta& meta = m->second.meta;
+        LOG(WARNING) << "no app " << meta.app_id << " on this node after "
+                     << now - m->first << " ms; refusing "
+                     << meta.DebugString();
+        counters_.dropped_no_customer++;
+        if (meta.request) {
+          Message answer;
+          answer.meta.app_id = meta.app_id;
+          answer.meta.customer_id = meta.customer_id;
+          answer.meta.simple_app = meta.simple_app;
+          answer.meta.request = false;
+          answer.meta.push = meta.push;
+          answer.meta.pull = meta.pull;
+          answer.meta.cmd = meta.cmd;
+          answer.meta.timestamp = meta.timestamp;
+          answer.meta.recipient = meta.sender;
+          answer.meta.sender = meta.recipient;
+          answer.meta.status_code = static_cast<int>(Status::Code::kNotFound);
+          answer.meta.status_message =
+              DescribeLocked(meta.recipient) + " has no app " +
+              std::to_string(meta.app_id) + " (customer " +
+              std::to_string(meta.customer_id) + ")";
+          answers.push_back(std::move(answer));
+        }
+        m = backlog.erase(m);
+      }
+      it = backlog.empty() ? early_.erase(it) : std::next(it);
+    }
+  }
+  for (Message& a : answers) {
+    Status s = Send(std::move(a));
+    if (!s.ok()) VLOG(1) << "cannot refuse a request: " << s;
+  }
 }
 
 void Node::HandleNodeTable(const Message& msg) {
@@ -598,6 +682,13 @@ RingInfo Node::ring_info() const {
 bool Node::IsAlive(int id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return table_.count(id) && !dead_.count(id) && !left_.count(id);
+}
+
+size_t Node::held_messages() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& e : early_) n += e.second.size();
+  return n;
 }
 
 int64_t Node::last_scheduler_echo_ms() const {

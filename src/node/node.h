@@ -87,6 +87,8 @@ class Node {
   // Customers register themselves; see Customer.
   void AddCustomer(Customer* customer);
   void RemoveCustomer(Customer* customer);
+  // Releases every held customer (see Customer); Barrier and Finalize do.
+  void ReleaseCustomers();
 
   // --- Membership. Valid after Start() has returned OK.
   Role role() const { return options_.role; }
@@ -110,6 +112,9 @@ class Node {
   void SendHeartbeat();
   void CheckLiveness();
 
+  // Data messages held for apps this node has not created (yet).
+  size_t held_messages() const;
+
   // When the last heartbeat echo from the scheduler arrived (clock time).
   int64_t last_scheduler_echo_ms() const;
 
@@ -124,6 +129,8 @@ class Node {
   Status StartVan();
   void OnMessage(Message&& msg);
   void DispatchData(Message&& msg);
+  Customer* FindCustomerLocked(const Meta& meta) const;
+  void SweepEarlyMessages();
   void HandleNodeTable(const Message& msg);
   void HandleBarrierRelease(const Message& msg);
   void HandleNodeFailed(int id, const std::string& reason);
@@ -178,7 +185,10 @@ class Node {
   Status abort_status_;
   std::map<int, std::pair<bool, Status>> barrier_waits_;  // by customer id
   std::map<std::pair<int, int>, Customer*> customers_;
-  std::map<std::pair<int, int>, std::vector<Message>> early_;
+  // Data messages for apps not created yet, by app id, with their arrival
+  // time; requests held longer than options_.missing_app_timeout_ms are
+  // answered kNotFound (no silent hang on a missing app).
+  std::map<int, std::vector<std::pair<int64_t, Message>>> early_;
   std::function<void()> exit_callback_;
   int64_t last_scheduler_echo_ms_ = 0;
 

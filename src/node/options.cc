@@ -153,6 +153,8 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(ReadInt("EMBER_START_TIMEOUT", "ember_start_timeout", 1,
                              86400, &start_timeout_s));  // A day at most.
   o.start_timeout_ms = start_timeout_s * 1000;
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_MISSING_APP_TIMEOUT_MS", nullptr, 1,
+                             86400000, &o.missing_app_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_FINALIZE_TIMEOUT_MS", nullptr, 1, 3600000,
                              &o.finalize_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_VIRTUAL_NODES", "ember_virtual_nodes", 0,

@@ -44,6 +44,9 @@ struct Options {
   int heartbeat_timeout_ms = 4000;  // EMBER_HEARTBEAT_TIMEOUT_MS
   int start_timeout_ms = 60000;     // EMBER_START_TIMEOUT (seconds in env)
   int finalize_timeout_ms = 10000;  // EMBER_FINALIZE_TIMEOUT_MS
+  // How long a request may wait for its app to be created on this node
+  // before it is answered kNotFound.
+  int missing_app_timeout_ms = 10000;  // EMBER_MISSING_APP_TIMEOUT_MS
 
   FailurePolicy failure_policy =
       FailurePolicy::kAbort;  // EMBER_ON_NODE_FAILURE

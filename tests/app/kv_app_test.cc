@@ -76,7 +76,8 @@ TEST_F(KVAppTest, PushesFromEveryWorkerAreSummedExactly) {
 
 TEST_F(KVAppTest, KeysSpreadOverEveryServer) {
   Form(3, 1);
-  std::map<int, int> seen;  // server rank -> keys received
+  // One slot per server, each written only by its server's thread.
+  std::vector<int> seen(3, 0);  // server rank -> keys received
   for (int i = 0; i < 3; ++i) {
     servers_[i]->set_request_handle([&seen, i](const KVMeta& m,
                                                const KVPairs<float>& d,
@@ -89,10 +90,9 @@ TEST_F(KVAppTest, KeysSpreadOverEveryServer) {
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;  // Dense keys.
   std::vector<float> vals(keys.size(), 1);
   ASSERT_TRUE(Worker(0)->WaitStatus(Worker(0)->Push(keys, vals)).ok());
-  ASSERT_EQ(seen.size(), 3u);
-  for (const auto& s : seen) {
-    EXPECT_GT(s.second, 800) << "server " << s.first;
-    EXPECT_LT(s.second, 1200) << "server " << s.first;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(seen[i], 800) << "server " << i;
+    EXPECT_LT(seen[i], 1200) << "server " << i;
   }
 }
 
@@ -199,7 +199,8 @@ TEST_F(KVAppTest, MismatchedValueShapeIsRefusedWhole) {
 
 TEST_F(KVAppTest, CustomSlicerSendsSliceIToServerRankI) {
   Form(2, 1);
-  std::map<int, std::vector<Key>> seen;
+  // One slot per server, each written only by its server's thread.
+  std::vector<std::vector<Key>> seen(2);
   for (int i = 0; i < 2; ++i) {
     servers_[i]->set_request_handle([&seen, i](const KVMeta& m,
                                                const KVPairs<float>& d,
@@ -277,6 +278,43 @@ TEST(SimpleAppTest, RequestToAGroupGetsEveryResponse) {
   ASSERT_TRUE(apps[0]->WaitStatus(ts).ok());
   EXPECT_EQ(handled.load(), 5);
   EXPECT_EQ(pongs.load(), 5);
+  cluster.Finalize();
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(SimpleAppTest, AppWithAnyCustomerIdIsReachableOnServers) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  // ps-lite would look for customer (7, 7) on the server and never find it.
+  SimpleApp server_app(7, 0, cluster.server(0));
+  server_app.set_request_handle(
+      [](const SimpleData& req, SimpleApp* app) { app->Response(req); });
+  SimpleApp worker_app(7, 3, cluster.worker(0));
+  int ts = worker_app.Request(1, "x", kServerGroup);
+  EXPECT_TRUE(worker_app.WaitStatus(ts).ok());
+  cluster.Finalize();
+}
+
+TEST(SimpleAppTest, RequestForAMissingAppIsRefusedNotLeftHanging) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  SimpleApp worker_app(9, 0, cluster.worker(0));
+  int ts = worker_app.Request(1, "anyone?", kServerGroup);
+  // The server has no app 9. Once the bound has passed, it says so.
+  Node* server = cluster.server(0)->node();
+  ASSERT_TRUE(WaitUntil([&] { return server->held_messages() == 1; }));
+  cluster.clock()->Advance(server->options().missing_app_timeout_ms + 1);
+  cluster.Beat(cluster.server(0));
+  cluster.Beat(cluster.worker(0));
+  server->CheckLiveness();
+  Status s = worker_app.WaitStatus(ts);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound) << s;
+  EXPECT_NE(s.message().find("has no app 9"), std::string::npos) << s;
   cluster.Finalize();
 }
 

@@ -100,12 +100,18 @@ class InProcCluster {
     clock_.Advance(kTimeoutMs + 1);
     for (Postoffice* p : all()) {
       if (p == victim || p == scheduler()) continue;
-      p->node()->SendHeartbeat();
-      int64_t now = clock_.NowMs();
-      ASSERT_TRUE(WaitUntil(
-          [&] { return p->node()->last_scheduler_echo_ms() == now; }));
+      Beat(p);
     }
     scheduler()->node()->CheckLiveness();
+  }
+
+  // `p` beats and we wait for the scheduler's echo, so the scheduler and `p`
+  // both know the other is alive at the current fake time.
+  void Beat(Postoffice* p) {
+    p->node()->SendHeartbeat();
+    int64_t now = clock_.NowMs();
+    ASSERT_TRUE(
+        WaitUntil([&] { return p->node()->last_scheduler_echo_ms() == now; }));
   }
 
   FakeClock* clock() { return &clock_; }

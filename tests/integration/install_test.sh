@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix, builds an outside project with
+# find_package(Ember) and runs it with the installed local.sh, which must
+# find the installed scheduler next to itself.
+# usage: install_test.sh BUILD_DIR
+set -eu
+build=$1
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/ember-install.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" ||
+  { cat "$work/install.log"; exit 1; }
+for f in bin/ember_scheduler bin/local.sh include/ps/ps.h \
+  lib/cmake/Ember/EmberConfig.cmake; do
+  [[ -e $prefix/$f ]] || { echo "install_test: $f is not installed"; exit 1; }
+done
+cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+  >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/consumer" >"$work/build.log" 2>&1 ||
+  { cat "$work/build.log"; exit 1; }
+# Nothing from the build tree: the installed local.sh must find the
+# installed scheduler by itself.
+unset EMBER_SCHEDULER EMBER_BUILD_DIR
+PATH=/usr/bin:/bin EMBER_TIMEOUT=60 "$prefix/bin/local.sh" 2 2 \
+  "$work/consumer/api_tour"
+echo "install_test: PASS"
