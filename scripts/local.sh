@@ -368,7 +368,10 @@ if [[ -z $ROOT_PORT ]]; then
     sleep 0.05
   done
   if ! is_uint "$ROOT_PORT"; then
-    reap
+    if ! pid_alive "${PIDS[0]}"; then
+      wait "${PIDS[0]}" 2>/dev/null
+      FAIL_STATUS=$?
+    fi
     echo "$LOCALSH_NAME: the scheduler did not publish its port (see its output above)" >&2
     stop_cluster
     trap - EXIT

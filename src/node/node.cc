@@ -277,7 +277,6 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
     return true;
   });
   lock.unlock();
-  StopThreads();
   std::vector<Customer*> customers;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -287,6 +286,9 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
     c->Release();
     c->Drain();
   }
+  // Heartbeats ran through the drain, so a slow drain is not taken for a
+  // death; they stop before we tell the scheduler we leave.
+  StopThreads();
   lock.lock();
   if (options_.role != Role::kScheduler && table_ready_ &&
       !dead_.count(kSchedulerId)) {
@@ -489,6 +491,17 @@ void Node::DispatchData(Message&& msg) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     int sender = msg.meta.sender;
+    if (!table_ready_) {
+      // After StartAsync a peer may be faster than our NODE_TABLE; keep its
+      // messages (bounded) until we know who it is.
+      if (before_table_.size() >= 100000) {
+        counters_.dropped_unknown_sender++;
+        LOG_EVERY_N(WARNING, 1000) << "dropping data before the node table";
+        return;
+      }
+      before_table_.push_back(std::move(msg));
+      return;
+    }
     if (!table_.count(sender) || dead_.count(sender)) {
       counters_.dropped_unknown_sender++;
       LOG(WARNING) << "dropping message from unknown or dead node " << sender
@@ -561,8 +574,17 @@ void Node::SweepEarlyMessages() {
 }
 
 void Node::HandleNodeTable(const Message& msg) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (table_ready_) return;  // One per logical node of this process.
+  std::vector<Message> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (table_ready_) return;  // One per logical node of this process.
+    ApplyNodeTableLocked(msg);
+    held.swap(before_table_);
+  }
+  for (Message& m : held) DispatchData(std::move(m));
+}
+
+void Node::ApplyNodeTableLocked(const Message& msg) {
   std::string me = my_host_ + ":" + std::to_string(my_port_);
   for (const NodeInfo& n : msg.meta.nodes) {
     table_[n.id] = n;

@@ -132,6 +132,7 @@ class Node {
   Customer* FindCustomerLocked(const Meta& meta) const;
   void SweepEarlyMessages();
   void HandleNodeTable(const Message& msg);
+  void ApplyNodeTableLocked(const Message& msg);
   void HandleBarrierRelease(const Message& msg);
   void HandleNodeFailed(int id, const std::string& reason);
   void HandleAbort(const std::string& reason);
@@ -189,6 +190,8 @@ class Node {
   // time; requests held longer than options_.missing_app_timeout_ms are
   // answered kNotFound (no silent hang on a missing app).
   std::map<int, std::vector<std::pair<int64_t, Message>>> early_;
+  // Data messages that arrived before our node table.
+  std::vector<Message> before_table_;
   std::function<void()> exit_callback_;
   int64_t last_scheduler_echo_ms_ = 0;
 

@@ -320,7 +320,10 @@ void Node::DeclareDeadLocked(const std::string& address,
     dead_.insert(id);
     for (const auto& n : table_) {
       int to = n.first;
-      if (to == kSchedulerId || dead_.count(to) || left_.count(to)) continue;
+      // The victim is told too: if it is in fact alive (a long pause), it
+      // learns it was expelled instead of carrying on alone.
+      if (to == kSchedulerId || left_.count(to)) continue;
+      if (dead_.count(to) && to != id) continue;
       Message notice;
       notice.meta.control = Control::kNodeFailed;
       notice.meta.sender = kSchedulerId;

@@ -72,6 +72,19 @@ TEST(NodeTest, DeadWorkerFailsABarrierThatWaitsForIt) {
   EXPECT_EQ(again.code(), Status::Code::kUnavailable) << again;
 }
 
+TEST(NodeTest, ExpelledNodeLearnsItWasDeclaredDead) {
+  InProcCluster cluster(1, 2);
+  cluster.Start();
+  // Worker 1 stays reachable but misses its heartbeats (a long pause).
+  cluster.clock()->Advance(InProcCluster::kTimeoutMs + 1);
+  cluster.Beat(cluster.server(0));
+  cluster.Beat(cluster.worker(0));
+  cluster.scheduler()->node()->CheckLiveness();
+  Status s = cluster.worker(1)->BarrierStatus(0, kWorkerGroup);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("declared dead"), std::string::npos) << s;
+}
+
 TEST(NodeTest, SilentSchedulerIsDetectedByNodes) {
   InProcCluster cluster(1, 1);
   cluster.Start();
