@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds, and runs the whole test suite (unit,
 # integration and fault tests), then again under AddressSanitizer and
-# UndefinedBehaviorSanitizer. EMBER_SKIP_SANITIZE=1 skips the second pass.
+# UndefinedBehaviorSanitizer, then the unit tests (in-process, where every
+# thread is ours) under ThreadSanitizer. EMBER_SKIP_SANITIZE=1 skips the
+# sanitizer passes.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh"
@@ -11,5 +13,9 @@ if [[ ${EMBER_SKIP_SANITIZE:-0} != 1 ]]; then
   BUILD_DIR=$root/build-asan "$root/scripts/build.sh" -DEMBER_SANITIZE=ON
   # The install test is covered by the first pass.
   (cd "$root/build-asan" && ctest --output-on-failure -j 2 -E install)
+  cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DEMBER_WERROR=ON -DEMBER_TSAN=ON >/dev/null
+  cmake --build "$root/build-tsan" -j "$(nproc)" --target unit_tests
+  (cd "$root/build-tsan" && ctest --output-on-failure -j 2 -L unit)
 fi
 echo "test.sh: all tests passed"

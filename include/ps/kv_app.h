@@ -41,43 +41,40 @@ struct KVPairs {
 
 namespace internal {
 
-template <typename Val>
-PullSink VectorSink(std::vector<Val>* vals, std::vector<int>* lens) {
+// Makes `c` hold exactly n elements: grows it if empty, else it must already
+// have that size (ps-lite's contract for pull outputs).
+template <typename Container>
+bool FitOutput(Container* c, size_t n) {
+  if (c->empty()) c->resize(n);
+  return c->size() == n;
+}
+
+// A sink writing into `vals` and, if not null, `lens`: std::vector or SArray.
+template <typename Val, typename Vals, typename Lens>
+PullSink MakeSink(Vals* vals, Lens* lens) {
   PullSink sink;
   sink.values = [vals](size_t bytes) -> char* {
-    size_t n = bytes / sizeof(Val);
-    if (vals->empty()) {
-      vals->resize(n);
-    } else if (vals->size() != n) {
-      return nullptr;
-    }
-    return reinterpret_cast<char*>(vals->data());
+    return FitOutput(vals, bytes / sizeof(Val))
+               ? reinterpret_cast<char*>(vals->data())
+               : nullptr;
   };
   if (lens != nullptr) {
     sink.lens = [lens](size_t n) -> int* {
-      if (lens->empty()) {
-        lens->resize(n);
-      } else if (lens->size() != n) {
-        return nullptr;
-      }
-      return lens->data();
+      return FitOutput(lens, n) ? lens->data() : nullptr;
     };
   }
   return sink;
 }
 
 template <typename Val>
+PullSink VectorSink(std::vector<Val>* vals, std::vector<int>* lens) {
+  return MakeSink<Val>(vals, lens);
+}
+
+// An SArray output may also take a single server's buffer without a copy.
+template <typename Val>
 PullSink SArraySink(SArray<Val>* vals, SArray<int>* lens) {
-  PullSink sink;
-  sink.values = [vals](size_t bytes) -> char* {
-    size_t n = bytes / sizeof(Val);
-    if (vals->empty()) {
-      vals->resize(n);
-    } else if (vals->size() != n) {
-      return nullptr;
-    }
-    return reinterpret_cast<char*>(vals->data());
-  };
+  PullSink sink = MakeSink<Val>(vals, lens);
   sink.adopt = [vals](const SArray<char>& bytes) {
     if (!vals->empty() || bytes.size() % sizeof(Val) != 0 ||
         reinterpret_cast<uintptr_t>(bytes.data()) % alignof(Val) != 0) {
@@ -86,16 +83,6 @@ PullSink SArraySink(SArray<Val>* vals, SArray<int>* lens) {
     *vals = SArray<Val>(bytes);
     return true;
   };
-  if (lens != nullptr) {
-    sink.lens = [lens](size_t n) -> int* {
-      if (lens->empty()) {
-        lens->resize(n);
-      } else if (lens->size() != n) {
-        return nullptr;
-      }
-      return lens->data();
-    };
-  }
   return sink;
 }
 

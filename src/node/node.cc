@@ -522,8 +522,10 @@ void Node::DispatchData(Message&& msg) {
       backlog.emplace_back(clock_->NowMs(), std::move(msg));
       return;
     }
+    // Under mu_: RemoveCustomer takes it too, so the customer cannot be
+    // destroyed under us. Accept never blocks.
+    customer->Accept(std::move(msg));
   }
-  customer->Accept(std::move(msg));
 }
 
 void Node::SweepEarlyMessages() {
@@ -622,7 +624,6 @@ void Node::HandleBarrierRelease(const Message& msg) {
 }
 
 void Node::HandleNodeFailed(int id, const std::string& reason) {
-  std::vector<Customer*> customers;
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -636,14 +637,16 @@ void Node::HandleNodeFailed(int id, const std::string& reason) {
           Status::Unavailable(DescribeLocked(id) + " died (" + reason + ")");
     }
     LOG(ERROR) << status.message();
-    for (const auto& c : customers_) customers.push_back(c.second);
+    bool fail_all = status.code() == Status::Code::kAborted ||
+                    id == kSchedulerId ||
+                    options_.failure_policy == FailurePolicy::kAbort;
+    if (!fail_all) {
+      // Under mu_ so no customer is destroyed meanwhile; this never blocks.
+      for (const auto& c : customers_) c.second->OnPeerFailed(id, status);
+      return;
+    }
   }
-  if (status.code() == Status::Code::kAborted || id == kSchedulerId ||
-      options_.failure_policy == FailurePolicy::kAbort) {
-    FailEverything(status);
-    return;
-  }
-  for (Customer* c : customers) c->OnPeerFailed(id, status);
+  FailEverything(status);
 }
 
 void Node::HandleAbort(const std::string& reason) {
@@ -652,15 +655,12 @@ void Node::HandleAbort(const std::string& reason) {
 }
 
 void Node::FailEverything(const Status& status) {
-  std::vector<Customer*> customers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (abort_status_.ok()) abort_status_ = status;
-    for (const auto& c : customers_) customers.push_back(c.second);
-    cv_.notify_all();
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (abort_status_.ok()) abort_status_ = status;
   LOG(ERROR) << status;
-  for (Customer* c : customers) c->FailAll(status);
+  // Under mu_ so no customer is destroyed meanwhile; FailAll never blocks.
+  for (const auto& c : customers_) c.second->FailAll(status);
+  cv_.notify_all();
 }
 
 int Node::my_id(int customer_id) const {

@@ -334,7 +334,13 @@ void Node::DeclareDeadLocked(const std::string& address,
     }
     // The scheduler's own customers (a program running as scheduler).
     Status status = Status::Unavailable(who + " died (" + why + ")");
-    for (const auto& c : customers_) c.second->OnPeerFailed(id, status);
+    if (options_.failure_policy == FailurePolicy::kAbort) {
+      if (abort_status_.ok()) abort_status_ = status;
+      for (const auto& c : customers_) c.second->FailAll(status);
+      cv_.notify_all();
+    } else {
+      for (const auto& c : customers_) c.second->OnPeerFailed(id, status);
+    }
   }
   EvaluateBarriersLocked();
 }
