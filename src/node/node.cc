@@ -67,7 +67,13 @@ Status Node::Start(int customer_id, bool do_barrier) {
   if (options_.role == Role::kScheduler) {
     if (!table_ready_) {
       lock.unlock();
-      PS_RETURN_IF_ERROR(SchedulerStart());
+      Status s = SchedulerStart();
+      if (!s.ok()) {
+        // Let the ABORTs that explain the failure leave before we return
+        // (the caller may exit at once).
+        van_->Stop();
+        return s;
+      }
       lock.lock();
     }
     logical_[customer_id] = kSchedulerId;
