@@ -1,0 +1,436 @@
+// zmq_baseline: what raw ZeroMQ moves between two processes on this machine,
+// the limit Ember's KV benchmark (bench/kv_bench) is compared with.
+//
+//   zmq_baseline [--sizes=4096,12000,262144,4194304] [--windows=8,1]
+//                [--directions=push] [--seconds=2] [--warmup_seconds=0.5]
+//
+// The program forks before any ZeroMQ context exists. The child is the
+// server: a ROUTER bound to tcp://127.0.0.1:* (a port the kernel picks,
+// passed to the parent through a pipe). The parent is the client: a DEALER
+// connected to it, as Ember's transport connects a node to its peers. For
+// every direction x size x window it keeps `window` messages in flight for
+// --warmup_seconds, then for --seconds, waiting for the oldest answer
+// whenever the window is full:
+//   push: the client sends `size` bytes, zero-copy (zmq_msg_init_data over
+//         one preallocated buffer, no-op free); the server answers 8 bytes,
+//         as a server acknowledges a push.
+//   pull: the client sends a 16-byte request; the server answers `size`
+//         bytes, zero-copy from its own preallocated buffer.
+// Window 1 is a round trip ("a 4 KB push waited for before the next").
+// Nobody reads or copies the payload: this is the transport's limit.
+//
+// Output, one line per case:
+//   RESULT baseline=zmq size=4194304 window=8 GB_s=2.97 msgs_s=708.1
+//          p50_us=11200 p99_us=13100 direction=push        (one line)
+// GB = 1e9 bytes of payload; latency runs from a message's send to the
+// arrival of its answer.
+//
+// Wire protocol, client to server, one frame: 0 bytes ends the server; 16
+// bytes {u64 sequence, u64 size} asks for `size` bytes back; anything else
+// is a push, acknowledged with 8 bytes. Push sizes must therefore exceed 16.
+#include <gflags/gflags.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+DEFINE_string(sizes, "4096,12000,262144,4194304",
+              "payload sizes in bytes, comma-separated");
+DEFINE_string(windows, "8,1", "messages in flight, comma-separated");
+DEFINE_string(directions, "push",
+              "push (payload to the server, small ack back) and/or pull "
+              "(small request, payload back), comma-separated");
+DEFINE_double(seconds, 2, "measured duration per case, in seconds");
+DEFINE_double(warmup_seconds, 0.5, "unmeasured run before each case");
+DEFINE_int32(timeout_ms, 10000,
+             "give up when a peer stays silent this long (milliseconds)");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kPullRequestBytes = 16;
+constexpr size_t kAckBytes = 8;
+
+// ZeroMQ never frees the send buffers: they live until the process ends.
+void NoFree(void*, void*) {}
+
+bool ParseList(const std::string& text, std::vector<std::string>* out) {
+  out->clear();
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    if (end == begin) return false;
+    out->push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return !out->empty();
+}
+
+bool ParseNumbers(const std::string& text, std::vector<size_t>* out) {
+  std::vector<std::string> items;
+  if (!ParseList(text, &items)) return false;
+  out->clear();
+  for (const std::string& item : items) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+    if (errno != 0 || end == item.c_str() || *end != '\0' || v == 0) {
+      return false;
+    }
+    out->push_back(static_cast<size_t>(v));
+  }
+  return true;
+}
+
+void ZmqError(const char* what) {
+  std::fprintf(stderr, "zmq_baseline: %s: %s\n", what, zmq_strerror(errno));
+}
+
+// A socket with linger 0 and a receive deadline of --timeout_ms.
+void* MakeSocket(void* context, int type) {
+  void* socket = zmq_socket(context, type);
+  if (socket == nullptr) return nullptr;
+  const int linger = 0;
+  const int timeout = FLAGS_timeout_ms;
+  zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+  zmq_setsockopt(socket, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
+  return socket;
+}
+
+// ---------------------------------------------------------------- server --
+
+// Binds, writes its port to `port_fd`, and answers until told to stop.
+// Returns the process's exit status.
+int Serve(int port_fd, size_t max_size) {
+  // The payload of pull answers: allocated and touched once.
+  std::vector<char> payload(max_size, 'x');
+  void* context = zmq_ctx_new();
+  void* socket = MakeSocket(context, ZMQ_ROUTER);
+  if (socket == nullptr || zmq_bind(socket, "tcp://127.0.0.1:*") != 0) {
+    ZmqError("server bind");
+    return 1;
+  }
+  char endpoint[256];
+  size_t endpoint_size = sizeof(endpoint);
+  if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, endpoint, &endpoint_size) !=
+      0) {
+    ZmqError("ZMQ_LAST_ENDPOINT");
+    return 1;
+  }
+  const char* colon = std::strrchr(endpoint, ':');
+  const std::string port = colon != nullptr ? colon + 1 : "";
+  if (port.empty() || write(port_fd, port.data(), port.size()) !=
+                          static_cast<ssize_t>(port.size())) {
+    std::fprintf(stderr, "zmq_baseline: cannot publish the port\n");
+    return 1;
+  }
+  close(port_fd);
+
+  int status = 0;
+  uint64_t received = 0;
+  zmq_msg_t identity, body;
+  zmq_msg_init(&identity);
+  zmq_msg_init(&body);
+  while (true) {
+    if (zmq_msg_recv(&identity, socket, 0) < 0 ||
+        zmq_msg_recv(&body, socket, 0) < 0) {
+      ZmqError("server receive");
+      status = 1;
+      break;
+    }
+    const size_t size = zmq_msg_size(&body);
+    if (size == 0) break;
+    ++received;
+    // Sending consumes the identity message and leaves it empty.
+    if (zmq_msg_send(&identity, socket, ZMQ_SNDMORE) < 0) {
+      ZmqError("server send");
+      status = 1;
+      break;
+    }
+    int rc;
+    if (size == kPullRequestBytes) {
+      uint64_t request[2];
+      std::memcpy(request, zmq_msg_data(&body), sizeof(request));
+      const size_t want = std::min<uint64_t>(request[1], max_size);
+      zmq_msg_t reply;
+      zmq_msg_init_data(&reply, payload.data(), want, NoFree, nullptr);
+      rc = zmq_msg_send(&reply, socket, 0);
+      if (rc < 0) zmq_msg_close(&reply);
+    } else {
+      rc = zmq_send(socket, &received, kAckBytes, 0);
+    }
+    if (rc < 0) {
+      ZmqError("server send");
+      status = 1;
+      break;
+    }
+  }
+  zmq_msg_close(&identity);
+  zmq_msg_close(&body);
+  zmq_close(socket);
+  zmq_ctx_term(context);
+  return status;
+}
+
+// ---------------------------------------------------------------- client --
+
+struct CaseResult {
+  uint64_t messages = 0;
+  double seconds = 0;
+  std::vector<int64_t> latencies_ns;
+};
+
+class Client {
+ public:
+  Client(void* socket, const char* payload)
+      : socket_(socket), payload_(payload) {
+    zmq_msg_init(&reply_);
+  }
+  ~Client() { zmq_msg_close(&reply_); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Keeps `window` messages in flight for `seconds`, then drains them.
+  bool Run(bool push, size_t size, size_t window, double seconds, bool record,
+           CaseResult* result) {
+    std::vector<Clock::time_point> sent(window);
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point deadline =
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(seconds));
+    Clock::time_point last_done = start;
+    uint64_t next = 0, oldest = 0;
+    auto complete = [&]() {
+      if (!Receive(push ? kAckBytes : size)) return false;
+      last_done = Clock::now();
+      if (record) {
+        result->latencies_ns.push_back(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(
+                last_done - sent[oldest % window])
+                .count());
+      }
+      ++oldest;
+      return true;
+    };
+    while (Clock::now() < deadline) {
+      if (next - oldest == window && !complete()) return false;
+      sent[next % window] = Clock::now();
+      if (!Send(push, size, next)) return false;
+      ++next;
+    }
+    while (oldest < next) {
+      if (!complete()) return false;
+    }
+    result->messages = next;
+    result->seconds = std::chrono::duration<double>(last_done - start).count();
+    return true;
+  }
+
+  bool Stop() { return zmq_send(socket_, "", 0, 0) == 0; }
+
+ private:
+  bool Send(bool push, size_t size, uint64_t sequence) {
+    if (!push) {
+      const uint64_t request[2] = {sequence, size};
+      if (zmq_send(socket_, request, sizeof(request), 0) < 0) {
+        ZmqError("client send");
+        return false;
+      }
+      return true;
+    }
+    zmq_msg_t message;
+    zmq_msg_init_data(&message, const_cast<char*>(payload_), size, NoFree,
+                      nullptr);
+    if (zmq_msg_send(&message, socket_, 0) < 0) {
+      zmq_msg_close(&message);
+      ZmqError("client send");
+      return false;
+    }
+    return true;
+  }
+
+  bool Receive(size_t expected) {
+    if (zmq_msg_recv(&reply_, socket_, 0) < 0) {
+      ZmqError("client receive");
+      return false;
+    }
+    if (zmq_msg_size(&reply_) != expected) {
+      std::fprintf(stderr, "zmq_baseline: answer of %zu bytes, expected %zu\n",
+                   zmq_msg_size(&reply_), expected);
+      return false;
+    }
+    return true;
+  }
+
+  void* const socket_;
+  const char* const payload_;
+  zmq_msg_t reply_;
+};
+
+double Percentile(const std::vector<int64_t>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(q * sorted.size()));
+  rank = std::clamp<size_t>(rank, 1, sorted.size());
+  return static_cast<double>(sorted[rank - 1]) / 1e3;
+}
+
+// Reads the server's port from `fd`, waiting at most --timeout_ms.
+std::string ReadPort(int fd) {
+  pollfd item{fd, POLLIN, 0};
+  if (poll(&item, 1, FLAGS_timeout_ms) <= 0) return "";
+  char buf[16] = {};
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+int RunClient(int port_fd, const std::vector<std::string>& directions,
+              const std::vector<size_t>& sizes,
+              const std::vector<size_t>& windows) {
+  const std::string port = ReadPort(port_fd);
+  close(port_fd);
+  if (port.empty()) {
+    std::fprintf(stderr, "zmq_baseline: the server did not publish a port\n");
+    return 1;
+  }
+  std::vector<char> payload(*std::max_element(sizes.begin(), sizes.end()), 'x');
+  void* context = zmq_ctx_new();
+  void* socket = MakeSocket(context, ZMQ_DEALER);
+  const std::string endpoint = "tcp://127.0.0.1:" + port;
+  if (socket == nullptr || zmq_connect(socket, endpoint.c_str()) != 0) {
+    ZmqError("client connect");
+    return 1;
+  }
+  int major = 0, minor = 0, patch = 0;
+  zmq_version(&major, &minor, &patch);
+  std::printf("# zmq %d.%d.%d, DEALER -> ROUTER over %s, 2 processes\n", major,
+              minor, patch, endpoint.c_str());
+  std::fflush(stdout);
+
+  int status = 0;
+  {
+    Client client(socket, payload.data());
+    for (const std::string& direction : directions) {
+      const bool push = direction == "push";
+      for (size_t size : sizes) {
+        for (size_t window : windows) {
+          CaseResult warmup, measured;
+          measured.latencies_ns.reserve(size_t{1} << 20);
+          if (!client.Run(push, size, window, FLAGS_warmup_seconds, false,
+                          &warmup) ||
+              !client.Run(push, size, window, FLAGS_seconds, true, &measured)) {
+            status = 1;
+            break;
+          }
+          std::vector<int64_t>& lat = measured.latencies_ns;
+          std::sort(lat.begin(), lat.end());
+          const double seconds = std::max(measured.seconds, 1e-9);
+          const double messages = static_cast<double>(measured.messages);
+          std::printf(
+              "RESULT baseline=zmq size=%zu window=%zu GB_s=%.3f "
+              "msgs_s=%.1f p50_us=%.1f p99_us=%.1f direction=%s\n",
+              size, window,
+              messages * static_cast<double>(size) / seconds / 1e9,
+              messages / seconds, Percentile(lat, 0.50), Percentile(lat, 0.99),
+              direction.c_str());
+          std::fflush(stdout);
+        }
+        if (status != 0) break;
+      }
+      if (status != 0) break;
+    }
+    if (status == 0 && !client.Stop()) {
+      ZmqError("client stop");
+      status = 1;
+    }
+  }
+  zmq_close(socket);
+  zmq_ctx_term(context);
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  gflags::SetUsageMessage(
+      "raw ZeroMQ throughput and latency between two local processes");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  std::vector<size_t> sizes, windows;
+  std::vector<std::string> directions;
+  if (!ParseNumbers(FLAGS_sizes, &sizes) ||
+      !ParseNumbers(FLAGS_windows, &windows) ||
+      !ParseList(FLAGS_directions, &directions)) {
+    std::fprintf(stderr,
+                 "zmq_baseline: bad --sizes, --windows or "
+                 "--directions\n");
+    return 2;
+  }
+  for (const std::string& d : directions) {
+    if (d != "push" && d != "pull") {
+      std::fprintf(stderr, "zmq_baseline: unknown direction %s\n", d.c_str());
+      return 2;
+    }
+  }
+  for (size_t size : sizes) {
+    if (size <= kPullRequestBytes) {
+      std::fprintf(stderr, "zmq_baseline: sizes must exceed %zu bytes\n",
+                   kPullRequestBytes);
+      return 2;
+    }
+  }
+  if (!(FLAGS_seconds > 0) || FLAGS_warmup_seconds < 0 ||
+      FLAGS_timeout_ms <= 0) {
+    std::fprintf(stderr,
+                 "zmq_baseline: bad --seconds, --warmup_seconds or "
+                 "--timeout_ms\n");
+    return 2;
+  }
+  const size_t max_size = *std::max_element(sizes.begin(), sizes.end());
+
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) {
+    std::perror("zmq_baseline: pipe");
+    return 1;
+  }
+  std::fflush(stdout);
+  const pid_t parent = getpid();
+  // Fork before any ZeroMQ context exists: a context does not survive fork.
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("zmq_baseline: fork");
+    return 1;
+  }
+  if (child == 0) {
+    close(pipe_fds[0]);
+    // The server must not outlive the client.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    _exit(Serve(pipe_fds[1], max_size));
+  }
+  close(pipe_fds[1]);
+  int status = RunClient(pipe_fds[0], directions, sizes, windows);
+  if (status != 0) kill(child, SIGKILL);
+  int child_status = 0;
+  if (waitpid(child, &child_status, 0) != child || !WIFEXITED(child_status) ||
+      WEXITSTATUS(child_status) != 0) {
+    if (status == 0) {
+      std::fprintf(stderr, "zmq_baseline: the server failed\n");
+    }
+    status = 1;
+  }
+  return status;
+}

@@ -1,0 +1,313 @@
+#!/usr/bin/env bash
+# bench.sh - Ember's KV benchmark against raw ZeroMQ, interleaved in one run.
+#
+# usage: scripts/bench.sh [--rounds N] [--out DIR] [--seconds S]
+#                         [--warmup S] [--handle sum|empty] [--no-memcpy]
+#
+# Builds nothing: it runs the programs of an existing build tree
+# ($BUILD_DIR/bench/{kv_bench,zmq_baseline,memcpy_baseline} and the
+# scheduler). Every round runs each raw ZeroMQ baseline case followed by the
+# Ember cases compared with it (A B A B ...), so slow drift on a shared
+# machine hits both sides alike. After the rounds it prints the medians and
+# the Ember / baseline ratios of the cases issue 5 sets targets for, all at
+# 1 server x 1 worker:
+#   dense 4 MB push, window 8, GB/s      vs raw ZeroMQ 4 MB, window 8
+#   dense 4 MB pull, window 8, GB/s      vs the same
+#   sparse 1000 keys x 1 float push, window 8, requests/s
+#                                        vs raw ZeroMQ messages/s at 12000 B
+#   4 KB push, window 1, p50 round trip  vs raw ZeroMQ 4096 B, window 1
+# (for the round trip lower is better: the ratio is Ember's time over
+# ZeroMQ's). Then it runs the memcpy / gather / scatter-add baseline once.
+#
+# Writes to the output directory: bench_results.csv (the ratio table, with
+# every round's values), bench_ratios.png (when python3 has matplotlib),
+# memcpy_baseline.txt, and raw/ with every run's full output.
+#
+# Environment (flags win):
+#   BUILD_DIR      build tree (default: build in the repository)
+#   OUT_DIR        output directory (default: bench-out)
+#   ROUNDS         rounds, at least 3 (default 3)
+#   BENCH_SECONDS  measured seconds per case (default 3)
+#   BENCH_WARMUP   warm-up seconds per case (default 1)
+#   BENCH_HANDLE   kv_bench's server handle, sum or empty (default sum)
+#   BENCH_MEMCPY   0 skips the memcpy baseline (default 1)
+#   MEMCPY_ARGS    extra flags for memcpy_baseline, e.g. --table_rows=1000000
+#   CASE_TIMEOUT   hard limit in seconds for one run (default 60)
+#   PYTHON         python with matplotlib for the chart (default: python3,
+#                  then /usr/bin/python3)
+#
+# Exit status: 0 when every run produced its figure, 1 otherwise (the table
+# is still written, with n/a where runs failed), 2 on usage errors.
+set -u
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+NAME=bench.sh
+
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+OUT_DIR=${OUT_DIR:-bench-out}
+ROUNDS=${ROUNDS:-3}
+BENCH_SECONDS=${BENCH_SECONDS:-3}
+BENCH_WARMUP=${BENCH_WARMUP:-1}
+BENCH_HANDLE=${BENCH_HANDLE:-sum}
+BENCH_MEMCPY=${BENCH_MEMCPY:-1}
+MEMCPY_ARGS=${MEMCPY_ARGS:-}
+CASE_TIMEOUT=${CASE_TIMEOUT:-60}
+
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+die_usage() {
+  echo "$NAME: $*" >&2
+  echo "usage: $NAME [--rounds N] [--out DIR] [--seconds S] [--warmup S] [--handle sum|empty] [--no-memcpy]" >&2
+  exit 2
+}
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -h | --help) usage; exit 0 ;;
+    --rounds) [[ $# -ge 2 ]] || die_usage "$1 needs a value"; ROUNDS=$2; shift 2 ;;
+    --rounds=*) ROUNDS=${1#*=}; shift ;;
+    --out) [[ $# -ge 2 ]] || die_usage "$1 needs a value"; OUT_DIR=$2; shift 2 ;;
+    --out=*) OUT_DIR=${1#*=}; shift ;;
+    --seconds) [[ $# -ge 2 ]] || die_usage "$1 needs a value"; BENCH_SECONDS=$2; shift 2 ;;
+    --seconds=*) BENCH_SECONDS=${1#*=}; shift ;;
+    --warmup) [[ $# -ge 2 ]] || die_usage "$1 needs a value"; BENCH_WARMUP=$2; shift 2 ;;
+    --warmup=*) BENCH_WARMUP=${1#*=}; shift ;;
+    --handle) [[ $# -ge 2 ]] || die_usage "$1 needs a value"; BENCH_HANDLE=$2; shift 2 ;;
+    --handle=*) BENCH_HANDLE=${1#*=}; shift ;;
+    --no-memcpy) BENCH_MEMCPY=0; shift ;;
+    *) die_usage "unknown argument '$1'" ;;
+  esac
+done
+
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+is_number() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
+if ! is_uint "$ROUNDS" || ((ROUNDS < 3)); then
+  die_usage "ROUNDS must be an integer >= 3, got '$ROUNDS'"
+fi
+is_number "$BENCH_SECONDS" || die_usage "the measured seconds must be a number, got '$BENCH_SECONDS'"
+is_number "$BENCH_WARMUP" || die_usage "the warm-up seconds must be a number, got '$BENCH_WARMUP'"
+if ! is_uint "$CASE_TIMEOUT" || ((CASE_TIMEOUT < 10)); then
+  die_usage "CASE_TIMEOUT must be an integer >= 10, got '$CASE_TIMEOUT'"
+fi
+[[ $BENCH_HANDLE == sum || $BENCH_HANDLE == empty ]] || die_usage "the handle must be sum or empty, got '$BENCH_HANDLE'"
+
+KV_BENCH=$BUILD_DIR/bench/kv_bench
+ZMQ_BASELINE=$BUILD_DIR/bench/zmq_baseline
+MEMCPY_BASELINE=$BUILD_DIR/bench/memcpy_baseline
+LOCAL_SH=$ROOT/scripts/local.sh
+missing=0
+for program in "$KV_BENCH" "$ZMQ_BASELINE" "$MEMCPY_BASELINE" "$BUILD_DIR/scheduler/ember_scheduler"; do
+  if [[ ! -x $program ]]; then
+    echo "$NAME: $program is missing" >&2
+    missing=1
+  fi
+done
+if ((missing)); then
+  echo "$NAME: build first, e.g. cmake --build $BUILD_DIR (this script builds nothing)" >&2
+  exit 2
+fi
+command -v timeout >/dev/null 2>&1 || { echo "$NAME: needs timeout(1) (coreutils)" >&2; exit 2; }
+
+RAW_DIR=$OUT_DIR/raw
+mkdir -p -- "$RAW_DIR" || { echo "$NAME: cannot create $RAW_DIR" >&2; exit 2; }
+CSV=$OUT_DIR/bench_results.csv
+PNG=$OUT_DIR/bench_ratios.png
+MEMCPY_TXT=$OUT_DIR/memcpy_baseline.txt
+
+FAILED=0
+declare -A VALUES  # run name -> space-separated figures, one per round
+
+# field LINE KEY: the value of KEY=value in a RESULT line.
+field() {
+  local item
+  for item in $1; do
+    [[ $item == "$2="* ]] && { echo "${item#*=}"; return 0; }
+  done
+  return 1
+}
+
+# record NAME ROUND KEY LOG STATUS: keep KEY of the RESULT line in LOG.
+record() {
+  local name=$1 round=$2 key=$3 log=$4 status=$5 line value
+  line=$(grep -o 'RESULT .*' "$log" | tail -n 1)
+  value=$(field "$line" "$key")
+  if [[ $status -ne 0 || -z $value ]]; then
+    echo "$NAME: round $round, $name failed (exit status $status); see $log" >&2
+    FAILED=1
+    value=NA
+  fi
+  VALUES[$name]="${VALUES[$name]:-} $value"
+  printf '  %-22s %-8s %s\n' "$name" "$key" "$value"
+}
+
+# zmq NAME ROUND KEY SIZE WINDOW
+zmq() {
+  local name=$1 round=$2 key=$3 size=$4 window=$5 log status
+  log=$RAW_DIR/$name.round$round.log
+  timeout -k 5 "$CASE_TIMEOUT" "$ZMQ_BASELINE" --sizes="$size" \
+    --windows="$window" --directions=push --seconds="$BENCH_SECONDS" \
+    --warmup_seconds="$BENCH_WARMUP" >"$log" 2>&1
+  status=$?
+  record "$name" "$round" "$key" "$log" "$status"
+}
+
+# ember NAME ROUND KEY MODE PAYLOAD WINDOW
+ember() {
+  local name=$1 round=$2 key=$3 mode=$4 payload=$5 window=$6 log status
+  log=$RAW_DIR/$name.round$round.log
+  # local.sh stops its cluster itself a little before the hard limit.
+  EMBER_BUILD_DIR=$BUILD_DIR EMBER_TIMEOUT=$((CASE_TIMEOUT - 5)) \
+    timeout -k 5 "$CASE_TIMEOUT" "$LOCAL_SH" 1 1 "$KV_BENCH" \
+    --mode="$mode" --payload="$payload" --window="$window" \
+    --handle="$BENCH_HANDLE" --seconds="$BENCH_SECONDS" \
+    --warmup_seconds="$BENCH_WARMUP" >"$log" 2>&1
+  status=$?
+  record "$name" "$round" "$key" "$log" "$status"
+}
+
+echo "# bench.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), $(nproc 2>/dev/null || echo '?') cores"
+echo "# build $BUILD_DIR, $ROUNDS rounds, ${BENCH_SECONDS} s measured + ${BENCH_WARMUP} s warm-up per run, 1 server x 1 worker, handle=$BENCH_HANDLE"
+echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+
+for ((round = 1; round <= ROUNDS; round++)); do
+  echo "round $round/$ROUNDS"
+  zmq zmq_4m_w8 "$round" GB_s 4194304 8
+  ember ember_dense4m_push "$round" GB_s push dense_4m 8
+  ember ember_dense4m_pull "$round" GB_s pull dense_4m 8
+  zmq zmq_12k_w8 "$round" msgs_s 12000 8
+  ember ember_sparse1000x1 "$round" req_s push sparse_1000x1 8
+  zmq zmq_4k_w1 "$round" p50_us 4096 1
+  ember ember_dense4k_w1 "$round" p50_us push dense_4k 1
+done
+
+# median VALUES...: the median of the numeric arguments, or n/a.
+median() {
+  printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g |
+    awk '{v[NR] = $1} END {
+      if (NR == 0) { print "n/a"; exit }
+      if (NR % 2) m = v[(NR + 1) / 2]; else m = (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf "%.6g\n", m }'
+}
+
+trim() { local -a words; read -r -a words <<<"$1"; echo "${words[*]}"; }
+
+# per_round_ratios EMBER BASELINE: ember/baseline, round by round.
+per_round_ratios() {
+  local -a e b
+  read -r -a e <<<"${VALUES[$1]:-}"
+  read -r -a b <<<"${VALUES[$2]:-}"
+  local i out=()
+  for ((i = 0; i < ${#e[@]}; i++)); do
+    out+=("$(awk -v x="${e[i]}" -v y="${b[i]:-NA}" 'BEGIN {
+      if (x == "NA" || y == "NA" || y + 0 == 0) print "NA"; else printf "%.3f", x / y }')")
+  done
+  echo "${out[*]}"
+}
+
+echo "case,metric,ember_median,baseline,baseline_median,ratio,target,met,ember_values,baseline_values,per_round_ratios" >"$CSV"
+# table_line CASE EMBER BASELINE RATIO TARGET MET
+table_line() { printf '%-34s %12s %12s %7s %8s %5s\n' "$@"; }
+echo
+echo "Ember / raw ZeroMQ, 1 server x 1 worker, medians of $ROUNDS rounds"
+table_line case ember baseline ratio target met
+# row CASE METRIC EMBER_RUN BASELINE_DESCRIPTION BASELINE_RUN OP TARGET
+row() {
+  local name=$1 metric=$2 ember_run=$3 baseline_name=$4 baseline_run=$5 op=$6 target=$7
+  local em bm ratio met
+  # shellcheck disable=SC2086  # the figures are space-separated on purpose
+  em=$(median ${VALUES[$ember_run]:-})
+  # shellcheck disable=SC2086
+  bm=$(median ${VALUES[$baseline_run]:-})
+  ratio=$(awk -v x="$em" -v y="$bm" 'BEGIN {
+    if (x == "n/a" || y == "n/a" || y + 0 == 0) print "n/a"; else printf "%.3f", x / y }')
+  met=$(awk -v r="$ratio" -v op="$op" -v t="$target" 'BEGIN {
+    if (r == "n/a") print "n/a"
+    else if (op == ">=") print (r + 0 >= t + 0 ? "yes" : "no")
+    else print (r + 0 <= t + 0 ? "yes" : "no") }')
+  table_line "$name ($metric)" "$em" "$bm" "$ratio" "$op$target" "$met"
+  printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" "$metric" "$em" \
+    "$baseline_name" "$bm" "$ratio" "$op$target" "$met" \
+    "$(trim "${VALUES[$ember_run]:-}")" "$(trim "${VALUES[$baseline_run]:-}")" \
+    "$(per_round_ratios "$ember_run" "$baseline_run")" >>"$CSV"
+}
+row "dense 4 MB push w8" GB_s ember_dense4m_push "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 1.0
+row "dense 4 MB pull w8" GB_s ember_dense4m_pull "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 0.9
+row "sparse 1000x1 push w8" req_s ember_sparse1000x1 "zmq 12000 B w8 msgs_s" zmq_12k_w8 ">=" 0.55
+row "4 KB push w1 round trip" p50_us ember_dense4k_w1 "zmq 4096 B w1 p50_us" zmq_4k_w1 "<=" 1.3
+echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+echo "wrote $CSV"
+
+if ((BENCH_MEMCPY)); then
+  echo
+  echo "memcpy / gather / scatter-add baseline (once):"
+  # shellcheck disable=SC2086  # MEMCPY_ARGS holds several flags
+  timeout -k 5 "$((CASE_TIMEOUT * 3))" "$MEMCPY_BASELINE" $MEMCPY_ARGS \
+    >"$RAW_DIR/memcpy_baseline.log" 2>&1
+  status=$?
+  grep -o 'RESULT .*' "$RAW_DIR/memcpy_baseline.log" >"$MEMCPY_TXT"
+  sed 's/^/  /' "$MEMCPY_TXT"
+  if ((status != 0)); then
+    echo "$NAME: memcpy_baseline failed (exit status $status); see $RAW_DIR/memcpy_baseline.log" >&2
+    FAILED=1
+  fi
+  echo "wrote $MEMCPY_TXT"
+fi
+
+# The first python with matplotlib: $PYTHON, python3 on PATH, the system's
+# (a python3 on PATH from a version manager may lack Debian's modules).
+CHART_PYTHON=
+for candidate in ${PYTHON:-} python3 /usr/bin/python3; do
+  if command -v "$candidate" >/dev/null 2>&1 &&
+    "$candidate" -c 'import matplotlib' >/dev/null 2>&1; then
+    CHART_PYTHON=$candidate
+    break
+  fi
+done
+if [[ -n $CHART_PYTHON ]]; then
+  if CSV="$CSV" PNG="$PNG" ROUNDS="$ROUNDS" "$CHART_PYTHON" - <<'EOF'
+import csv
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+with open(os.environ["CSV"], newline="") as f:
+    rows = list(csv.DictReader(f))
+labels, ratios, targets, colors = [], [], [], []
+for r in rows:
+    better = "lower is better" if r["target"].startswith("<=") else "higher is better"
+    labels.append(f'{r["case"]}\n{r["metric"]}, {better}')
+    ratio = float(r["ratio"]) if r["ratio"] != "n/a" else 0.0
+    ratios.append(ratio)
+    targets.append(float(r["target"][2:]))
+    colors.append({"yes": "tab:green", "no": "tab:red"}.get(r["met"], "tab:gray"))
+fig, ax = plt.subplots(figsize=(9, 4.5))
+x = range(len(rows))
+ax.bar(x, ratios, color=colors)
+ax.scatter(x, targets, marker="_", s=900, color="black", zorder=3, label="target")
+for i, ratio in enumerate(ratios):
+    ax.annotate(f"{ratio:.2f}", (i, ratio), ha="center", va="bottom")
+ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+ax.set_xticks(list(x))
+ax.set_xticklabels(labels, fontsize=8)
+ax.set_ylabel("Ember / raw ZeroMQ")
+ax.set_title(f"Ember vs raw ZeroMQ, 1 server x 1 worker, medians of {os.environ['ROUNDS']} rounds")
+ax.legend()
+fig.tight_layout()
+fig.savefig(os.environ["PNG"], dpi=120)
+EOF
+  then
+    echo "wrote $PNG"
+  else
+    echo "$NAME: the chart could not be drawn; the CSV is complete" >&2
+  fi
+else
+  echo "note: python3 with matplotlib not found; chart skipped (the CSV has the same figures)"
+fi
+
+if ((FAILED)); then
+  echo "$NAME: some runs failed; their figures are n/a (raw output in $RAW_DIR)" >&2
+  exit 1
+fi
+exit 0
