@@ -52,6 +52,10 @@ DEFINE_string(payload, "dense_4m",
 DEFINE_int32(window, 8, "requests in flight per worker");
 DEFINE_double(seconds, 3, "measured duration, in seconds");
 DEFINE_double(warmup_seconds, 1, "unmeasured run before the measurement");
+DEFINE_uint64(requests, 0,
+              "if > 0: issue exactly this many requests per worker instead of "
+              "running for --seconds, and skip the warm-up (for instruction "
+              "counts under callgrind, see scripts/callgrind.sh)");
 DEFINE_string(handle, "sum", "server handle: sum (a summing store) or empty");
 DEFINE_int32(key_sets, 16, "sparse: distinct key sets per worker, cycled");
 DEFINE_uint64(seed, 1, "sparse: seed of the random keys");
@@ -438,7 +442,7 @@ ps::Status RunPhase(const Config& config, ps::KVWorker<float>* kv,
                     const std::vector<ps::SArray<ps::Key>>& key_sets,
                     const ps::SArray<float>& vals,
                     std::vector<ps::SArray<float>>* outs, double seconds,
-                    bool record, PhaseResult* result) {
+                    uint64_t count, bool record, PhaseResult* result) {
   const size_t window = static_cast<size_t>(FLAGS_window);
   std::vector<int> timestamps(window);
   std::vector<Clock::time_point> issued(window);
@@ -462,7 +466,8 @@ ps::Status RunPhase(const Config& config, ps::KVWorker<float>* kv,
     ++oldest;
     return ps::Status::OK();
   };
-  while (Clock::now() < deadline) {
+  // A fixed count (`count` > 0) or a duration.
+  while (count > 0 ? next < count : Clock::now() < deadline) {
     if (next - oldest == window) PS_RETURN_IF_ERROR(complete());
     const size_t slot = next % window;
     const ps::SArray<ps::Key>& keys = key_sets[next % key_sets.size()];
@@ -551,13 +556,15 @@ ps::Status RunWorker(const Config& config) {
   // Start together, warm up, and start the measurement together.
   ps::Postoffice::Get()->Barrier(kCustomerId, ps::kWorkerGroup);
   PhaseResult warmup;
+  // With a fixed request count there is no warm-up: the count must be exact.
+  const double warmup_seconds = FLAGS_requests > 0 ? 0 : FLAGS_warmup_seconds;
   PS_RETURN_IF_ERROR(RunPhase(config, &kv, key_sets, vals, &outs,
-                              FLAGS_warmup_seconds, false, &warmup));
+                              warmup_seconds, 0, false, &warmup));
   PhaseResult measured;
   measured.latencies_ns.reserve(size_t{1} << 20);
   ps::Postoffice::Get()->Barrier(kCustomerId, ps::kWorkerGroup);
   PS_RETURN_IF_ERROR(RunPhase(config, &kv, key_sets, vals, &outs, FLAGS_seconds,
-                              true, &measured));
+                              FLAGS_requests, true, &measured));
 
   std::vector<int64_t>& lat = measured.latencies_ns;
   std::sort(lat.begin(), lat.end());

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Deterministic cost figures: instructions per request on the worker and on
+# the server, counted by valgrind's callgrind (instruction counts do not
+# depend on the machine's load, unlike times). Each case runs kv_bench at
+# 1 server x 1 worker twice, with N1 and N2 requests; the difference divided
+# by N2 - N1 is the cost of one request, without start-up and shutdown.
+# Kernel work (socket copies) is not counted: callgrind sees user space only.
+#
+# usage: scripts/callgrind.sh [BUILD_DIR]      (default: build)
+# env:   N1 (default 50), N2 (default 150)
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+n1=${N1:-50}
+n2=${N2:-150}
+command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind is not installed"; exit 2; }
+out=$(mktemp -d "${TMPDIR:-/tmp}/ember-callgrind.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+
+# local.sh runs the same program as server and worker: this wrapper puts each
+# under callgrind, with its role in the output file's name.
+cat >"$out/wrap.sh" <<WRAP
+#!/usr/bin/env bash
+exec valgrind --tool=callgrind --callgrind-out-file="\$CG_DIR/\$DMLC_ROLE.out" \
+  "$build/bench/kv_bench" "\$@"
+WRAP
+chmod +x "$out/wrap.sh"
+
+# Total instructions of one role's process.
+instructions() { awk '/^summary:/ {print $2}' "$1"; }
+
+run() {  # run PAYLOAD N -> leaves server.out and worker.out in $CG_DIR
+  local payload=$1 n=$2
+  export CG_DIR=$out/$payload-$n
+  mkdir -p "$CG_DIR"
+  # Valgrind serialises threads: give heartbeats room.
+  EMBER_HEARTBEAT_TIMEOUT_MS=120000 EMBER_TIMEOUT=600 \
+    EMBER_SCHEDULER=$build/scheduler/ember_scheduler \
+    "$root/scripts/local.sh" 1 1 "$out/wrap.sh" --mode=push \
+    --payload="$payload" --window=8 --handle=sum --requests="$n" \
+    >"$CG_DIR/log" 2>&1 || { cat "$CG_DIR/log"; exit 1; }
+}
+
+printf '%-22s %18s %18s\n' case worker_Ir/request server_Ir/request
+for payload in sparse_1000x1 dense_4m; do
+  run "$payload" "$n1"
+  run "$payload" "$n2"
+  for role in worker server; do
+    a=$(instructions "$out/$payload-$n1/$role.out")
+    b=$(instructions "$out/$payload-$n2/$role.out")
+    eval "${role}_ir=\$(( (b - a) / (n2 - n1) ))"
+  done
+  printf '%-22s %18s %18s\n' "push $payload" "$worker_ir" "$server_ir"
+  echo "RESULT callgrind payload=$payload mode=push worker_ir_per_request=$worker_ir server_ir_per_request=$server_ir"
+done
