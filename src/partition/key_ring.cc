@@ -12,8 +12,8 @@ namespace ps {
 namespace {
 
 // murmur3's fmix64 multipliers and their inverses modulo 2^64.
-constexpr uint64_t kMix1 = 0xff51afd7ed558ccdULL;
-constexpr uint64_t kMix2 = 0xc4ceb9fe1a85ec53ULL;
+constexpr uint64_t kMix1 = KeyRing::kMix1;
+constexpr uint64_t kMix2 = KeyRing::kMix2;
 
 // Newton's iteration for the inverse of an odd number modulo 2^64: x = a is
 // right in the low 3 bits, and each step doubles the number of right bits.
@@ -52,15 +52,6 @@ constexpr int kMinBucketBits = 8;
 constexpr int kMaxBucketBits = 20;
 
 }  // namespace
-
-uint64_t KeyRing::Position(uint64_t key) {
-  key ^= key >> 33;
-  key *= kMix1;
-  key ^= key >> 33;
-  key *= kMix2;
-  key ^= key >> 33;
-  return key;
-}
 
 uint64_t KeyRing::KeyAtPosition(uint64_t position) {
   // x ^= x >> 33 is its own inverse because 33 >= 32.
