@@ -167,6 +167,15 @@ class KVWorker : public SimpleApp {
     return core_->Wait(timestamp);
   }
 
+  // Ember: ends this worker's current iteration (see ps/consistency.h):
+  // every server learns the new clock, and every later request carries it.
+  // Returns a timestamp to Wait on; it completes when every server has
+  // recorded the tick. Under ssp and bsp, pulls of other workers may be
+  // waiting for it.
+  int Clock() { return core_->Clock(); }
+  // Ember: iterations this worker has ended (calls of Clock).
+  int64_t CurrentClock() const { return core_->clock(); }
+
   int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
             const SArray<int>& lens = {}, int cmd = 0,
             const Callback& cb = nullptr, int priority = 0) {
@@ -254,6 +263,18 @@ class KVServer : public SimpleApp {
   ~KVServer() override {
     StopApp();
     core_.reset();
+  }
+
+  // Ember: this app's consistency mode ("asp", "ssp:2", "bsp"; see
+  // ps/consistency.h), overriding EMBER_CONSISTENCY. Call it before the
+  // first request arrives (before set_request_handle). kInvalidArgument for
+  // a bad spec or a late call.
+  [[nodiscard]] Status SetConsistency(const std::string& spec) {
+    return core_->SetConsistency(spec);
+  }
+  // Ember: what the consistency controller has seen so far. Thread-safe.
+  ConsistencyStats consistency_stats() const {
+    return core_->consistency_stats();
   }
 
   using ReqHandle = std::function<void(

@@ -118,6 +118,10 @@ class [[nodiscard]] StatusOr {
     CHECK(ok()) << status_;
     return std::move(value_);
   }
+  const T& operator*() const& { return value(); }
+  T& operator*() & { return value(); }
+  const T* operator->() const { return &value(); }
+  T* operator->() { return &value(); }
 
  private:
   Status status_;

@@ -43,6 +43,14 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler(ts, s);
     });
+    customer_->set_peer_failure_handler([this](int peer, const Status& s) {
+      Customer::PeerFailureHandler handler;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        handler = peer_failure_;
+      }
+      if (handler) handler(peer, s);
+    });
   }
   return customer_.get();
 }
@@ -51,6 +59,11 @@ void AppImpl::set_kv_handler(KVHandler handler, FailureHandler on_failure) {
   std::lock_guard<std::mutex> lock(mu_);
   kv_handler_ = std::move(handler);
   kv_failure_ = std::move(on_failure);
+}
+
+void AppImpl::set_peer_failure_handler(Customer::PeerFailureHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_failure_ = std::move(handler);
 }
 
 void AppImpl::set_request_handle(SimpleApp::Handle handle) {

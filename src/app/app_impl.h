@@ -41,6 +41,9 @@ class AppImpl {
   void StopDelivery();
 
   void set_kv_handler(KVHandler handler, FailureHandler on_failure);
+  // Runs on the customer thread when a peer dies (its id) or the node fails
+  // (-1).
+  void set_peer_failure_handler(Customer::PeerFailureHandler handler);
   void set_request_handle(SimpleApp::Handle handle);
   void set_response_handle(SimpleApp::Handle handle);
 
@@ -58,9 +61,10 @@ class AppImpl {
   Node* const node_;
 
   std::mutex mu_;
-  std::unique_ptr<Customer> customer_;  // Guarded by mu_ while created.
-  KVHandler kv_handler_;                // Guarded by mu_.
-  FailureHandler kv_failure_;           // Guarded by mu_.
+  std::unique_ptr<Customer> customer_;         // Guarded by mu_ while created.
+  KVHandler kv_handler_;                       // Guarded by mu_.
+  FailureHandler kv_failure_;                  // Guarded by mu_.
+  Customer::PeerFailureHandler peer_failure_;  // Guarded by mu_.
   // Shared so a call runs the one instance (handles may hold state) without
   // holding mu_.
   std::shared_ptr<SimpleApp::Handle> request_handle_;   // Guarded by mu_.

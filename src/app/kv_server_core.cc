@@ -1,12 +1,17 @@
-// The server's side of key-value requests: validate, hand to the
-// application's handle, and send its answer back.
+// The server's side of key-value requests: validate, order by the
+// consistency controller, hand to the application's handle, and send its
+// answer back.
 
 #include <glog/logging.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
+#include "consistency/controller.h"
 #include "ps/internal/kv_core.h"
 
 namespace ps {
@@ -14,13 +19,69 @@ namespace ps {
 class KVServerCore::Impl {
  public:
   Impl(AppImpl* app, size_t value_bytes, Handler handler)
-      : app_(app), value_bytes_(value_bytes), handler_(std::move(handler)) {
+      : app_(app),
+        value_bytes_(value_bytes),
+        handler_(std::move(handler)),
+        config_(app->node()->options().consistency) {
     app_->set_kv_handler([this](Message& msg) { Process(msg); }, nullptr);
+    app_->set_peer_failure_handler(
+        [this](int peer, const Status& s) { OnPeerFailed(peer, s); });
   }
-  ~Impl() { app_->set_kv_handler(nullptr, nullptr); }
+  ~Impl() {
+    app_->set_kv_handler(nullptr, nullptr);
+    app_->set_peer_failure_handler(nullptr);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (controller_ && (config_.mode != ConsistencyConfig::Mode::kAsp ||
+                        app_->node()->options().verbose > 0)) {
+      LOG(INFO) << "server app " << app_->app_id() << " consistency "
+                << config_.ToString() << ": "
+                << controller_->stats().ToString();
+    }
+  }
+
+  Status SetConsistency(const std::string& spec) {
+    auto config = ConsistencyConfig::Parse(spec);
+    if (!config.ok()) return config.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (controller_ && !(controller_->config() == *config)) {
+      return Status::InvalidArgument(
+          "consistency of server app " + std::to_string(app_->app_id()) +
+          " is already " + config_.ToString() +
+          ": set it before the first request arrives");
+    }
+    config_ = *config;
+    return Status::OK();
+  }
+
+  ConsistencyStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return controller_ ? controller_->stats() : ConsistencyStats();
+  }
 
   void Respond(int cmd, bool push, bool pull, int sender, int timestamp,
                int customer_id, const RawKVs& res, const Status& error) {
+    {
+      // A deferred push was acknowledged when it arrived; the handle's
+      // answer when it is finally applied goes nowhere.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = acked_.find(std::make_tuple(sender, customer_id, timestamp));
+      if (it != acked_.end()) {
+        if (--it->second == 0) acked_.erase(it);
+        if (!error.ok()) {
+          LOG(WARNING) << "a deferred push from node " << sender
+                       << " (acknowledged already) was refused by the "
+                          "handle: "
+                       << error;
+        }
+        return;
+      }
+    }
+    Send(cmd, push, pull, sender, timestamp, customer_id, res, error);
+  }
+
+ private:
+  void Send(int cmd, bool push, bool pull, int sender, int timestamp,
+            int customer_id, const RawKVs& res, const Status& error) {
     Message msg;
     msg.meta.app_id = app_->app_id();
     msg.meta.customer_id = customer_id;
@@ -43,9 +104,56 @@ class KVServerCore::Impl {
     }
   }
 
- private:
+  void Answer(const RawRequest& r, const Status& error) {
+    Send(r.cmd, r.push, r.pull, r.sender, r.timestamp, r.customer_id, RawKVs(),
+         error);
+  }
+
+  // On the customer thread, like every call into the controller.
+  ConsistencyController* controller() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!controller_) {
+      ConsistencyController::Callbacks cb;
+      cb.run = [this](const RawRequest& r) { handler_(r); };
+      cb.run_acked = [this](const RawRequest& r) {
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          ++acked_[std::make_tuple(r.sender, r.customer_id, r.timestamp)];
+        }
+        handler_(r);
+      };
+      cb.ack = [this](const RawRequest& r) { Answer(r, Status::OK()); };
+      cb.fail = [this](const RawRequest& r, const Status& s) { Answer(r, s); };
+      controller_ = std::make_unique<ConsistencyController>(
+          config_, app_->node()->GetNodeIds(kWorkerGroup), std::move(cb));
+      if (config_.mode != ConsistencyConfig::Mode::kAsp) {
+        LOG(INFO) << "server app " << app_->app_id() << ": consistency "
+                  << config_.ToString();
+      }
+    }
+    return controller_.get();
+  }
+
+  void OnPeerFailed(int peer, const Status& status) {
+    if (peer < 0) {
+      controller()->OnFailAll(status);
+    } else {
+      controller()->OnWorkerFailed(peer, status);
+    }
+  }
+
   void Process(Message& msg) {
     if (!msg.meta.request) return;
+    if (msg.meta.clock_tick) {
+      RawRequest tick;
+      tick.sender = msg.meta.sender;
+      tick.timestamp = msg.meta.timestamp;
+      tick.customer_id = msg.meta.customer_id;
+      tick.cmd = msg.meta.cmd;
+      Answer(tick, Status::OK());
+      controller()->OnClock(msg.meta.sender, msg.meta.clock);
+      return;
+    }
     RawRequest req;
     req.cmd = msg.meta.cmd;
     req.push = msg.meta.push;
@@ -53,22 +161,30 @@ class KVServerCore::Impl {
     req.sender = msg.meta.sender;
     req.timestamp = msg.meta.timestamp;
     req.customer_id = msg.meta.customer_id;
+    req.clock = msg.meta.clock;
     Status s = ParseKVFrames(msg, value_bytes_, &req.kvs);
     if (!s.ok()) {
       ++rejected_;
       LOG(WARNING) << "rejecting request " << msg.meta.DebugString() << ": "
                    << s;
-      Respond(req.cmd, req.push, req.pull, req.sender, req.timestamp,
-              req.customer_id, RawKVs(), s);
+      Answer(req, s);
       return;
     }
-    handler_(req);
+    controller()->OnRequest(std::move(req));
   }
 
   AppImpl* const app_;
   const size_t value_bytes_;
   const Handler handler_;
   std::atomic<uint64_t> rejected_{0};
+
+  mutable std::mutex mu_;
+  ConsistencyConfig config_;  // Guarded by mu_.
+  // Created at the first message; used on the customer thread only.
+  std::unique_ptr<ConsistencyController> controller_;  // Guarded by mu_.
+  // Requests acknowledged before their handle ran: (sender, customer,
+  // timestamp) -> answers to swallow.
+  std::map<std::tuple<int, int, int>, int> acked_;  // Guarded by mu_.
 };
 
 KVServerCore::KVServerCore(AppImpl* app, size_t value_bytes, Handler handler)
@@ -80,6 +196,14 @@ void KVServerCore::Respond(int cmd, bool push, bool pull, int sender,
                            int timestamp, int customer_id, const RawKVs& res,
                            const Status& error) {
   impl_->Respond(cmd, push, pull, sender, timestamp, customer_id, res, error);
+}
+
+Status KVServerCore::SetConsistency(const std::string& spec) {
+  return impl_->SetConsistency(spec);
+}
+
+ConsistencyStats KVServerCore::consistency_stats() const {
+  return impl_->stats();
 }
 
 }  // namespace ps

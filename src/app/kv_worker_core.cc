@@ -4,6 +4,7 @@
 
 #include <glog/logging.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -32,6 +33,8 @@ class KVWorkerCore::Impl {
                    std::vector<std::pair<bool, RawKVs>> slices, PullSink sink,
                    Callback cb);
   Status Wait(int ts) { return tracker()->Wait(ts); }
+  int Clock();
+  int64_t clock() const { return clock_.load(); }
   const std::vector<Range>& ServerKeyRanges() {
     return app_->postoffice()->GetServerKeyRanges();
   }
@@ -62,6 +65,8 @@ class KVWorkerCore::Impl {
 
   AppImpl* const app_;
   const size_t value_bytes_;
+
+  std::atomic<int64_t> clock_{0};  // Iterations ended (Clock calls).
 
   std::mutex mu_;
   std::unordered_map<int, Pending> pending_;  // Guarded by mu_.
@@ -300,6 +305,7 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
     msg.meta.timestamp = ts;
     msg.meta.priority = priority;
     msg.meta.epoch = epoch;
+    msg.meta.clock = clock_.load();
     msg.meta.value_bytes = static_cast<int>(value_bytes_);
     msg.meta.recipient = s.first;
     AddKVFrames(s.second, &msg);
@@ -437,6 +443,32 @@ Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
   return Status::OK();
 }
 
+// Every server learns of the new clock, also those this iteration did not
+// touch: a server's vector clock must see every worker move on.
+int KVWorkerCore::Impl::Clock() {
+  int ts = tracker()->NewRequest();
+  const int64_t clock = clock_.fetch_add(1) + 1;
+  std::vector<int> ids = app_->node()->server_ids();
+  tracker()->Expect(ts, ids);
+  for (int id : ids) {
+    Message msg;
+    msg.meta.app_id = app_->app_id();
+    msg.meta.customer_id = app_->customer_id();
+    msg.meta.request = true;
+    msg.meta.clock_tick = true;
+    msg.meta.clock = clock;
+    msg.meta.timestamp = ts;
+    msg.meta.value_bytes = static_cast<int>(value_bytes_);
+    msg.meta.recipient = id;
+    Status st = app_->node()->Send(std::move(msg));
+    if (!st.ok()) {
+      tracker()->Fail(ts, st);
+      break;
+    }
+  }
+  return ts;
+}
+
 // --- The facade.
 
 KVWorkerCore::KVWorkerCore(AppImpl* app, size_t value_bytes)
@@ -459,6 +491,10 @@ int KVWorkerCore::SubmitSliced(bool push, bool pull, int cmd, int priority,
 }
 
 Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
+
+int KVWorkerCore::Clock() { return impl_->Clock(); }
+
+int64_t KVWorkerCore::clock() const { return impl_->clock(); }
 
 const std::vector<Range>& KVWorkerCore::ServerKeyRanges() {
   return impl_->ServerKeyRanges();

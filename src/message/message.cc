@@ -115,6 +115,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
   if (!meta.body.empty()) p.set_body(meta.body);
   p.set_epoch(meta.epoch);
   p.set_clock(meta.clock);
+  p.set_clock_tick(meta.clock_tick);
   p.set_value_bytes(meta.value_bytes);
   p.set_status_code(meta.status_code);
   if (!meta.status_message.empty()) {
@@ -161,6 +162,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->body = p.body();
   meta->epoch = p.epoch();
   meta->clock = p.clock();
+  meta->clock_tick = p.clock_tick();
   meta->value_bytes = p.value_bytes();
   meta->status_code = p.status_code();
   meta->status_message = p.status_message();

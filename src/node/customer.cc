@@ -29,6 +29,11 @@ void Customer::set_failure_handler(FailureHandler handler) {
   failure_handler_ = std::move(handler);
 }
 
+void Customer::set_peer_failure_handler(PeerFailureHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_failure_handler_ = std::move(handler);
+}
+
 void Customer::Accept(Message&& msg) {
   Event e;
   e.msg = std::move(msg);
@@ -99,13 +104,16 @@ void Customer::Loop() {
           e.fail_all ? tracker_.FailAll(e.status)
                      : tracker_.OnPeerFailed(e.failed_peer, e.status);
       FailureHandler handler;
+      PeerFailureHandler peer_handler;
       {
         std::lock_guard<std::mutex> lock(mu_);
         handler = failure_handler_;
+        peer_handler = peer_failure_handler_;
       }
       if (handler) {
         for (int ts : failed) handler(ts, e.status);
       }
+      if (peer_handler) peer_handler(e.fail_all ? -1 : e.failed_peer, e.status);
     } else {
       const Meta& meta = e.msg.meta;
       int ts = meta.timestamp;

@@ -45,6 +45,10 @@ class Customer {
   RequestTracker* tracker() { return &tracker_; }
 
   void set_failure_handler(FailureHandler handler);
+  // Runs on the customer thread when a peer is declared dead (its id) or the
+  // node fails as a whole (-1), after the affected requests have failed.
+  using PeerFailureHandler = std::function<void(int peer, const Status&)>;
+  void set_peer_failure_handler(PeerFailureHandler handler);
 
   // Called by the node's receive thread; never blocks.
   void Accept(Message&& msg);
@@ -78,10 +82,11 @@ class Customer {
 
   std::mutex mu_;
   std::condition_variable idle_cv_;
-  FailureHandler failure_handler_;  // Guarded by mu_.
-  uint64_t queued_ = 0;             // Guarded by mu_.
-  uint64_t handled_ = 0;            // Guarded by mu_.
-  bool held_ = false;               // Guarded by mu_.
+  FailureHandler failure_handler_;           // Guarded by mu_.
+  PeerFailureHandler peer_failure_handler_;  // Guarded by mu_.
+  uint64_t queued_ = 0;                      // Guarded by mu_.
+  uint64_t handled_ = 0;                     // Guarded by mu_.
+  bool held_ = false;                        // Guarded by mu_.
 };
 
 }  // namespace ps

@@ -23,9 +23,56 @@ DEFINE_int32(ember_virtual_nodes, 0,
              "Virtual nodes per server on the key ring; 0: the default "
              "(env EMBER_VIRTUAL_NODES)");
 
+DEFINE_string(ember_consistency, "asp",
+              "Servers' consistency mode: asp, ssp or bsp "
+              "(env EMBER_CONSISTENCY)");
+DEFINE_string(ember_staleness, "",
+              "Staleness bound of ssp, in iterations (env EMBER_STALENESS)");
+
 namespace ps {
 
 namespace {
+
+// Reads a text variable; a flag set on the command line wins. False if
+// neither is set (then *value keeps the flag's default).
+bool ReadString(const char* env, const char* flag, std::string* value,
+                std::string* source) {
+  gflags::CommandLineFlagInfo info;
+  if (gflags::GetCommandLineFlagInfo(flag, &info) && !info.is_default) {
+    *value = info.current_value;
+    *source = std::string("--") + flag;
+    return true;
+  }
+  if (const char* s = std::getenv(env)) {
+    *value = s;
+    *source = env;
+    return true;
+  }
+  return false;
+}
+
+Status ReadConsistency(ConsistencyConfig* config) {
+  std::string mode = "asp", mode_source, staleness, staleness_source;
+  ReadString("EMBER_CONSISTENCY", "ember_consistency", &mode, &mode_source);
+  bool has_staleness = ReadString("EMBER_STALENESS", "ember_staleness",
+                                  &staleness, &staleness_source);
+  if (has_staleness && staleness.empty()) has_staleness = false;
+  // "ssp:2" in EMBER_CONSISTENCY works too.
+  auto parsed = mode.find_first_of(":(") != std::string::npos && !has_staleness
+                    ? ConsistencyConfig::Parse(mode)
+                    : ConsistencyConfig::FromSettings(
+                          mode, has_staleness ? &staleness : nullptr);
+  if (!parsed.ok()) {
+    std::string where = mode_source.empty() ? "" : mode_source + "=" + mode;
+    if (has_staleness) {
+      where += (where.empty() ? "" : ", ") + staleness_source + "=" + staleness;
+    }
+    return Status::InvalidArgument(parsed.status().message() +
+                                   (where.empty() ? "" : " (" + where + ")"));
+  }
+  *config = *parsed;
+  return Status::OK();
+}
 
 // Reads an integer variable; a flag set on the command line wins.
 Status ReadInt(const char* env, const char* flag, int min, int max,
@@ -159,6 +206,7 @@ StatusOr<Options> Options::FromEnvironment() {
                              &o.finalize_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_VIRTUAL_NODES", "ember_virtual_nodes", 0,
                              65536, &o.virtual_nodes));
+  PS_RETURN_IF_ERROR(ReadConsistency(&o.consistency));
   if (const char* host = std::getenv("DMLC_NODE_HOST")) {
     o.node_host = host;
   } else if (const char* itf = std::getenv("DMLC_INTERFACE")) {

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "consistency/config.h"
 #include "message/message.h"
 #include "ps/status.h"
 
@@ -57,6 +58,10 @@ struct Options {
 
   // The key ring.
   int virtual_nodes = 0;  // EMBER_VIRTUAL_NODES; 0: KeyRing's default
+
+  // Servers' consistency mode (EMBER_CONSISTENCY, EMBER_STALENESS); a
+  // KVServer may override it.
+  ConsistencyConfig consistency;
 
   // Reads the environment (and flags). Bad values are kInvalidArgument with
   // a message naming the variable.

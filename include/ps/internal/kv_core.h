@@ -7,10 +7,12 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "ps/base.h"
+#include "ps/consistency.h"
 #include "ps/range.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
@@ -64,6 +66,12 @@ class KVWorkerCore {
   // answer, bad arguments).
   Status Wait(int timestamp);
 
+  // Ends the current iteration: tells every server and returns the
+  // timestamp of that notice. Later requests carry the new clock.
+  int Clock();
+  // Iterations ended so far.
+  int64_t clock() const;
+
   // ps-lite's per-server key ranges, for custom slicers.
   const std::vector<Range>& ServerKeyRanges();
 
@@ -80,6 +88,7 @@ struct RawRequest {
   int sender = 0;
   int timestamp = 0;
   int customer_id = 0;
+  int64_t clock = 0;  // the sender's clock (iterations it has finished)
   RawKVs kvs;
 };
 
@@ -97,6 +106,11 @@ class KVServerCore {
   // the worker's request fail with it.
   void Respond(int cmd, bool push, bool pull, int sender, int timestamp,
                int customer_id, const RawKVs& res, const Status& error);
+
+  // Overrides the node's consistency mode for this app ("asp", "ssp:2",
+  // "bsp"); kInvalidArgument for a bad spec or once requests have arrived.
+  [[nodiscard]] Status SetConsistency(const std::string& spec);
+  ConsistencyStats consistency_stats() const;
 
  private:
   class Impl;

@@ -1,0 +1,333 @@
+#include "consistency/controller.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <sstream>
+#include <tuple>
+#include <unordered_set>
+
+namespace ps {
+
+std::string ConsistencyStats::ToString() const {
+  std::ostringstream os;
+  os << "pushes=" << pushes << " deferred=" << pushes_deferred
+     << " dropped=" << pushes_dropped << " pulls=" << pulls
+     << " waited=" << pulls_waited << " failed=" << pulls_failed;
+  if (pulls_waited > 0) {
+    os << " wait_ms_mean=" << wait_ms_total / pulls_waited
+       << " wait_ms_max=" << wait_ms_max;
+  }
+  os << " staleness_max=" << staleness_max << " staleness_hist=";
+  for (size_t i = 0; i < staleness_histogram.size(); ++i) {
+    os << (i ? "," : "") << staleness_histogram[i];
+  }
+  os << " clocks=" << clocks << " live_workers=" << live_workers
+     << " min_clock=" << min_clock;
+  return os.str();
+}
+
+ConsistencyController::ConsistencyController(ConsistencyConfig config,
+                                             std::vector<int> workers,
+                                             Callbacks callbacks,
+                                             const Clock* clock)
+    : config_(config),
+      workers_(std::move(workers)),
+      cb_(std::move(callbacks)),
+      clock_(clock),
+      live_(workers_.size(), true),
+      clocks_(workers_.size(), 0),
+      live_count_(static_cast<int>(workers_.size())) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    index_[workers_[i]] = static_cast<int>(i);
+  }
+  stats_.live_workers = live_count_;
+}
+
+int ConsistencyController::WorkerIndex(int id) const {
+  auto it = index_.find(id);
+  return it == index_.end() ? -1 : it->second;
+}
+
+int64_t ConsistencyController::MinLiveClock() const {
+  int64_t min = ConsistencyConfig::kUnbounded;
+  for (size_t i = 0; i < clocks_.size(); ++i) {
+    if (live_[i]) min = std::min(min, clocks_[i]);
+  }
+  return min;
+}
+
+void ConsistencyController::Tick(int worker, int64_t clock) {
+  if (clock > clocks_[worker]) clocks_[worker] = clock;
+}
+
+void ConsistencyController::OnRequest(RawRequest request) {
+  const int w = WorkerIndex(request.sender);
+  if (w < 0) {
+    // Not one of the cluster's workers (a scheduler or server acting as a
+    // client): it has no clock to order by.
+    cb_.run(request);
+    return;
+  }
+  if (!live_[w]) {
+    VLOG(1) << "dropping a request of dead worker " << request.sender;
+    return;
+  }
+  if (!failed_.ok()) {
+    cb_.fail(request, failed_);
+    return;
+  }
+  Tick(w, request.clock);
+  if (request.push) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.pushes;
+  }
+  const bool bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
+  if (!bsp) {
+    PendingPull pull{std::move(request), w, clock_->NowMs()};
+    if (!pull.request.pull) {
+      cb_.run(pull.request);  // Applied on arrival.
+    } else if (PullReady(pull)) {
+      Answer(pull, /*waited=*/false);
+    } else {
+      if (pull.request.push) {
+        // Apply the push half now and answer when the pull half may be.
+        RawRequest push = pull.request;
+        push.pull = false;
+        cb_.run_acked(push);
+        pull.request.push = false;
+        pull.request.kvs.vals = SArray<char>();
+      }
+      pulls_.push_back(std::move(pull));
+    }
+    Progress();
+    return;
+  }
+
+  // bsp.
+  if (request.push) {
+    PendingPush p;
+    p.request = request;
+    p.request.pull = false;
+    p.worker = w;
+    p.seq = next_seq_++;
+    auto& by_key = counts_[request.clock];
+    const size_t n = request.kvs.keys.size();
+    p.rounds.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      auto& c = by_key[request.kvs.keys[i]];
+      if (c.empty()) c.resize(workers_.size(), 0);
+      p.rounds[i] = c[w]++;
+      p.round = std::max(p.round, p.rounds[i]);
+    }
+    if (!request.pull) cb_.ack(request);  // The pull half answers a push-pull.
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.pushes_deferred;
+    }
+    auto order = [](const PendingPush& a, const PendingPush& b) {
+      return std::make_tuple(a.request.clock, a.round, a.worker, a.seq) <
+             std::make_tuple(b.request.clock, b.round, b.worker, b.seq);
+    };
+    pushes_.insert(std::upper_bound(pushes_.begin(), pushes_.end(), p, order),
+                   std::move(p));
+  }
+  if (request.pull) {
+    request.push = false;
+    request.kvs.vals = SArray<char>();
+    pulls_.push_back(PendingPull{std::move(request), w, clock_->NowMs()});
+  }
+  Progress();
+}
+
+void ConsistencyController::OnClock(int sender, int64_t clock) {
+  const int w = WorkerIndex(sender);
+  if (w < 0 || !live_[w]) return;
+  Tick(w, clock);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.clocks;
+  }
+  Progress();
+}
+
+void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
+  const int w = WorkerIndex(worker);
+  if (w < 0 || !live_[w]) return;
+  live_[w] = false;
+  --live_count_;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.live_workers = live_count_;
+  }
+  size_t dropped = 0;
+  for (auto it = pushes_.begin(); it != pushes_.end();) {
+    if (it->worker == w) {
+      it = pushes_.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  pulls_.erase(
+      std::remove_if(pulls_.begin(), pulls_.end(),
+                     [w](const PendingPull& p) { return p.worker == w; }),
+      pulls_.end());
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.pushes_dropped += dropped;
+  }
+  LOG(WARNING) << "consistency " << config_.ToString() << ": " << status
+               << "; going on with " << live_count_ << " of " << workers_.size()
+               << " workers"
+               << (dropped ? ", dropping " + std::to_string(dropped) +
+                                 " of its pushes not yet applied"
+                           : "");
+  Progress();
+}
+
+void ConsistencyController::OnFailAll(const Status& status) {
+  if (!failed_.ok()) return;
+  failed_ = status;
+  std::deque<PendingPull> pulls;
+  pulls.swap(pulls_);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.pushes_dropped += pushes_.size();
+    stats_.pulls_failed += pulls.size();
+  }
+  pushes_.clear();
+  for (auto& p : pulls) cb_.fail(p.request, status);
+}
+
+bool ConsistencyController::PullReady(const PendingPull& p) const {
+  if (config_.staleness != ConsistencyConfig::kUnbounded &&
+      MinLiveClock() < p.request.clock - config_.staleness) {
+    return false;
+  }
+  if (config_.mode == ConsistencyConfig::Mode::kBsp &&
+      HasPendingPush(p.worker, p.request.kvs.keys)) {
+    return false;
+  }
+  return true;
+}
+
+// Whether `worker` has a push not yet applied to any of `keys` (both sorted).
+bool ConsistencyController::HasPendingPush(int worker,
+                                           const SArray<Key>& keys) const {
+  for (const PendingPush& p : pushes_) {
+    if (p.worker != worker) continue;
+    const SArray<Key>& a = p.request.kvs.keys;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < keys.size()) {
+      if (a[i] == keys[j]) return true;
+      if (a[i] < keys[j]) {
+        ++i;
+      } else {
+        ++j;
+      }
+    }
+  }
+  return false;
+}
+
+// A push's round is complete for a key when every live worker has pushed
+// that key as often at the same clock, or has finished that clock.
+bool ConsistencyController::PushReady(const PendingPush& p) const {
+  const int64_t c = p.request.clock;
+  auto by_key = counts_.find(c);
+  const SArray<Key>& keys = p.request.kvs.keys;
+  for (size_t j = 0; j < workers_.size(); ++j) {
+    if (!live_[j] || clocks_[j] > c || static_cast<int>(j) == p.worker) {
+      continue;
+    }
+    if (by_key == counts_.end()) return false;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto it = by_key->second.find(keys[i]);
+      if (it == by_key->second.end() || it->second[j] <= p.rounds[i]) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Applies, in (clock, round, rank, arrival) order, every push whose round is
+// complete. A push waits behind an earlier one that touches one of its keys
+// and is not ready yet, so every key sees its pushes in that order whatever
+// the timing: that is what makes bsp runs reproducible.
+void ConsistencyController::ApplyReadyPushes() {
+  if (pushes_.empty()) return;
+  std::unordered_set<Key> blocked;
+  std::vector<PendingPush> kept;
+  std::vector<PendingPush> ready;
+  for (PendingPush& p : pushes_) {
+    const SArray<Key>& keys = p.request.kvs.keys;
+    bool ok = PushReady(p);
+    if (ok && !blocked.empty()) {
+      for (size_t i = 0; i < keys.size() && ok; ++i) {
+        ok = blocked.count(keys[i]) == 0;
+      }
+    }
+    if (ok) {
+      ready.push_back(std::move(p));
+    } else {
+      blocked.insert(keys.begin(), keys.end());
+      kept.push_back(std::move(p));
+    }
+  }
+  pushes_.swap(kept);
+  for (const PendingPush& p : ready) cb_.run_acked(p.request);
+}
+
+void ConsistencyController::AnswerReadyPulls() {
+  for (auto it = pulls_.begin(); it != pulls_.end();) {
+    if (PullReady(*it)) {
+      Answer(*it, /*waited=*/true);
+      it = pulls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ConsistencyController::Answer(PendingPull& p, bool waited) {
+  int64_t min = MinLiveClock();
+  int64_t gap = min == ConsistencyConfig::kUnbounded
+                    ? 0
+                    : std::max<int64_t>(0, p.request.clock - min);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.pulls;
+    if (waited) {
+      double ms = static_cast<double>(clock_->NowMs() - p.arrived_ms);
+      ++stats_.pulls_waited;
+      stats_.wait_ms_total += ms;
+      stats_.wait_ms_max = std::max(stats_.wait_ms_max, ms);
+    }
+    auto& hist = stats_.staleness_histogram;
+    hist[std::min<size_t>(static_cast<size_t>(gap), hist.size() - 1)]++;
+    stats_.staleness_max = std::max(stats_.staleness_max, gap);
+  }
+  cb_.run(p.request);
+}
+
+void ConsistencyController::Progress() {
+  if (config_.mode == ConsistencyConfig::Mode::kBsp) ApplyReadyPushes();
+  AnswerReadyPulls();
+  const int64_t min = MinLiveClock();
+  while (!counts_.empty() && counts_.begin()->first < min) {
+    counts_.erase(counts_.begin());
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.live_workers = live_count_;
+  stats_.min_clock = min == ConsistencyConfig::kUnbounded ? 0 : min;
+}
+
+ConsistencyStats ConsistencyController::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ConsistencyStats s = stats_;
+  return s;
+}
+
+}  // namespace ps

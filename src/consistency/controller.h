@@ -1,0 +1,118 @@
+// ConsistencyController: a server's vector clock over the live workers and
+// the rules of asp, ssp:s and bsp (include/ps/consistency.h) that decide when
+// a push is applied and when a pull is answered.
+//
+// The controller never touches the store: it tells its owner, through
+// callbacks, to run a request on the application's handle now, to
+// acknowledge a push whose application it defers, or to fail a request.
+// Not thread-safe: the owner calls it, and it calls back, on one thread (the
+// server app's customer thread). Callbacks must not call back into it.
+#ifndef PS_CONSISTENCY_CONTROLLER_H_
+#define PS_CONSISTENCY_CONTROLLER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "consistency/config.h"
+#include "ps/consistency.h"
+#include "ps/internal/kv_core.h"
+#include "util/clock.h"
+
+namespace ps {
+
+class ConsistencyController {
+ public:
+  struct Callbacks {
+    // Hand the request to the application's handle; its answer goes out.
+    std::function<void(const RawRequest&)> run;
+    // Apply a push that was already acknowledged: the handle's answer must
+    // not reach the worker again.
+    std::function<void(const RawRequest&)> run_acked;
+    // Answer a push now, with no values, before it is applied.
+    std::function<void(const RawRequest&)> ack;
+    // Answer the request with an error.
+    std::function<void(const RawRequest&, const Status&)> fail;
+  };
+
+  // `workers`: the ids of the cluster's workers in rank order (rank order
+  // is the order bsp applies a round in). `clock` is borrowed.
+  ConsistencyController(ConsistencyConfig config, std::vector<int> workers,
+                        Callbacks callbacks,
+                        const Clock* clock = Clock::Real());
+  ConsistencyController(const ConsistencyController&) = delete;
+  ConsistencyController& operator=(const ConsistencyController&) = delete;
+
+  const ConsistencyConfig& config() const { return config_; }
+
+  // A push, pull or push-pull. Requests from nodes that are not workers of
+  // the cluster are run at once.
+  void OnRequest(RawRequest request);
+  // Worker `sender` has finished every iteration before `clock`.
+  void OnClock(int sender, int64_t clock);
+  // `worker` is dead: stop waiting for it, drop what it left pending, and
+  // go on with the others.
+  void OnWorkerFailed(int worker, const Status& status);
+  // The node is failing: answer every waiting request with `status`.
+  void OnFailAll(const Status& status);
+
+  // Thread-safe.
+  ConsistencyStats stats() const;
+
+ private:
+  struct PendingPush {
+    RawRequest request;
+    int worker = 0;    // index into workers_
+    uint64_t seq = 0;  // arrival order
+    // Round of every key: the worker's earlier pushes to that key at the
+    // same clock. The request's round is the largest.
+    std::vector<uint32_t> rounds;
+    uint32_t round = 0;
+  };
+  struct PendingPull {
+    RawRequest request;
+    int worker = 0;
+    int64_t arrived_ms = 0;
+  };
+
+  int WorkerIndex(int id) const;
+  int64_t MinLiveClock() const;
+  void Tick(int worker, int64_t clock);
+  bool PushReady(const PendingPush& p) const;
+  bool PullReady(const PendingPull& p) const;
+  bool HasPendingPush(int worker, const SArray<Key>& keys) const;
+  void ApplyReadyPushes();
+  void AnswerReadyPulls();
+  void Answer(PendingPull& p, bool waited);
+  void Progress();
+
+  // Immutable after construction.
+  const ConsistencyConfig config_;
+  const std::vector<int> workers_;
+  const Callbacks cb_;
+  const Clock* const clock_;
+
+  std::unordered_map<int, int> index_;  // worker id -> rank
+  std::vector<bool> live_;
+  std::vector<int64_t> clocks_;
+  int live_count_ = 0;
+  uint64_t next_seq_ = 0;
+  // bsp: deferred pushes, sorted by (clock, round, worker rank, arrival).
+  std::vector<PendingPush> pushes_;
+  // bsp: pushes per (clock, key, worker) so far, for rounds; clocks every
+  // live worker has passed are pruned.
+  std::map<int64_t, std::unordered_map<Key, std::vector<uint32_t>>> counts_;
+  std::deque<PendingPull> pulls_;
+  Status failed_;  // Set by OnFailAll.
+
+  mutable std::mutex stats_mu_;
+  ConsistencyStats stats_;  // Guarded by stats_mu_.
+};
+
+}  // namespace ps
+
+#endif  // PS_CONSISTENCY_CONTROLLER_H_
