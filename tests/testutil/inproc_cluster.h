@@ -37,7 +37,9 @@ class InProcCluster {
  public:
   static constexpr int kTimeoutMs = 1000;
 
-  InProcCluster(int num_servers, int num_workers) {
+  // `tweak`, if given, edits every node's options.
+  InProcCluster(int num_servers, int num_workers,
+                const std::function<void(Options*)>& tweak = nullptr) {
     Options base;
     base.scheduler_host = "scheduler";
     base.scheduler_port = 1;
@@ -48,6 +50,7 @@ class InProcCluster {
     base.heartbeat_timeout_ms = kTimeoutMs;
     base.start_timeout_ms = 30000;
     base.finalize_timeout_ms = 30000;
+    if (tweak) tweak(&base);
     Options s = base;
     s.role = Role::kScheduler;
     scheduler_ = Make(s);
