@@ -1,0 +1,449 @@
+// ModelClient: the workers' half of the model layer.
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "model/model_protocol.h"
+#include "ps/kv_app.h"
+#include "ps/model.h"
+#include "ps/ps.h"
+
+namespace ps {
+
+using model::ControlOp;
+using model::RowOp;
+
+class ModelClient::Impl {
+ public:
+  Impl(Postoffice* postoffice, int customer_id)
+      : postoffice_(postoffice ? postoffice : Postoffice::Get()),
+        customer_id_(customer_id) {
+    control_ = std::make_unique<SimpleApp>(model::kControlApp, customer_id,
+                                           postoffice_);
+    control_->set_response_handle([this](const SimpleData& res, SimpleApp*) {
+      std::lock_guard<std::mutex> lock(mu_);
+      answers_[res.timestamp].push_back(res.body);
+    });
+  }
+
+  ~Impl() {
+    control_.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_.clear();
+  }
+
+  Status RegisterTable(const TableSpec& spec) {
+    if (spec.name.empty() || spec.name.find('\t') != std::string::npos) {
+      return Status::InvalidArgument("bad table name '" + spec.name + "'");
+    }
+    if (spec.dim < 1) {
+      return Status::InvalidArgument("table '" + spec.name + "': dim " +
+                                     std::to_string(spec.dim) + " < 1");
+    }
+    auto app = model::KVAppFor(spec.consistency);
+    if (!app.ok()) return app.status();
+    PS_RETURN_IF_ERROR(Ask(ControlOp::kRegisterTable,
+                           spec.name + "\t" + std::to_string(spec.dim) + "\t" +
+                               spec.initializer + "\t" + spec.optimizer + "\t" +
+                               spec.consistency,
+                           nullptr));
+    Info info;
+    info.id = model::TableId(spec.name);
+    info.dim = spec.dim;
+    info.kv = Worker(*app);
+    std::lock_guard<std::mutex> lock(mu_);
+    tables_[spec.name] = info;
+    return Status::OK();
+  }
+
+  Status RegisterDense(const DenseSpec& spec,
+                       const std::vector<float>& initial) {
+    if (spec.name.empty() || spec.name.find('\t') != std::string::npos) {
+      return Status::InvalidArgument("bad parameter name '" + spec.name + "'");
+    }
+    int64_t numel = 1;
+    std::string shape;
+    for (int64_t d : spec.shape) {
+      if (d < 1) {
+        return Status::InvalidArgument("'" + spec.name + "': bad shape");
+      }
+      numel *= d;
+      shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    }
+    if (static_cast<int64_t>(initial.size()) != numel) {
+      return Status::InvalidArgument(
+          "'" + spec.name + "': " + std::to_string(initial.size()) +
+          " initial values for " + std::to_string(numel) + " elements");
+    }
+    auto app = model::KVAppFor(spec.consistency);
+    if (!app.ok()) return app.status();
+    PS_RETURN_IF_ERROR(Ask(ControlOp::kRegisterDense,
+                           spec.name + "\t" + std::to_string(numel) + "\t" +
+                               shape + "\t" + spec.optimizer + "\t" +
+                               spec.consistency,
+                           nullptr));
+    Info info;
+    info.id = model::TableId(spec.name);
+    info.dense = true;
+    info.numel = numel;
+    info.dim = static_cast<int>(std::min<int64_t>(numel, model::kDenseChunk));
+    info.kv = Worker(*app);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tables_[spec.name] = info;
+    }
+    // Offer our values; servers keep the first they get.
+    std::vector<Key> keys;
+    std::vector<float> vals;
+    DenseKeys(info, initial.data(), &keys, &vals);
+    return info.kv->WaitStatus(info.kv->Push(
+        keys, vals, {}, model::RowCmd(RowOp::kInitDense, info.id)));
+  }
+
+  Status PullDense(const std::string& name, std::vector<float>* values,
+                   int64_t* version) {
+    auto info = Lookup(name, true);
+    if (!info.ok()) return info.status();
+    std::vector<Key> keys;
+    DenseKeys(*info, nullptr, &keys, nullptr);
+    std::vector<float> chunks;
+    PS_RETURN_IF_ERROR(info->kv->WaitStatus(info->kv->Pull(
+        keys, &chunks, nullptr, model::RowCmd(RowOp::kPullDense, info->id))));
+    Unchunk(*info, keys, chunks, values);
+    if (version) PS_RETURN_IF_ERROR(Version(version));
+    return Status::OK();
+  }
+
+  int PullRowsAsync(const std::string& table,
+                    const std::vector<uint64_t>& ids) {
+    auto p = std::make_shared<PendingRows>();
+    auto info = Lookup(table, false);
+    int ticket;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ticket = next_ticket_++;
+      rows_[ticket] = p;
+    }
+    if (!info.ok()) {
+      p->status = info.status();
+      p->done = true;
+      return ticket;
+    }
+    p->info = *info;
+    // One key per distinct ID, sorted; where each ID's row goes.
+    const uint64_t salt = model::Salt(info->id);
+    std::vector<Key> all(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) all[i] = ids[i] ^ salt;
+    p->keys = all;
+    std::sort(p->keys.begin(), p->keys.end());
+    p->keys.erase(std::unique(p->keys.begin(), p->keys.end()), p->keys.end());
+    p->slot.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      p->slot[i] = std::lower_bound(p->keys.begin(), p->keys.end(), all[i]) -
+                   p->keys.begin();
+    }
+    p->ts = info->kv->Pull(p->keys, &p->vals, nullptr,
+                           model::RowCmd(RowOp::kPull, info->id));
+    return ticket;
+  }
+
+  Status WaitRows(int ticket, std::vector<float>* rows) {
+    std::shared_ptr<PendingRows> p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = rows_.find(ticket);
+      if (it == rows_.end()) {
+        return Status::InvalidArgument("unknown or already waited ticket " +
+                                       std::to_string(ticket));
+      }
+      p = it->second;
+      rows_.erase(it);
+    }
+    if (p->done) return p->status;
+    PS_RETURN_IF_ERROR(p->info.kv->WaitStatus(p->ts));
+    const size_t dim = static_cast<size_t>(p->info.dim);
+    rows->resize(p->slot.size() * dim);
+    for (size_t i = 0; i < p->slot.size(); ++i) {
+      std::copy_n(p->vals.begin() + p->slot[i] * dim, dim,
+                  rows->begin() + i * dim);
+    }
+    return Status::OK();
+  }
+
+  Status Push(const std::vector<DenseGradient>& dense,
+              const std::vector<SparseGradient>& sparse, int64_t* version) {
+    struct Sent {
+      KVWorker<float>* kv;
+      int ts;
+    };
+    std::vector<Sent> sent;
+    Status first;
+    for (const DenseGradient& g : dense) {
+      auto info = Lookup(g.name, true);
+      if (!info.ok()) return info.status();
+      if (static_cast<int64_t>(g.grads.size()) != info->numel) {
+        return Status::InvalidArgument(
+            "'" + g.name + "': gradient of " + std::to_string(g.grads.size()) +
+            " values for " + std::to_string(info->numel) + " elements");
+      }
+    }
+    for (const SparseGradient& g : sparse) {
+      auto info = Lookup(g.table, false);
+      if (!info.ok()) return info.status();
+      if (g.grads.size() != g.ids.size() * info->dim) {
+        return Status::InvalidArgument(
+            "'" + g.table + "': " + std::to_string(g.grads.size()) +
+            " gradient values for " + std::to_string(g.ids.size()) +
+            " rows of dimension " + std::to_string(info->dim));
+      }
+    }
+    // Everything checked: send it all, then wait for it all.
+    for (const DenseGradient& g : dense) {
+      Info info = *Lookup(g.name, true);
+      std::vector<Key> keys;
+      std::vector<float> vals;
+      DenseKeys(info, g.grads.data(), &keys, &vals);
+      sent.push_back(
+          {info.kv, info.kv->Push(keys, vals, {},
+                                  model::RowCmd(RowOp::kPush, info.id))});
+    }
+    for (const SparseGradient& g : sparse) {
+      Info info = *Lookup(g.table, false);
+      // Keys must be unique in a request: sum the rows of a repeated ID
+      // here, in batch order (the server would merge them the same way).
+      const uint64_t salt = model::Salt(info.id);
+      const size_t dim = static_cast<size_t>(info.dim);
+      std::vector<size_t> order(g.ids.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return (g.ids[a] ^ salt) < (g.ids[b] ^ salt);
+      });
+      std::vector<Key> keys;
+      std::vector<float> vals;
+      for (size_t i : order) {
+        Key k = g.ids[i] ^ salt;
+        if (keys.empty() || keys.back() != k) {
+          keys.push_back(k);
+          vals.insert(vals.end(), g.grads.begin() + i * dim,
+                      g.grads.begin() + (i + 1) * dim);
+        } else {
+          float* row = vals.data() + vals.size() - dim;
+          for (size_t j = 0; j < dim; ++j) row[j] += g.grads[i * dim + j];
+        }
+      }
+      sent.push_back(
+          {info.kv, info.kv->Push(keys, vals, {},
+                                  model::RowCmd(RowOp::kPush, info.id))});
+    }
+    for (const Sent& s : sent) {
+      Status st = s.kv->WaitStatus(s.ts);
+      if (!st.ok() && first.ok()) first = st;
+    }
+    if (!first.ok()) return first;
+    if (version) return Version(version);
+    return Status::OK();
+  }
+
+  Status Clock() {
+    std::vector<KVWorker<float>*> kvs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& w : workers_) kvs.push_back(w.second.get());
+    }
+    std::vector<int> ts;
+    for (auto* kv : kvs) ts.push_back(kv->Clock());
+    Status first;
+    for (size_t i = 0; i < kvs.size(); ++i) {
+      Status s = kvs[i]->WaitStatus(ts[i]);
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+
+  Status Save(const std::string& dir) {
+    return Ask(ControlOp::kSave, dir, nullptr);
+  }
+  // Two phases: every server reads and checks its shard, then all swap it
+  // in; if any refuses, none does.
+  Status Load(const std::string& dir) {
+    Status s = Ask(ControlOp::kLoad, dir, nullptr);
+    if (!s.ok()) {
+      Status abort = Ask(ControlOp::kLoadAbort, "", nullptr);
+      if (!abort.ok()) LOG(WARNING) << "aborting the load: " << abort;
+      return s;
+    }
+    return Ask(ControlOp::kLoadCommit, "", nullptr);
+  }
+
+  int dim(const std::string& table) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tables_.find(table);
+    return it == tables_.end() ? 0 : it->second.dim;
+  }
+
+ private:
+  struct Info {
+    uint32_t id = 0;
+    bool dense = false;
+    int dim = 0;
+    int64_t numel = 0;
+    KVWorker<float>* kv = nullptr;
+  };
+  struct PendingRows {
+    Info info;
+    std::vector<Key> keys;
+    std::vector<float> vals;
+    std::vector<size_t> slot;  // row of ids[i] in vals
+    int ts = -1;
+    bool done = false;
+    Status status;
+  };
+
+  StatusOr<Info> Lookup(const std::string& name, bool dense) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tables_.find(name);
+    if (it == tables_.end()) {
+      return Status::NotFound(std::string(dense ? "dense parameter" : "table") +
+                              " '" + name +
+                              "' is not registered through this client");
+    }
+    if (it->second.dense != dense) {
+      return Status::InvalidArgument(
+          "'" + name + "' is " +
+          (it->second.dense ? "a dense parameter" : "an embedding table"));
+    }
+    return it->second;
+  }
+
+  KVWorker<float>* Worker(int app_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& w = workers_[app_id];
+    if (!w) {
+      w = std::make_unique<KVWorker<float>>(app_id, customer_id_, postoffice_);
+    }
+    return w.get();
+  }
+
+  // Chunk keys (sorted) and, if `values` is given, the chunked values padded
+  // to whole chunks.
+  static void DenseKeys(const Info& info, const float* values,
+                        std::vector<Key>* keys, std::vector<float>* out) {
+    const uint64_t salt = model::Salt(info.id);
+    const int64_t dim = info.dim;
+    const int64_t chunks = (info.numel + dim - 1) / dim;
+    std::vector<std::pair<Key, int64_t>> order;
+    for (int64_t c = 0; c < chunks; ++c) order.push_back({c ^ salt, c});
+    std::sort(order.begin(), order.end());
+    for (const auto& o : order) {
+      keys->push_back(o.first);
+      if (!out) continue;
+      int64_t begin = o.second * dim;
+      int64_t end = std::min(info.numel, begin + dim);
+      out->insert(out->end(), values + begin, values + end);
+      out->resize(out->size() + (dim - (end - begin)), 0.0f);
+    }
+  }
+
+  static void Unchunk(const Info& info, const std::vector<Key>& keys,
+                      const std::vector<float>& chunks,
+                      std::vector<float>* values) {
+    const uint64_t salt = model::Salt(info.id);
+    const int64_t dim = info.dim;
+    values->assign(info.numel, 0.0f);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      int64_t c = static_cast<int64_t>(keys[i] ^ salt);
+      int64_t begin = c * dim;
+      int64_t end = std::min(info.numel, begin + dim);
+      std::copy(chunks.begin() + i * dim,
+                chunks.begin() + i * dim + (end - begin),
+                values->begin() + begin);
+    }
+  }
+
+  // Sends a control request to every server; fails with the first error.
+  Status Ask(ControlOp op, const std::string& body,
+             std::vector<std::string>* replies) {
+    int ts = control_->Request(static_cast<int>(op), body, kServerGroup);
+    Status s = control_->WaitStatus(ts);
+    std::vector<std::string> answers;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      answers = std::move(answers_[ts]);
+      answers_.erase(ts);
+    }
+    if (!s.ok()) return s;
+    for (const std::string& a : answers) {
+      if (a.rfind("ERR\t", 0) == 0) {
+        return Status::InvalidArgument("server: " + a.substr(4));
+      }
+      if (replies && a.size() > 3) replies->push_back(a.substr(3));
+    }
+    return Status::OK();
+  }
+
+  Status Version(int64_t* version) {
+    std::vector<std::string> replies;
+    PS_RETURN_IF_ERROR(Ask(ControlOp::kVersion, "", &replies));
+    int64_t v = 0;
+    for (const std::string& r : replies)
+      v = std::max<int64_t>(v, std::atoll(r.c_str()));
+    *version = v;
+    return Status::OK();
+  }
+
+  Postoffice* const postoffice_;
+  const int customer_id_;
+  std::unique_ptr<SimpleApp> control_;
+
+  mutable std::mutex mu_;
+  std::map<int, std::unique_ptr<KVWorker<float>>> workers_;  // by app id
+  std::map<std::string, Info> tables_;
+  std::map<int, std::vector<std::string>> answers_;  // control, by timestamp
+  std::map<int, std::shared_ptr<PendingRows>> rows_;
+  int next_ticket_ = 1;
+};
+
+ModelClient::ModelClient(Postoffice* postoffice, int customer_id)
+    : impl_(std::make_unique<Impl>(postoffice, customer_id)) {}
+ModelClient::~ModelClient() = default;
+Status ModelClient::RegisterTable(const TableSpec& spec) {
+  return impl_->RegisterTable(spec);
+}
+Status ModelClient::RegisterDense(const DenseSpec& spec,
+                                  const std::vector<float>& initial) {
+  return impl_->RegisterDense(spec, initial);
+}
+Status ModelClient::PullDense(const std::string& name,
+                              std::vector<float>* values, int64_t* version) {
+  return impl_->PullDense(name, values, version);
+}
+Status ModelClient::PullRows(const std::string& table,
+                             const std::vector<uint64_t>& ids,
+                             std::vector<float>* rows) {
+  return impl_->WaitRows(impl_->PullRowsAsync(table, ids), rows);
+}
+int ModelClient::PullRowsAsync(const std::string& table,
+                               const std::vector<uint64_t>& ids) {
+  return impl_->PullRowsAsync(table, ids);
+}
+Status ModelClient::WaitRows(int ticket, std::vector<float>* rows) {
+  return impl_->WaitRows(ticket, rows);
+}
+Status ModelClient::Push(const std::vector<DenseGradient>& dense,
+                         const std::vector<SparseGradient>& sparse,
+                         int64_t* version) {
+  return impl_->Push(dense, sparse, version);
+}
+Status ModelClient::Clock() { return impl_->Clock(); }
+Status ModelClient::Save(const std::string& dir) { return impl_->Save(dir); }
+Status ModelClient::Load(const std::string& dir) { return impl_->Load(dir); }
+int ModelClient::dim(const std::string& table) const {
+  return impl_->dim(table);
+}
+
+}  // namespace ps

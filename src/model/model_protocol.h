@@ -1,0 +1,116 @@
+// How ModelClient and ModelServer talk: app ids, the command word of a
+// key-value request, and the key of a row.
+//
+// Control (registration, checkpoints, version) goes through a SimpleApp at
+// ModelClient::kAppBase; its body is text fields separated by '\t' and the
+// answer is "OK[\t...]" or "ERR\t<message>". Rows travel through KVWorker /
+// KVServer<float> apps, one per consistency mode:
+//   asp -> kAppBase + 1, bsp -> kAppBase + 2, ssp:s -> kAppBase + 3 + s.
+// The command word of a key-value request is (op << 24) | table_id. The key
+// of row `id` of table t is id ^ Salt(t): tables are spread independently
+// over the ring, and the server recovers the ID exactly.
+#ifndef PS_MODEL_MODEL_PROTOCOL_H_
+#define PS_MODEL_MODEL_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "consistency/config.h"
+#include "ps/model.h"
+
+namespace ps {
+namespace model {
+
+constexpr int kControlApp = ModelClient::kAppBase;
+constexpr int64_t kMaxModelStaleness = 64;
+
+// Dense parameters are cut into chunks of this many floats.
+constexpr int kDenseChunk = 16384;
+
+enum class ControlOp : int {
+  kRegisterTable = 1,
+  kRegisterDense = 2,
+  kSave = 3,
+  kLoad = 4,
+  kVersion = 5,
+  kLoadCommit = 6,
+  kLoadAbort = 7,
+};
+
+enum class RowOp : int {
+  kPull = 1,       // pull rows (tables: created on first pull)
+  kPush = 2,       // push gradients
+  kInitDense = 3,  // push initial values of dense chunks (first one wins)
+  kPullDense = 4,  // pull dense chunks (must exist)
+};
+
+inline int RowCmd(RowOp op, uint32_t table_id) {
+  return static_cast<int>((static_cast<uint32_t>(op) << 24) | table_id);
+}
+inline RowOp CmdOp(int cmd) {
+  return static_cast<RowOp>(static_cast<uint32_t>(cmd) >> 24);
+}
+inline uint32_t CmdTable(int cmd) {
+  return static_cast<uint32_t>(cmd) & 0xFFFFFFu;
+}
+
+inline uint64_t Mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+inline uint64_t Salt(uint32_t table_id) {
+  return Mix64(0x9E3779B97F4A7C15ull * (table_id + 1));
+}
+
+// A table's id: 24 bits of a hash of its name, never 0. The servers refuse
+// a second name with the same id.
+inline uint32_t TableId(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  uint32_t id = static_cast<uint32_t>(Mix64(h) & 0xFFFFFFu);
+  return id == 0 ? 1 : id;
+}
+
+inline StatusOr<int> KVAppFor(const std::string& consistency) {
+  auto c = ConsistencyConfig::Parse(consistency);
+  if (!c.ok()) return c.status();
+  switch (c->mode) {
+    case ConsistencyConfig::Mode::kAsp:
+      return ModelClient::kAppBase + 1;
+    case ConsistencyConfig::Mode::kBsp:
+      return ModelClient::kAppBase + 2;
+    case ConsistencyConfig::Mode::kSsp:
+      if (c->staleness > kMaxModelStaleness) {
+        return Status::InvalidArgument(
+            "model tables support ssp staleness up to " +
+            std::to_string(kMaxModelStaleness));
+      }
+      return static_cast<int>(ModelClient::kAppBase + 3 + c->staleness);
+  }
+  return Status::InvalidArgument("bad consistency");
+}
+
+inline std::vector<std::string> SplitTabs(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t tab = s.find('\t', start);
+    out.push_back(s.substr(start, tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  return out;
+}
+
+}  // namespace model
+}  // namespace ps
+
+#endif  // PS_MODEL_MODEL_PROTOCOL_H_

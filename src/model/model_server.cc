@@ -1,0 +1,430 @@
+// ModelServer: the servers' half of the model layer. One store of tables
+// (embedding tables, and dense parameters kept as tables of chunks) shared
+// by a KVServer per consistency mode and a control SimpleApp.
+
+#include <glog/logging.h>
+
+#include <map>
+#include <mutex>
+
+#include "model/checkpoint.h"
+#include "model/embedding_table.h"
+#include "model/model_protocol.h"
+#include "ps/kv_app.h"
+#include "ps/model.h"
+#include "ps/ps.h"
+
+namespace ps {
+
+using model::ControlOp;
+using model::RowOp;
+
+class ModelServer::Impl {
+ public:
+  explicit Impl(Postoffice* postoffice)
+      : postoffice_(postoffice ? postoffice : Postoffice::Get()) {
+    control_ = std::make_unique<SimpleApp>(model::kControlApp,
+                                           model::kControlApp, postoffice_);
+    control_->set_request_handle([this](const SimpleData& req, SimpleApp* app) {
+      app->Response(req, Control(req));
+    });
+  }
+
+  ~Impl() {
+    control_.reset();
+    std::lock_guard<std::mutex> lock(apps_mu_);
+    apps_.clear();
+  }
+
+  ModelServerStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelServerStats s = counters_;
+    s.tables = tables_.size();
+    for (const auto& t : tables_) {
+      s.rows += t.second.table->size();
+      s.memory_bytes += t.second.table->MemoryBytes();
+      s.raw_bytes += t.second.table->RawBytes();
+    }
+    return s;
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    bool dense = false;
+    int dim = 0;
+    int64_t numel = 0;  // dense only
+    std::vector<int64_t> shape;
+    std::string initializer, optimizer, consistency;
+    std::unique_ptr<model::EmbeddingTable> table;
+  };
+
+  static std::string Ok(const std::string& extra = "") {
+    return extra.empty() ? "OK" : "OK\t" + extra;
+  }
+  static std::string Err(const Status& s) { return "ERR\t" + s.ToString(); }
+
+  std::string Control(const SimpleData& req) {
+    std::vector<std::string> f = model::SplitTabs(req.body);
+    switch (static_cast<ControlOp>(req.head)) {
+      case ControlOp::kRegisterTable:
+      case ControlOp::kRegisterDense: {
+        Status s = Register(static_cast<ControlOp>(req.head), f);
+        return s.ok() ? Ok() : Err(s);
+      }
+      case ControlOp::kVersion: {
+        std::lock_guard<std::mutex> lock(mu_);
+        return Ok(std::to_string(counters_.updates));
+      }
+      case ControlOp::kSave: {
+        Status s = f.size() == 1 ? Save(f[0])
+                                 : Status::InvalidArgument("bad save request");
+        return s.ok() ? Ok() : Err(s);
+      }
+      case ControlOp::kLoad: {
+        Status s = f.size() == 1 ? Load(f[0])
+                                 : Status::InvalidArgument("bad load request");
+        return s.ok() ? Ok() : Err(s);
+      }
+      case ControlOp::kLoadCommit:
+      case ControlOp::kLoadAbort: {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (static_cast<ControlOp>(req.head) == ControlOp::kLoadCommit) {
+          if (!staged_) {
+            return Err(Status::InvalidArgument("no checkpoint load staged"));
+          }
+          for (auto& t : staged_->tables) {
+            tables_[t.first].table = std::move(t.second);
+          }
+          counters_.updates = staged_->version;
+        }
+        staged_.reset();
+        return Ok();
+      }
+    }
+    return Err(Status::InvalidArgument("unknown model control request " +
+                                       std::to_string(req.head)));
+  }
+
+  // Table: name dim initializer optimizer consistency.
+  // Dense: name numel shape(a,b,..) optimizer consistency.
+  Status Register(ControlOp op, const std::vector<std::string>& f) {
+    if (f.size() != 5 || f[0].empty()) {
+      return Status::InvalidArgument("malformed registration");
+    }
+    Entry e;
+    e.name = f[0];
+    e.dense = op == ControlOp::kRegisterDense;
+    e.optimizer = f[3];
+    e.consistency = f[4];
+    char* end = nullptr;
+    long long n = std::strtoll(f[1].c_str(), &end, 10);
+    if (end == f[1].c_str() || *end != '\0' || n < 1) {
+      return Status::InvalidArgument("'" + e.name + "': bad size " + f[1]);
+    }
+    if (e.dense) {
+      e.numel = n;
+      e.dim = static_cast<int>(std::min<long long>(n, model::kDenseChunk));
+      e.initializer = "zeros";
+      size_t start = 0;
+      while (start < f[2].size()) {
+        size_t comma = f[2].find(',', start);
+        e.shape.push_back(
+            std::atoll(f[2].substr(start, comma - start).c_str()));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else {
+      if (n > model::EmbeddingTable::kMaxDim) {
+        return Status::InvalidArgument("'" + e.name + "': dim " + f[1] +
+                                       " is too large");
+      }
+      e.dim = static_cast<int>(n);
+      e.initializer = f[2];
+    }
+    auto app = model::KVAppFor(e.consistency);
+    if (!app.ok()) return app.status();
+    auto init = model::Initializer::Parse(e.initializer);
+    if (!init.ok()) return init.status();
+    auto opt = model::Optimizer::Parse(e.optimizer);
+    if (!opt.ok()) return opt.status();
+    const uint32_t id = model::TableId(e.name);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = tables_.find(id);
+      if (it != tables_.end()) {
+        const Entry& o = it->second;
+        if (o.name != e.name) {
+          return Status::InvalidArgument("'" + e.name + "' and '" + o.name +
+                                         "' hash to the same table id; "
+                                         "rename one");
+        }
+        if (o.dense != e.dense || o.dim != e.dim || o.numel != e.numel ||
+            o.initializer != e.initializer || o.optimizer != e.optimizer ||
+            o.consistency != e.consistency) {
+          return Status::InvalidArgument(
+              "'" + e.name + "' is already registered with another spec");
+        }
+        return Status::OK();
+      }
+      auto table = model::EmbeddingTable::Create(
+          e.name, id, e.dim, std::move(init.value()), std::move(opt.value()));
+      if (!table.ok()) return table.status();
+      e.table = std::move(table.value());
+      tables_.emplace(id, std::move(e));
+    }
+    return EnsureApp(*app, f[4]);
+  }
+
+  // The KVServer of a consistency mode, created at its first table. Requests
+  // that arrive before it exists wait on the node (see Node's early queue).
+  Status EnsureApp(int app_id, const std::string& consistency) {
+    std::lock_guard<std::mutex> lock(apps_mu_);
+    if (apps_.count(app_id)) return Status::OK();
+    auto server = std::make_unique<KVServer<float>>(app_id, postoffice_);
+    PS_RETURN_IF_ERROR(server->SetConsistency(consistency));
+    server->set_request_handle(
+        [this](const KVMeta& meta, const KVPairs<float>& data,
+               KVServer<float>* s) { Handle(meta, data, s); });
+    apps_[app_id] = std::move(server);
+    return Status::OK();
+  }
+
+  void Handle(const KVMeta& meta, const KVPairs<float>& data,
+              KVServer<float>* server) {
+    const RowOp op = model::CmdOp(meta.cmd);
+    const uint32_t tid = model::CmdTable(meta.cmd);
+    const size_t n = data.keys.size();
+    KVPairs<float> res;
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = tables_.find(tid);
+      if (it == tables_.end()) {
+        s = Status::NotFound("no table or dense parameter with id " +
+                             std::to_string(tid) +
+                             " on this server: register it first");
+      } else {
+        s = Apply(op, it->second, meta, data, &res);
+      }
+    }
+    if (!s.ok()) {
+      server->ResponseError(meta, s);
+      return;
+    }
+    (void)n;
+    server->Response(meta, res);
+  }
+
+  Status Apply(RowOp op, Entry& e, const KVMeta& meta,
+               const KVPairs<float>& data, KVPairs<float>* res) {
+    model::EmbeddingTable& t = *e.table;
+    const size_t n = data.keys.size();
+    const size_t dim = static_cast<size_t>(e.dim);
+    const uint64_t salt = model::Salt(t.table_id());
+    std::vector<uint64_t> ids(n);
+    for (size_t i = 0; i < n; ++i) ids[i] = data.keys[i] ^ salt;
+    if (e.dense) {
+      const uint64_t chunks = (e.numel + dim - 1) / dim;
+      for (uint64_t id : ids) {
+        if (id >= chunks) {
+          return Status::InvalidArgument("'" + e.name + "' has no chunk " +
+                                         std::to_string(id));
+        }
+      }
+    }
+    const bool wants_rows = op == RowOp::kPull || op == RowOp::kPullDense;
+    if (wants_rows != meta.pull || (!wants_rows && !meta.push)) {
+      return Status::InvalidArgument("bad request kind for model op " +
+                                     std::to_string(static_cast<int>(op)));
+    }
+    if (!wants_rows && data.vals.size() != n * dim) {
+      return Status::InvalidArgument(
+          "'" + e.name + "': " + std::to_string(data.vals.size()) +
+          " values for " + std::to_string(n) + " rows of dimension " +
+          std::to_string(dim));
+    }
+    switch (op) {
+      case RowOp::kPull:
+      case RowOp::kPullDense: {
+        if ((op == RowOp::kPullDense) != e.dense) {
+          return Status::InvalidArgument(
+              "'" + e.name + "' is " +
+              (e.dense ? "a dense parameter" : "an embedding table"));
+        }
+        res->keys = data.keys;
+        res->vals.resize(n * dim);
+        if (e.dense) {
+          std::vector<size_t> missing;
+          t.Find(ids.data(), n, res->vals.data(), &missing);
+          if (!missing.empty()) {
+            return Status::NotFound("dense parameter '" + e.name +
+                                    "' is not initialised");
+          }
+        } else {
+          t.Lookup(ids.data(), n, res->vals.data());
+        }
+        counters_.rows_pulled += n;
+        return Status::OK();
+      }
+      case RowOp::kPush: {
+        PS_RETURN_IF_ERROR(t.ApplyGradients(ids.data(), n, data.vals.data()));
+        ++counters_.updates;
+        counters_.rows_updated += n;
+        return Status::OK();
+      }
+      case RowOp::kInitDense: {
+        if (!e.dense) {
+          return Status::InvalidArgument("'" + e.name +
+                                         "' is not a dense parameter");
+        }
+        for (size_t i = 0; i < n; ++i) {
+          if (t.Contains(ids[i])) continue;  // The first worker's values win.
+          PS_RETURN_IF_ERROR(
+              t.InsertRow(ids[i], data.vals.data() + i * dim, nullptr));
+        }
+        return Status::OK();
+      }
+    }
+    return Status::InvalidArgument("unknown model op " +
+                                   std::to_string(static_cast<int>(op)));
+  }
+
+  std::string ShardPath(const std::string& dir) const {
+    return dir + "/shard-" + std::to_string(postoffice_->my_rank()) + "-of-" +
+           std::to_string(postoffice_->num_servers()) + ".ckpt";
+  }
+
+  Status Save(const std::string& dir) {
+    model::ModelShard shard;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shard.version = static_cast<int64_t>(counters_.updates);
+      shard.server_rank = postoffice_->my_rank();
+      shard.num_servers = postoffice_->num_servers();
+      for (const auto& it : tables_) {
+        const Entry& e = it.second;
+        const model::EmbeddingTable& t = *e.table;
+        if (e.dense) {
+          t.ForEachRow([&](uint64_t id, const float* w, const float* slots) {
+            model::DenseShard d;
+            d.name = e.name;
+            d.shape = e.shape;
+            d.chunk = id;
+            d.offset = id * e.dim;
+            size_t len = std::min<int64_t>(e.dim, e.numel - d.offset);
+            d.values.assign(w, w + len);
+            d.optimizer = e.optimizer;
+            d.slots.assign(slots, slots + t.slot_floats());
+            shard.dense.push_back(std::move(d));
+          });
+          continue;
+        }
+        model::TableShard ts;
+        ts.name = e.name;
+        ts.table_id = it.first;
+        ts.dim = e.dim;
+        ts.initializer = e.initializer;
+        ts.optimizer = e.optimizer;
+        ts.slot_floats = t.slot_floats();
+        ts.ids.reserve(t.size());
+        t.ForEachRow([&](uint64_t id, const float* w, const float* slots) {
+          ts.ids.push_back(id);
+          ts.weights.insert(ts.weights.end(), w, w + e.dim);
+          ts.slots.insert(ts.slots.end(), slots, slots + t.slot_floats());
+        });
+        shard.tables.push_back(std::move(ts));
+      }
+    }
+    return model::WriteCheckpoint(ShardPath(dir), shard);
+  }
+
+  // Reads and checks this server's shard and stages its tables; a commit
+  // (once every server staged its shard) swaps them in, so a load refused
+  // by any server changes nothing anywhere.
+  Status Load(const std::string& dir) {
+    auto shard = model::ReadCheckpoint(ShardPath(dir));
+    if (!shard.ok()) return shard.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    // Check everything first: a refused load changes nothing.
+    std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> fresh;
+    auto make = [&](Entry& e) -> StatusOr<model::EmbeddingTable*> {
+      uint32_t id = model::TableId(e.name);
+      auto& slot = fresh[id];
+      if (!slot) {
+        auto init = model::Initializer::Parse(e.initializer);
+        auto opt = model::Optimizer::Parse(e.optimizer);
+        if (!init.ok() || !opt.ok()) return Status::Internal("bad spec");
+        auto t = model::EmbeddingTable::Create(
+            e.name, id, e.dim, std::move(init.value()), std::move(opt.value()));
+        if (!t.ok()) return t.status();
+        slot = std::move(t.value());
+      }
+      return slot.get();
+    };
+    for (const model::TableShard& ts : shard->tables) {
+      auto it = tables_.find(model::TableId(ts.name));
+      if (it == tables_.end() || it->second.dense || it->second.dim != ts.dim ||
+          it->second.optimizer != ts.optimizer) {
+        return Status::InvalidArgument(
+            "checkpoint table '" + ts.name +
+            "' is not registered here with the same dimension and optimizer");
+      }
+      auto t = make(it->second);
+      if (!t.ok()) return t.status();
+      if (ts.slot_floats != (*t)->slot_floats()) {
+        return Status::Corruption("'" + ts.name + "': optimizer state size");
+      }
+      for (size_t i = 0; i < ts.ids.size(); ++i) {
+        PS_RETURN_IF_ERROR((*t)->InsertRow(
+            ts.ids[i], ts.weights.data() + i * ts.dim,
+            ts.slot_floats ? ts.slots.data() + i * ts.slot_floats : nullptr));
+      }
+    }
+    for (const model::DenseShard& d : shard->dense) {
+      auto it = tables_.find(model::TableId(d.name));
+      if (it == tables_.end() || !it->second.dense ||
+          it->second.optimizer != d.optimizer) {
+        return Status::InvalidArgument("checkpoint dense parameter '" + d.name +
+                                       "' is not registered here");
+      }
+      auto t = make(it->second);
+      if (!t.ok()) return t.status();
+      std::vector<float> row(it->second.dim, 0.0f);
+      if (d.values.size() > row.size() ||
+          d.slots.size() != static_cast<size_t>((*t)->slot_floats())) {
+        return Status::Corruption("'" + d.name + "': chunk size");
+      }
+      std::copy(d.values.begin(), d.values.end(), row.begin());
+      PS_RETURN_IF_ERROR((*t)->InsertRow(
+          d.chunk, row.data(), d.slots.empty() ? nullptr : d.slots.data()));
+    }
+    staged_ = std::make_unique<Staged>();
+    staged_->tables = std::move(fresh);
+    staged_->version = static_cast<uint64_t>(shard->version);
+    return Status::OK();
+  }
+
+  Postoffice* const postoffice_;
+  std::unique_ptr<SimpleApp> control_;
+
+  std::mutex apps_mu_;
+  std::map<int, std::unique_ptr<KVServer<float>>> apps_;  // Guarded.
+
+  struct Staged {
+    std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> tables;
+    uint64_t version = 0;
+  };
+
+  mutable std::mutex mu_;
+  std::map<uint32_t, Entry> tables_;  // Guarded by mu_.
+  std::unique_ptr<Staged> staged_;    // Guarded by mu_: a load to commit.
+  ModelServerStats counters_;         // Guarded by mu_.
+};
+
+ModelServer::ModelServer(Postoffice* postoffice)
+    : impl_(std::make_unique<Impl>(postoffice)) {}
+ModelServer::~ModelServer() = default;
+ModelServerStats ModelServer::stats() const { return impl_->stats(); }
+
+}  // namespace ps

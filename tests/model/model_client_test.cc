@@ -1,0 +1,252 @@
+// The model layer end to end over the in-process transport.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/initializer.h"
+#include "model/model_protocol.h"
+#include "ps/model.h"
+#include "testutil/inproc_cluster.h"
+
+namespace ps {
+namespace {
+
+class ModelClientTest : public ::testing::Test {
+ protected:
+  void Form(int servers, int workers) {
+    cluster_ = std::make_unique<InProcCluster>(servers, workers);
+    cluster_->Start();
+    for (int i = 0; i < servers; ++i) {
+      servers_.push_back(std::make_unique<ModelServer>(cluster_->server(i)));
+    }
+    for (int i = 0; i < workers; ++i) {
+      clients_.push_back(std::make_unique<ModelClient>(cluster_->worker(i)));
+    }
+  }
+  void TearDown() override {
+    if (!cluster_) return;
+    clients_.clear();
+    cluster_->Finalize();
+    servers_.clear();
+    cluster_.reset();
+  }
+  ModelClient* client(int i) { return clients_[i].get(); }
+
+  std::unique_ptr<InProcCluster> cluster_;
+  std::vector<std::unique_ptr<ModelServer>> servers_;
+  std::vector<std::unique_ptr<ModelClient>> clients_;
+};
+
+TEST_F(ModelClientTest, RowsAreCreatedLazilyFromTheSeededInitializer) {
+  Form(2, 1);
+  TableSpec spec{"emb", 4, "normal(0,0.5)", "sgd(lr=0.1)", "asp"};
+  ASSERT_TRUE(client(0)->RegisterTable(spec).ok());
+  std::vector<uint64_t> ids{7, ~0ull, 0, 7, 123456789012345ull};
+  std::vector<float> rows;
+  ASSERT_TRUE(client(0)->PullRows("emb", ids, &rows).ok());
+  ASSERT_EQ(rows.size(), ids.size() * 4);
+  auto init = model::Initializer::Parse("normal(0,0.5)");
+  ASSERT_TRUE(init.ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    float expect[4];
+    init->Fill(model::TableId("emb"), ids[i], expect, 4);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(rows[i * 4 + j], expect[j]) << "id " << ids[i];
+    }
+  }
+  size_t total = 0;
+  for (auto& s : servers_) total += s->stats().rows;
+  EXPECT_EQ(total, 4u);  // Distinct IDs, spread over both servers.
+}
+
+TEST_F(ModelClientTest, SparsePushUpdatesOnlyNamedRowsAndMergesDuplicates) {
+  Form(2, 1);
+  ASSERT_TRUE(client(0)
+                  ->RegisterTable({"t", 2, "constant(1)", "sgd(lr=0.5)", "asp"})
+                  .ok());
+  int64_t version = -1;
+  ASSERT_TRUE(client(0)
+                  ->Push({}, {{"t", {5, 9, 5}, {1, 2, 3, 4, 5, 6}}}, &version)
+                  .ok());
+  EXPECT_GE(version, 1);
+  std::vector<float> rows;
+  ASSERT_TRUE(client(0)->PullRows("t", {5, 9, 11}, &rows).ok());
+  // Row 5: 1 - 0.5 * (1 + 5), 1 - 0.5 * (2 + 6); row 9: 1 - 0.5 * (3, 4).
+  EXPECT_EQ(rows, (std::vector<float>{-2, -3, -0.5, -1, 1, 1}));
+}
+
+TEST_F(ModelClientTest, DenseParametersTakeTheFirstWorkersValues) {
+  Form(3, 2);
+  const int n = 40000;  // three chunks, spread over the servers
+  std::vector<float> a(n), b(n, -1.0f);
+  for (int i = 0; i < n; ++i) a[i] = static_cast<float>(i);
+  DenseSpec spec{"w", {200, 200}, "sgd(lr=1)", "asp"};
+  ASSERT_TRUE(client(0)->RegisterDense(spec, a).ok());
+  ASSERT_TRUE(client(1)->RegisterDense(spec, b).ok());
+  std::vector<float> got;
+  int64_t v0 = -1;
+  ASSERT_TRUE(client(1)->PullDense("w", &got, &v0).ok());
+  EXPECT_EQ(got, a);
+  std::vector<float> g(n, 0.5f);
+  int64_t v1 = -1;
+  ASSERT_TRUE(client(1)->Push({{"w", g}}, {}, &v1).ok());
+  EXPECT_GT(v1, v0);
+  ASSERT_TRUE(client(0)->PullDense("w", &got).ok());
+  for (int i = 0; i < n; i += 997) ASSERT_EQ(got[i], a[i] - 0.5f);
+  size_t chunk_rows = 0;
+  for (auto& s : servers_) chunk_rows += s->stats().rows;
+  EXPECT_EQ(chunk_rows, 3u);
+}
+
+TEST_F(ModelClientTest, BadRequestsGetClearErrors) {
+  Form(1, 1);
+  ModelClient* c = client(0);
+  EXPECT_FALSE(
+      c->RegisterTable({"x", 4, "normal(0,1)", "adagrad(lr=)", "asp"}).ok());
+  Status s = c->RegisterTable({"x", 4, "gauss", "sgd(lr=1)", "asp"});
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(
+      c->RegisterTable({"x", 4, "zeros", "sgd(lr=1)", "sometimes"}).ok());
+  ASSERT_TRUE(c->RegisterTable({"x", 4, "zeros", "sgd(lr=1)", "asp"}).ok());
+  s = c->RegisterTable({"x", 8, "zeros", "sgd(lr=1)", "asp"});
+  EXPECT_NE(s.message().find("another spec"), std::string::npos) << s;
+  std::vector<float> rows;
+  s = c->PullRows("nope", {1}, &rows);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  s = c->Push({}, {{"x", {1, 2}, {1, 2, 3}}});
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("dimension 4"), std::string::npos) << s;
+  s = c->Push({}, {{"x", {1}, {NAN, 0, 0, 0}}});
+  EXPECT_FALSE(s.ok());  // Refused by the table, nothing applied.
+  ASSERT_TRUE(c->PullRows("x", {1}, &rows).ok());
+  EXPECT_EQ(rows, (std::vector<float>{0, 0, 0, 0}));
+}
+
+TEST_F(ModelClientTest, CheckpointRestoresRowsAndOptimizerState) {
+  Form(2, 1);
+  ModelClient* c = client(0);
+  ASSERT_TRUE(
+      c->RegisterTable({"e", 3, "uniform(-1,1)", "adagrad(lr=0.1)", "asp"})
+          .ok());
+  std::vector<float> init(10, 2.0f);
+  ASSERT_TRUE(c->RegisterDense({"d", {10}, "adam(lr=0.01)", "asp"}, init).ok());
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 100; ++i) ids.push_back(i * 7919);
+  std::vector<float> g(ids.size() * 3, 0.25f);
+  ASSERT_TRUE(
+      c->Push({{"d", std::vector<float>(10, 1.0f)}}, {{"e", ids, g}}).ok());
+  char tmpl[] = "/tmp/ember-ckpt.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(c->Save(dir).ok());
+  std::vector<float> saved_rows, saved_dense;
+  ASSERT_TRUE(c->PullRows("e", ids, &saved_rows).ok());
+  ASSERT_TRUE(c->PullDense("d", &saved_dense).ok());
+  // Train on, then restore, then train the same step again: identical.
+  ASSERT_TRUE(
+      c->Push({{"d", std::vector<float>(10, 1.0f)}}, {{"e", ids, g}}).ok());
+  std::vector<float> after_rows;
+  ASSERT_TRUE(c->PullRows("e", ids, &after_rows).ok());
+  ASSERT_TRUE(c->Load(dir).ok());
+  std::vector<float> rows, dense;
+  ASSERT_TRUE(c->PullRows("e", ids, &rows).ok());
+  ASSERT_TRUE(c->PullDense("d", &dense).ok());
+  EXPECT_EQ(rows, saved_rows);
+  EXPECT_EQ(dense, saved_dense);
+  ASSERT_TRUE(
+      c->Push({{"d", std::vector<float>(10, 1.0f)}}, {{"e", ids, g}}).ok());
+  ASSERT_TRUE(c->PullRows("e", ids, &rows).ok());
+  EXPECT_EQ(rows, after_rows);  // Adagrad's accumulators came back too.
+  // A damaged shard is refused and changes nothing.
+  std::string shard = dir + "/shard-0-of-2.ckpt";
+  FILE* f = std::fopen(shard.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  std::fseek(f, 100, SEEK_SET);
+  std::fputc(0x5A, f);
+  std::fclose(f);
+  Status s = c->Load(dir);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("checksum"), std::string::npos) << s;
+  std::vector<float> unchanged;
+  ASSERT_TRUE(c->PullRows("e", ids, &unchanged).ok());
+  EXPECT_EQ(unchanged, after_rows);
+  system(("rm -rf " + dir).c_str());
+}
+
+// Two workers in bsp, each pushing the gradient of its half of a
+// mini-batch, end where one process training on the union would. Each push
+// is one optimizer step; with SGD the two steps of a round equal one step
+// with the summed gradient, up to float rounding.
+TEST_F(ModelClientTest, BspTrainingOnTwoWorkersMatchesOneProcess) {
+  Form(2, 2);
+  TableSpec spec{"e", 4, "normal(0,0.1)", "sgd(lr=0.05)", "bsp"};
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(client(w)->RegisterTable(spec).ok());
+  // Reference: the same updates in one place.
+  auto init = model::Initializer::Parse("normal(0,0.1)");
+  ASSERT_TRUE(init.ok());
+  std::map<uint64_t, std::vector<float>> ref;
+  auto row = [&](uint64_t id) -> std::vector<float>& {
+    auto& r = ref[id];
+    if (r.empty()) {
+      r.resize(4);
+      init->Fill(model::TableId("e"), id, r.data(), 4);
+    }
+    return r;
+  };
+  auto batch = [](int w, int it) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 6; ++i) ids.push_back((w * 31 + it * 7 + i * 3) % 20);
+    return ids;
+  };
+  const int kIterations = 10;
+  for (int it = 0; it < kIterations; ++it) {
+    std::map<uint64_t, std::vector<float>> grad;
+    for (int w = 0; w < 2; ++w) {
+      for (uint64_t id : batch(w, it)) {
+        auto& g = grad[id];
+        g.resize(4, 0.0f);
+        const auto& r = row(id);
+        for (int j = 0; j < 4; ++j) g[j] += r[j] * 0.5f + 0.1f;
+      }
+    }
+    for (auto& g : grad) {
+      auto& r = row(g.first);
+      for (int j = 0; j < 4; ++j) r[j] -= 0.05f * g.second[j];
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      ModelClient* c = client(w);
+      for (int it = 0; it < kIterations; ++it) {
+        std::vector<uint64_t> ids = batch(w, it);
+        std::vector<float> rows;
+        ASSERT_TRUE(c->PullRows("e", ids, &rows).ok());
+        std::vector<float> g(rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) g[i] = rows[i] * 0.5f + 0.1f;
+        ASSERT_TRUE(c->Push({}, {{"e", ids, g}}).ok());
+        ASSERT_TRUE(c->Clock().ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<uint64_t> all;
+  for (uint64_t id = 0; id < 20; ++id) all.push_back(id);
+  std::vector<float> rows;
+  // A pull at clock 0 from a fresh view: wait for everything via Clock.
+  ASSERT_TRUE(client(0)->PullRows("e", all, &rows).ok());
+  for (uint64_t id = 0; id < 20; ++id) {
+    if (!ref.count(id)) continue;
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_NEAR(rows[id * 4 + j], ref[id][j], 1e-6) << id;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ps
