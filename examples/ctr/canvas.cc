@@ -1,0 +1,190 @@
+#include "ctr/canvas.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace ctr {
+namespace {
+
+// A 5x7 glyph: one byte per row, top to bottom; bit 4 is the leftmost
+// column.
+struct Glyph {
+  char c;
+  uint8_t rows[Canvas::kGlyphHeight];
+};
+
+constexpr Glyph kFont[] = {
+    {'0', {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E}},
+    {'1', {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E}},
+    {'2', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F}},
+    {'3', {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E}},
+    {'4', {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02}},
+    {'5', {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E}},
+    {'6', {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E}},
+    {'7', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}},
+    {'8', {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E}},
+    {'9', {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C}},
+    {'A', {0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}},
+    {'B', {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E}},
+    {'C', {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E}},
+    {'D', {0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C}},
+    {'E', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F}},
+    {'F', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10}},
+    {'G', {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F}},
+    {'H', {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}},
+    {'I', {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}},
+    {'J', {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C}},
+    {'K', {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11}},
+    {'L', {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F}},
+    {'M', {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11}},
+    {'N', {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11}},
+    {'O', {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}},
+    {'P', {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10}},
+    {'Q', {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D}},
+    {'R', {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11}},
+    {'S', {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E}},
+    {'T', {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}},
+    {'U', {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}},
+    {'V', {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04}},
+    {'W', {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A}},
+    {'X', {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11}},
+    {'Y', {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04}},
+    {'Z', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F}},
+    {' ', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}},
+    {'.', {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C}},
+    {',', {0x00, 0x00, 0x00, 0x00, 0x0C, 0x04, 0x08}},
+    {'-', {0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00}},
+    {'+', {0x00, 0x04, 0x04, 0x1F, 0x04, 0x04, 0x00}},
+    {':', {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x0C, 0x00}},
+    {'=', {0x00, 0x00, 0x1F, 0x00, 0x1F, 0x00, 0x00}},
+    {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}},
+    {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}},
+    {'/', {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00}},
+    {'%', {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03}},
+    {'_', {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F}},
+    {'?', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x00, 0x04}},
+};
+
+const Glyph& GlyphOf(char c) {
+  if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  const Glyph* unknown = nullptr;
+  for (const Glyph& glyph : kFont) {
+    if (glyph.c == c) return glyph;
+    if (glyph.c == '?') unknown = &glyph;
+  }
+  return *unknown;
+}
+
+}  // namespace
+
+Canvas::Canvas(int width, int height, Rgb background)
+    : width_(width), height_(height) {
+  CHECK(width >= 1 && height >= 1 && width <= (1 << 14) && height <= (1 << 14))
+      << width << "x" << height;
+  rgb_.resize(static_cast<size_t>(width) * static_cast<size_t>(height) * 3);
+  FillRect(0, 0, width, height, background);
+}
+
+Rgb Canvas::Pixel(int x, int y) const {
+  CHECK(x >= 0 && x < width_ && y >= 0 && y < height_) << x << "," << y;
+  const size_t i = (static_cast<size_t>(y) * static_cast<size_t>(width_) +
+                    static_cast<size_t>(x)) *
+                   3;
+  return Rgb{static_cast<uint8_t>(rgb_[i]), static_cast<uint8_t>(rgb_[i + 1]),
+             static_cast<uint8_t>(rgb_[i + 2])};
+}
+
+void Canvas::SetPixel(int x, int y, Rgb colour) {
+  if (x < 0 || x >= width_ || y < 0 || y >= height_) return;
+  const size_t i = (static_cast<size_t>(y) * static_cast<size_t>(width_) +
+                    static_cast<size_t>(x)) *
+                   3;
+  rgb_[i] = static_cast<char>(colour.r);
+  rgb_[i + 1] = static_cast<char>(colour.g);
+  rgb_[i + 2] = static_cast<char>(colour.b);
+}
+
+void Canvas::FillRect(int x0, int y0, int x1, int y1, Rgb colour) {
+  x0 = std::max(x0, 0);
+  y0 = std::max(y0, 0);
+  x1 = std::min(x1, width_);
+  y1 = std::min(y1, height_);
+  for (int y = y0; y < y1; ++y) {
+    for (int x = x0; x < x1; ++x) SetPixel(x, y, colour);
+  }
+}
+
+template <typename Plot>
+void Canvas::Bresenham(int x0, int y0, int x1, int y1, Plot plot) {
+  const int dx = std::abs(x1 - x0);
+  const int dy = -std::abs(y1 - y0);
+  const int sx = x0 < x1 ? 1 : -1;
+  const int sy = y0 < y1 ? 1 : -1;
+  int error = dx + dy;
+  for (int step = 0;; ++step) {
+    plot(x0, y0, step);
+    if (x0 == x1 && y0 == y1) break;
+    const int e2 = 2 * error;
+    if (e2 >= dy) {
+      error += dy;
+      x0 += sx;
+    }
+    if (e2 <= dx) {
+      error += dx;
+      y0 += sy;
+    }
+  }
+}
+
+void Canvas::Stamp(int x, int y, Rgb colour, int thickness) {
+  const int low = -(thickness - 1) / 2;
+  for (int oy = low; oy < low + thickness; ++oy) {
+    for (int ox = low; ox < low + thickness; ++ox) {
+      SetPixel(x + ox, y + oy, colour);
+    }
+  }
+}
+
+void Canvas::DrawLine(int x0, int y0, int x1, int y1, Rgb colour,
+                      int thickness) {
+  Bresenham(x0, y0, x1, y1, [&](int x, int y, int) {
+    Stamp(x, y, colour, std::max(thickness, 1));
+  });
+}
+
+void Canvas::DrawDashedLine(int x0, int y0, int x1, int y1, Rgb colour,
+                            int dash, int gap, int thickness) {
+  const int period = std::max(dash, 1) + std::max(gap, 0);
+  Bresenham(x0, y0, x1, y1, [&](int x, int y, int step) {
+    if (step % period < std::max(dash, 1)) {
+      Stamp(x, y, colour, std::max(thickness, 1));
+    }
+  });
+}
+
+void Canvas::DrawText(int x, int y, std::string_view text, Rgb colour,
+                      int scale) {
+  scale = std::max(scale, 1);
+  for (char c : text) {
+    const Glyph& glyph = GlyphOf(c);
+    for (int row = 0; row < kGlyphHeight; ++row) {
+      for (int column = 0; column < kGlyphWidth; ++column) {
+        if (glyph.rows[row] & (0x10 >> column)) {
+          FillRect(x + column * scale, y + row * scale,
+                   x + (column + 1) * scale, y + (row + 1) * scale, colour);
+        }
+      }
+    }
+    x += (kGlyphWidth + 1) * scale;
+  }
+}
+
+int Canvas::TextWidth(std::string_view text, int scale) {
+  if (text.empty()) return 0;
+  scale = std::max(scale, 1);
+  return static_cast<int>(text.size()) * (kGlyphWidth + 1) * scale - scale;
+}
+
+}  // namespace ctr
