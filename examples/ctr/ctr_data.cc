@@ -203,10 +203,13 @@ SyntheticSource::SyntheticSource(const SyntheticConfig& config)
   // The accepted part of k's slice, mapped back through H^-1, starts at
   // H^-1(H(k + 1/2) - k^-s); its distance below k is largest at k = 2 (for
   // the decreasing convex x^-s), so a draw with k - x <= squeeze_ is always
-  // accepted. ZipfSqueezeIsInsideAcceptance in the tests checks this.
+  // accepted. ZipfTest.ZipfRankAcceptsExactlyTheRejectionInversionRegion
+  // checks this.
   squeeze_ = 2.0 - HInverse(H(2.5) - std::pow(2.0, -config_.zipf));
   // Most draws hit the head of each field: keep its truth at hand.
-  cached_ranks_ = std::min<uint64_t>(config_.ids_per_field, kCachedRanks);
+  cached_ranks_ = std::min<uint64_t>(
+      {config_.ids_per_field, kCachedRanks,
+       kCachedParameters / static_cast<uint64_t>(config_.fields)});
   const size_t stride = static_cast<size_t>(1 + config_.fm_dim);
   head_truth_.resize(static_cast<size_t>(config_.fields) * cached_ranks_ *
                      stride);
@@ -424,20 +427,21 @@ ps::Status ParseCriteoLine(std::string_view line, Example* example) {
   constexpr int kColumns = 1 + kCriteoIntegerFields + kCriteoCategoricalFields;
   example->ids.clear();
   example->values.clear();
+  const size_t columns =
+      1 + static_cast<size_t>(std::count(line.begin(), line.end(), '\t'));
+  if (columns != static_cast<size_t>(kColumns)) {
+    return ps::Status::InvalidArgument(
+        "expected " + std::to_string(kColumns) +
+        " tab-separated columns, got " + std::to_string(columns) +
+        (columns == static_cast<size_t>(kColumns) - 1
+             ? " (an unlabelled test file?)"
+             : ""));
+  }
+  example->ids.reserve(kColumns - 1);
   size_t start = 0;
   for (int column = 0; column < kColumns; ++column) {
-    const size_t tab = line.find('\t', start);
-    const bool last = column == kColumns - 1;
-    if ((tab == std::string_view::npos) != last) {
-      size_t columns = 1;
-      for (char c : line) columns += c == '\t';
-      return ps::Status::InvalidArgument(
-          "expected " + std::to_string(kColumns) +
-          " tab-separated columns, got " + std::to_string(columns) +
-          (columns == kColumns - 1 ? " (an unlabelled test file?)" : ""));
-    }
-    const std::string_view cell =
-        line.substr(start, last ? std::string_view::npos : tab - start);
+    const size_t tab = std::min(line.find('\t', start), line.size());
+    const std::string_view cell = line.substr(start, tab - start);
     start = tab + 1;
     if (column == 0) {
       if (cell != "0" && cell != "1") {
