@@ -71,7 +71,7 @@ struct Meta {
   int priority = 0;
   std::string body;
   uint64_t epoch = 0;
-  int64_t clock = 0;  // the sender's clock (key-value requests)
+  int64_t clock = 0;        // the sender's clock (key-value requests)
   bool clock_tick = false;  // a KVWorker::Clock() notice
   int value_bytes = 0;
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "consistency/config.h"
+#include "partition/key_ring.h"
 #include "ps/model.h"
 
 namespace ps {
@@ -55,16 +56,8 @@ inline uint32_t CmdTable(int cmd) {
   return static_cast<uint32_t>(cmd) & 0xFFFFFFu;
 }
 
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
 inline uint64_t Salt(uint32_t table_id) {
-  return Mix64(0x9E3779B97F4A7C15ull * (table_id + 1));
+  return KeyRing::Position(0x9E3779B97F4A7C15ull * (table_id + 1));
 }
 
 // A table's id: 24 bits of a hash of its name, never 0. The servers refuse
@@ -75,7 +68,7 @@ inline uint32_t TableId(const std::string& name) {
     h ^= c;
     h *= 1099511628211ull;
   }
-  uint32_t id = static_cast<uint32_t>(Mix64(h) & 0xFFFFFFu);
+  uint32_t id = static_cast<uint32_t>(KeyRing::Position(h) & 0xFFFFFFu);
   return id == 0 ? 1 : id;
 }
 
