@@ -1,0 +1,256 @@
+// Multi-process check of the model layer under bsp: workers train a small
+// logistic model (an embedding table and a dense parameter split into
+// chunks over the servers) through ps::ModelClient, each on its own half of
+// every mini-batch. Worker 0 then replays the same training in this one
+// process on the union of the halves, and fails unless the servers'
+// parameters equal the replay's within --tolerance, and unless training
+// moved them by far more than that (so the check can fail).
+//
+// With SGD, the servers applying each worker's push as its own step equals
+// one step with the summed gradient, up to float rounding. The gradients
+// depend on the pulled parameters through the sigmoid, so any pull that saw
+// a state other than "every earlier iteration, nothing of this one" shows.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "model/initializer.h"
+#include "model/model_protocol.h"
+#include "ps/model.h"
+#include "ps/ps.h"
+
+DEFINE_int32(iterations, 30, "training iterations");
+DEFINE_int32(batch, 48, "examples per worker per iteration");
+DEFINE_string(consistency, "bsp", "consistency of the parameters");
+DEFINE_double(tolerance, 1e-6, "largest allowed difference");
+
+namespace {
+
+constexpr int kDim = 8;
+constexpr int kIdsPerExample = 5;
+constexpr int kDistinct = 600;
+constexpr size_t kDense = 40000;  // three chunks of 16384 floats
+constexpr char kInit[] = "normal(0,0.1)";
+constexpr char kSgd[] = "sgd(lr=0.5)";
+constexpr float kLr = 0.5f;
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+struct Example {
+  uint64_t ids[kIdsPerExample];
+  float label;
+};
+
+// Worker w's half of iteration `it`: skewed IDs (small ones are frequent,
+// so rows are shared across workers and iterations), spread over 64 bits.
+std::vector<Example> Batch(int w, int it) {
+  std::vector<Example> batch(FLAGS_batch);
+  for (int e = 0; e < FLAGS_batch; ++e) {
+    uint64_t h = Mix((static_cast<uint64_t>(w) << 40) ^
+                     (static_cast<uint64_t>(it) << 20) ^ e);
+    for (int i = 0; i < kIdsPerExample; ++i) {
+      h = Mix(h + i);
+      uint64_t r = h % kDistinct;
+      r = r * r / kDistinct;  // skew towards small values
+      batch[e].ids[i] = Mix(r + 1);
+    }
+    batch[e].label = (h >> 7) % 3 == 0 ? 1.0f : 0.0f;
+  }
+  return batch;
+}
+
+const float kMix[kDim] = {1.0f, -0.5f, 0.25f, 0.75f, -1.0f, 0.5f, -0.25f, 0.1f};
+
+size_t DenseIndex(uint64_t id) { return Mix(id ^ 0x5bd1e995) % kDense; }
+
+// Logistic loss gradient of a batch against the given parameters, scaled
+// by 1/`scale`. rows: ids in example order, kDim floats each.
+void Gradients(const std::vector<Example>& batch, const float* rows,
+               const std::vector<float>& dense, double scale,
+               std::vector<float>* row_grads,
+               std::map<size_t, float>* dense_grads) {
+  row_grads->assign(batch.size() * kIdsPerExample * kDim, 0.0f);
+  for (size_t e = 0; e < batch.size(); ++e) {
+    double z = 0;
+    for (int i = 0; i < kIdsPerExample; ++i) {
+      const float* r = rows + (e * kIdsPerExample + i) * kDim;
+      for (int j = 0; j < kDim; ++j) z += r[j] * kMix[j];
+      z += dense[DenseIndex(batch[e].ids[i])];
+    }
+    const double g = (1.0 / (1.0 + std::exp(-z)) - batch[e].label) / scale;
+    for (int i = 0; i < kIdsPerExample; ++i) {
+      float* gr = row_grads->data() + (e * kIdsPerExample + i) * kDim;
+      for (int j = 0; j < kDim; ++j) gr[j] = static_cast<float>(g * kMix[j]);
+      (*dense_grads)[DenseIndex(batch[e].ids[i])] += static_cast<float>(g);
+    }
+  }
+}
+
+std::vector<uint64_t> Ids(const std::vector<Example>& batch) {
+  std::vector<uint64_t> ids;
+  for (const auto& e : batch)
+    ids.insert(ids.end(), e.ids, e.ids + kIdsPerExample);
+  return ids;
+}
+
+std::vector<float> InitialDense() {
+  std::vector<float> d(kDense);
+  for (size_t i = 0; i < kDense; ++i) d[i] = 0.05f * std::sin(0.37 * i);
+  return d;
+}
+
+void Check(const ps::Status& s, const char* what) {
+  if (!s.ok()) LOG(FATAL) << what << ": " << s;
+}
+
+// The same training in this process, on the union of the workers' batches.
+struct Replay {
+  Replay(ps::model::Initializer i, uint32_t t) : init(std::move(i)), table(t) {}
+  ps::model::Initializer init;
+  uint32_t table;
+  std::map<uint64_t, std::vector<float>> rows;
+  std::vector<float> dense = InitialDense();
+
+  std::vector<float>& Row(uint64_t id) {
+    auto& r = rows[id];
+    if (r.empty()) {
+      r.resize(kDim);
+      init.Fill(table, id, r.data(), kDim);
+    }
+    return r;
+  }
+
+  void Train(int workers) {
+    for (int it = 0; it < FLAGS_iterations; ++it) {
+      std::vector<Example> batch;
+      for (int w = 0; w < workers; ++w) {
+        std::vector<Example> half = Batch(w, it);
+        batch.insert(batch.end(), half.begin(), half.end());
+      }
+      std::vector<float> pulled;
+      for (uint64_t id : Ids(batch)) {
+        const auto& r = Row(id);
+        pulled.insert(pulled.end(), r.begin(), r.end());
+      }
+      std::vector<float> row_grads;
+      std::map<size_t, float> dense_grads;
+      Gradients(batch, pulled.data(), dense, batch.size(), &row_grads,
+                &dense_grads);
+      // Merge duplicate IDs, then one SGD step.
+      std::map<uint64_t, std::vector<double>> merged;
+      std::vector<uint64_t> ids = Ids(batch);
+      for (size_t p = 0; p < ids.size(); ++p) {
+        auto& m = merged[ids[p]];
+        m.resize(kDim);
+        for (int j = 0; j < kDim; ++j) m[j] += row_grads[p * kDim + j];
+      }
+      for (const auto& m : merged) {
+        auto& r = Row(m.first);
+        for (int j = 0; j < kDim; ++j)
+          r[j] -= kLr * static_cast<float>(m.second[j]);
+      }
+      for (const auto& g : dense_grads) dense[g.first] -= kLr * g.second;
+    }
+  }
+};
+
+int RunWorker() {
+  const int rank = ps::MyRank();
+  const int workers = ps::NumWorkers();
+  ps::ModelClient client;
+  Check(client.RegisterTable({"emb", kDim, kInit, kSgd, FLAGS_consistency}),
+        "register emb");
+  Check(client.RegisterDense(
+            {"dense", {static_cast<int64_t>(kDense)}, kSgd, FLAGS_consistency},
+            InitialDense()),
+        "register dense");
+  for (int it = 0; it < FLAGS_iterations; ++it) {
+    std::vector<Example> batch = Batch(rank, it);
+    std::vector<uint64_t> ids = Ids(batch);
+    std::vector<float> rows, dense;
+    Check(client.PullRows("emb", ids, &rows), "pull rows");
+    Check(client.PullDense("dense", &dense), "pull dense");
+    std::vector<float> row_grads;
+    std::map<size_t, float> dense_grads;
+    Gradients(batch, rows.data(), dense,
+              static_cast<double>(FLAGS_batch) * workers, &row_grads,
+              &dense_grads);
+    std::vector<float> dg(kDense, 0.0f);
+    for (const auto& g : dense_grads) dg[g.first] = g.second;
+    Check(client.Push({{"dense", dg}}, {{"emb", ids, row_grads}}), "push");
+    Check(client.Clock(), "clock");
+  }
+  ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup);
+  int rc = 0;
+  if (rank == 0) {
+    auto init = ps::model::Initializer::Parse(kInit);
+    Check(init.status(), "initializer");
+    Replay replay(*init, ps::model::TableId("emb"));
+    replay.Train(workers);
+    std::vector<uint64_t> ids;
+    for (const auto& r : replay.rows) ids.push_back(r.first);
+    std::vector<float> rows, dense;
+    Check(client.PullRows("emb", ids, &rows), "final pull rows");
+    Check(client.PullDense("dense", &dense), "final pull dense");
+    double max_diff = 0, max_moved = 0;
+    for (size_t p = 0; p < ids.size(); ++p) {
+      std::vector<float> start(kDim);
+      replay.init.Fill(replay.table, ids[p], start.data(), kDim);
+      for (int j = 0; j < kDim; ++j) {
+        float want = replay.rows[ids[p]][j];
+        max_diff =
+            std::max(max_diff, std::fabs(double{rows[p * kDim + j]} - want));
+        max_moved = std::max(max_moved, std::fabs(double{want} - start[j]));
+      }
+    }
+    const std::vector<float> start = InitialDense();
+    double dense_diff = 0, dense_moved = 0;
+    for (size_t i = 0; i < kDense; ++i) {
+      dense_diff =
+          std::max(dense_diff, std::fabs(double{dense[i]} - replay.dense[i]));
+      dense_moved =
+          std::max(dense_moved, std::fabs(double{replay.dense[i]} - start[i]));
+    }
+    std::printf(
+        "RESULT rows=%zu max_row_diff=%.3g max_row_moved=%.3g "
+        "max_dense_diff=%.3g max_dense_moved=%.3g tolerance=%.3g\n",
+        ids.size(), max_diff, max_moved, dense_diff, dense_moved,
+        FLAGS_tolerance);
+    if (max_diff > FLAGS_tolerance || dense_diff > FLAGS_tolerance) {
+      std::printf("FAIL: the cluster's parameters differ from the replay\n");
+      rc = 1;
+    }
+    if (max_moved < 1000 * FLAGS_tolerance ||
+        dense_moved < 1000 * FLAGS_tolerance) {
+      std::printf("FAIL: training barely moved the parameters\n");
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  ps::Start(0);
+  std::unique_ptr<ps::ModelServer> server;
+  if (ps::IsServer()) server = std::make_unique<ps::ModelServer>();
+  int rc = ps::IsWorker() ? RunWorker() : 0;
+  ps::Finalize(0, true);
+  return rc;
+}
