@@ -11,4 +11,4 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=$root/build "$root/scripts/build.sh"
 EMBER_TIMEOUT=${EMBER_TIMEOUT:-600} exec "$root/scripts/local.sh" \
   "${EMBER_SERVERS:-2}" "${EMBER_WORKERS:-2}" "$root/build/examples/ctr_train" \
-  --examples_per_worker=500000 --out_dir="$root/build/ctr_out" "$@"
+  --out_dir="$root/build/ctr_out" "$@"

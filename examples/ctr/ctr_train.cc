@@ -30,13 +30,16 @@
 #include "ps/ps.h"
 
 DEFINE_uint64(seed, 1, "seed of the synthetic truth and data");
-DEFINE_int64(examples_per_worker, 1000000, "synthetic training examples");
+DEFINE_int64(examples_per_worker, 4000000,
+             "synthetic training examples per worker");
 DEFINE_int64(test_examples, 50000, "held-out examples (worker 0)");
 DEFINE_int32(batch, 500, "examples per mini-batch");
 DEFINE_int32(epochs, 1, "passes over each worker's shard");
 DEFINE_int32(fm_dim, 4, "factorisation machine dimension");
 DEFINE_string(optimizer, "adagrad(lr=0.05,eps=1e-6)",
-              "optimizer of every table");
+              "optimizer of the linear weights w and the bias");
+DEFINE_string(fm_optimizer, "adagrad(lr=0.02,eps=1e-6)",
+              "optimizer of the factor table v (empty: --optimizer)");
 DEFINE_string(consistency, "asp", "consistency of the tables");
 DEFINE_int32(evals, 8, "held-out evaluations during training (worker 0)");
 DEFINE_string(data, "", "a libsvm or Criteo file instead of synthetic data");
@@ -132,7 +135,9 @@ int RunWorker() {
             {"w", 1, "zeros", FLAGS_optimizer, FLAGS_consistency}),
         "register w");
   Check(client.RegisterTable(
-            {"v", k, "normal(0,0.01)", FLAGS_optimizer, FLAGS_consistency}),
+            {"v", k, "normal(0,0.01)",
+             FLAGS_fm_optimizer.empty() ? FLAGS_optimizer : FLAGS_fm_optimizer,
+             FLAGS_consistency}),
         "register v");
   Check(client.RegisterDense({"bias", {1}, FLAGS_optimizer, FLAGS_consistency},
                              {0.0f}),
