@@ -105,31 +105,34 @@ Status ZmqVan::Connect(int id, const std::string& host, int port) {
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
     routes_[id] = address;
   }
-  Post(ConnectOp{address});
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (!closed_) SocketFor(address);  // Errors are logged; Send reports them.
   return Status::OK();
 }
 
 Status ZmqVan::Send(Message&& msg) {
+  std::string address;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
-    if (!routes_.count(msg.meta.recipient)) {
+    auto it = routes_.find(msg.meta.recipient);
+    if (it == routes_.end()) {
       return Status::Unavailable("no route to node " +
                                  std::to_string(msg.meta.recipient));
     }
+    address = it->second;
   }
-  Post(std::move(msg));
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (closed_) return Status::Unavailable("van is stopped");
+  void* socket = SocketFor(address);
+  if (socket == nullptr) {
+    counters_.send_errors++;
+    return Status::Unavailable("cannot connect to node " +
+                               std::to_string(msg.meta.recipient) + " at " +
+                               address);
+  }
+  DoSend(socket, address, &msg);
   return Status::OK();
-}
-
-void ZmqVan::Post(Op op) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ops_.push_back(std::move(op));
-  }
-  uint64_t one = 1;
-  ssize_t n = write(wake_fd_, &one, sizeof(one));
-  (void)n;  // A full counter still wakes the I/O thread.
 }
 
 void ZmqVan::IoLoop() {
@@ -148,25 +151,9 @@ void ZmqVan::IoLoop() {
       ssize_t n = read(wake_fd_, &count, sizeof(count));
       (void)n;
     }
-    DrainOps();
     if (items[0].revents & ZMQ_POLLIN) ReceiveAll();
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && ops_.empty()) break;
-  }
-}
-
-void ZmqVan::DrainOps() {
-  std::deque<Op> ops;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ops.swap(ops_);
-  }
-  for (Op& op : ops) {
-    if (auto* c = std::get_if<ConnectOp>(&op)) {
-      SocketFor(c->address);
-    } else {
-      DoSend(&std::get<Message>(op));
-    }
+    if (stopping_) break;
   }
 }
 
@@ -174,6 +161,10 @@ void* ZmqVan::SocketFor(const std::string& address) {
   auto it = dealers_.find(address);
   if (it != dealers_.end()) return it->second;
   void* socket = zmq_socket(context_, ZMQ_DEALER);
+  if (socket == nullptr) {
+    LOG(ERROR) << "zmq_socket failed: " << ZmqError();
+    return nullptr;
+  }
   int zero = 0;
   zmq_setsockopt(socket, ZMQ_SNDHWM, &zero, sizeof(zero));
   int linger = kLingerMs;
@@ -188,20 +179,7 @@ void* ZmqVan::SocketFor(const std::string& address) {
   return socket;
 }
 
-void ZmqVan::DoSend(Message* msg) {
-  std::string address;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = routes_.find(msg->meta.recipient);
-    if (it != routes_.end()) address = it->second;
-  }
-  void* socket = address.empty() ? nullptr : SocketFor(address);
-  if (socket == nullptr) {
-    counters_.send_errors++;
-    LOG(WARNING) << "no socket for node " << msg->meta.recipient
-                 << "; dropping " << msg->meta.DebugString();
-    return;
-  }
+void ZmqVan::DoSend(void* socket, const std::string& address, Message* msg) {
   std::string header;
   EncodeMeta(msg->meta, msg->data, &header);
   size_t bytes = header.size();
@@ -293,8 +271,12 @@ void ZmqVan::Stop() {
   ssize_t n = write(wake_fd_, &one, sizeof(one));
   (void)n;
   if (io_thread_.joinable()) io_thread_.join();
-  for (auto& entry : dealers_) zmq_close(entry.second);
-  dealers_.clear();
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    closed_ = true;
+    for (auto& entry : dealers_) zmq_close(entry.second);
+    dealers_.clear();
+  }
   zmq_close(router_);
   router_ = nullptr;
   zmq_ctx_term(context_);  // Waits up to kLingerMs for unsent messages.

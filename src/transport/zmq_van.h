@@ -1,21 +1,21 @@
 // ZmqVan: the TCP transport, over ZeroMQ.
 //
-// One I/O thread owns every socket: a ROUTER bound to this node's endpoint
-// receives, and one DEALER per peer address sends. Other threads hand sends
-// and connects to the I/O thread through a queue and an eventfd, so no
-// socket is ever touched by two threads. Data frames go to ZeroMQ without
+// A ROUTER bound to this node's endpoint receives; only the I/O thread
+// touches it. One DEALER per peer address sends; the thread that calls
+// Send() writes the message to it itself, under send_mu_ (ZeroMQ sockets may
+// change threads across a full memory barrier), so a request or a response
+// reaches ZeroMQ without a hand-off to another thread of ours. Sends from
+// one thread keep their order. Data frames go to ZeroMQ without
 // copying (zmq_msg_init_data with a free callback that drops a reference to
 // the SArray) and arrive without copying (the received zmq_msg_t backs the
 // SArray). Thread-safe.
 #ifndef PS_TRANSPORT_ZMQ_VAN_H_
 #define PS_TRANSPORT_ZMQ_VAN_H_
 
-#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <variant>
 
 #include "transport/van.h"
 
@@ -35,17 +35,10 @@ class ZmqVan final : public Van {
   void Stop() override;
 
  private:
-  struct ConnectOp {
-    std::string address;  // "host:port"
-  };
-  using Op = std::variant<ConnectOp, Message>;
-
-  void Post(Op op);
   void IoLoop();
-  void DrainOps();
-  void DoSend(Message* msg);
+  void DoSend(void* socket, const std::string& address, Message* msg);
   void ReceiveAll();
-  void* SocketFor(const std::string& address);
+  void* SocketFor(const std::string& address);  // Requires send_mu_.
 
   Handler handler_;
   void* context_ = nullptr;
@@ -53,11 +46,12 @@ class ZmqVan final : public Van {
   int wake_fd_ = -1;
   std::thread io_thread_;
 
-  // Owned by the I/O thread: address -> DEALER socket.
-  std::unordered_map<std::string, void*> dealers_;
+  // address -> DEALER socket, and every use of those sockets.
+  std::mutex send_mu_;
+  std::unordered_map<std::string, void*> dealers_;  // Guarded by send_mu_.
+  bool closed_ = false;                             // Guarded by send_mu_.
 
   std::mutex mu_;
-  std::deque<Op> ops_;                           // Guarded by mu_.
   std::unordered_map<int, std::string> routes_;  // Guarded by mu_.
   bool started_ = false;                         // Guarded by mu_.
   bool stopping_ = false;                        // Guarded by mu_.
