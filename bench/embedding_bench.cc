@@ -148,7 +148,7 @@ double Fill(EmbeddingTable* table, size_t rows) {
   for (size_t begin = 0; begin < rows; begin += kStep) {
     const size_t n = std::min(kStep, rows - begin);
     for (size_t i = 0; i < n; ++i) ids[i] = IdOfRow(begin + i);
-    table->Lookup(ids.data(), n, out.data());
+    CHECK(table->Lookup(ids.data(), n, out.data()).ok());
   }
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start).count();
@@ -251,7 +251,7 @@ void RunCase(int dim, const std::string& optimizer_name,
   const size_t row_bytes = dim * sizeof(float);
 
   const double pull = Measure(stream.size(), batch, [&](size_t first) {
-    table->Lookup(&ids[first], batch, out.data());
+    CHECK(table->Lookup(&ids[first], batch, out.data()).ok());
     Clobber(out.data());
   });
   const double push = Measure(stream.size(), batch, [&](size_t first) {

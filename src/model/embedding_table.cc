@@ -207,8 +207,9 @@ void EmbeddingTable::ResolveRows(const uint64_t* ids, size_t n) {
   }
 }
 
-void EmbeddingTable::Lookup(const uint64_t* ids, size_t n, float* out) {
-  if (n == 0) return;
+Status EmbeddingTable::Lookup(const uint64_t* ids, size_t n, float* out) {
+  if (n == 0) return Status::OK();
+  PS_RETURN_IF_ERROR(CheckRoom(ids, n));
   ResolveRows(ids, n);
   const size_t row_bytes = dim_ * sizeof(float);
   for (size_t i = 0; i < n; ++i) {
@@ -218,6 +219,15 @@ void EmbeddingTable::Lookup(const uint64_t* ids, size_t n, float* out) {
     }
     std::memcpy(out + i * dim_, RowData(rows_scratch_[i]), row_bytes);
   }
+  return Status::OK();
+}
+
+Status EmbeddingTable::CheckRoom(const uint64_t* ids, size_t n) {
+  if (num_rows_ + n > kMaxRows && num_rows_ + CountNewIds(ids, n) > kMaxRows) {
+    return Status::Unavailable("embedding table '" + name_ + "' is full (" +
+                               std::to_string(kMaxRows) + " rows)");
+  }
+  return Status::OK();
 }
 
 size_t EmbeddingTable::Find(const uint64_t* ids, size_t n, float* out,
@@ -268,11 +278,7 @@ Status EmbeddingTable::ApplyGradients(const uint64_t* ids, size_t n,
                                      std::to_string(i) + ") is not finite");
     }
   }
-  if (num_rows_ + n > kMaxRows && num_rows_ + CountNewIds(ids, n) > kMaxRows) {
-    return Status::Unavailable("embedding table '" + name_ + "' is full (" +
-                               std::to_string(kMaxRows) + " rows)");
-  }
-
+  PS_RETURN_IF_ERROR(CheckRoom(ids, n));
   ResolveRows(ids, n);
 
   // Group positions by row, numbering rows in order of first appearance,

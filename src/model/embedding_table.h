@@ -17,8 +17,8 @@
 // after it doubles.
 //
 // A table holds at most 2^32 - 2 rows. Past that, the calls that create rows
-// fail: InsertRow() and ApplyGradients() return kUnavailable, Lookup() (which
-// has no Status) stops the process with a CHECK.
+// (Lookup(), InsertRow(), ApplyGradients()) return kUnavailable and change
+// nothing.
 //
 // Thread-safety: not thread-safe, not even const methods against a
 // mutating one (the scratch buffers of a call are members). The server calls
@@ -63,8 +63,9 @@ class EmbeddingTable {
   // out + i*dim. Missing rows are created first, in order of first
   // appearance: weights from the initializer, slots from
   // Optimizer::InitSlots. Duplicate IDs are fine. Both arrays are borrowed
-  // for the call. Never fails, but see kMaxRows.
-  void Lookup(const uint64_t* ids, size_t n, float* out);
+  // for the call. kUnavailable, creating nothing, if the new rows would
+  // exceed kMaxRows.
+  [[nodiscard]] Status Lookup(const uint64_t* ids, size_t n, float* out);
 
   // Like Lookup() but creates nothing: the rows of absent IDs are left
   // zero-filled in `out`. If `missing` is not null it is replaced by the
@@ -162,6 +163,8 @@ class EmbeddingTable {
   // The number of distinct IDs in ids[0..n), not counting existing rows, for
   // the kMaxRows check. Uses the index only.
   size_t CountNewIds(const uint64_t* ids, size_t n);
+  // kUnavailable if creating the absent rows of ids would pass kMaxRows.
+  Status CheckRoom(const uint64_t* ids, size_t n);
 
   // Immutable after construction.
   const std::string name_;
