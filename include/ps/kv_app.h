@@ -246,6 +246,9 @@ struct KVMeta {
   int sender;
   int timestamp;
   int customer_id;
+  // Ember: the sender's clock (iterations it had finished, KVWorker::Clock)
+  // when it sent the request.
+  int64_t clock = 0;
 };
 
 template <typename Val>
@@ -311,6 +314,7 @@ class KVServer : public SimpleApp {
     meta.sender = request.sender;
     meta.timestamp = request.timestamp;
     meta.customer_id = request.customer_id;
+    meta.clock = request.clock;
     KVPairs<Val> data;
     data.keys = request.kvs.keys;
     data.vals = SArray<Val>(request.kvs.vals);

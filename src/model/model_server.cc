@@ -4,6 +4,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -57,6 +59,15 @@ class ModelServer::Impl {
     std::vector<int64_t> shape;
     std::string initializer, optimizer, consistency;
     std::unique_ptr<model::EmbeddingTable> table;
+    // bsp: the gradients of the current round, applied as one optimizer
+    // step (see MergePush).
+    bool merge_rounds = false;
+    struct Round {
+      int64_t clock = 0;
+      std::vector<int> senders;
+      std::vector<uint64_t> ids;
+      std::vector<float> grads;
+    } round;
   };
 
   static std::string Ok(const std::string& extra = "") {
@@ -94,7 +105,9 @@ class ModelServer::Impl {
             return Err(Status::InvalidArgument("no checkpoint load staged"));
           }
           for (auto& t : staged_->tables) {
+            // A pending round belongs to the model being replaced.
             tables_[t.first].table = std::move(t.second);
+            tables_[t.first].round = Entry::Round();
           }
           counters_.updates = staged_->version;
         }
@@ -171,6 +184,7 @@ class ModelServer::Impl {
           e.name, id, e.dim, std::move(init.value()), std::move(opt.value()));
       if (!table.ok()) return table.status();
       e.table = std::move(table.value());
+      e.merge_rounds = e.consistency == "bsp";
       tables_.emplace(id, std::move(e));
     }
     return EnsureApp(*app, f[4]);
@@ -252,6 +266,7 @@ class ModelServer::Impl {
               "'" + e.name + "' is " +
               (e.dense ? "a dense parameter" : "an embedding table"));
         }
+        PS_RETURN_IF_ERROR(FlushRound(e));
         res->keys = data.keys;
         res->vals.resize(n * dim);
         if (e.dense) {
@@ -262,13 +277,17 @@ class ModelServer::Impl {
                                     "' is not initialised");
           }
         } else {
-          t.Lookup(ids.data(), n, res->vals.data());
+          PS_RETURN_IF_ERROR(t.Lookup(ids.data(), n, res->vals.data()));
         }
         counters_.rows_pulled += n;
         return Status::OK();
       }
       case RowOp::kPush: {
-        PS_RETURN_IF_ERROR(t.ApplyGradients(ids.data(), n, data.vals.data()));
+        if (e.merge_rounds) {
+          PS_RETURN_IF_ERROR(MergePush(e, meta, ids, data.vals.data()));
+        } else {
+          PS_RETURN_IF_ERROR(t.ApplyGradients(ids.data(), n, data.vals.data()));
+        }
         ++counters_.updates;
         counters_.rows_updated += n;
         return Status::OK();
@@ -278,6 +297,7 @@ class ModelServer::Impl {
           return Status::InvalidArgument("'" + e.name +
                                          "' is not a dense parameter");
         }
+        PS_RETURN_IF_ERROR(FlushRound(e));
         for (size_t i = 0; i < n; ++i) {
           if (t.Contains(ids[i])) continue;  // The first worker's values win.
           PS_RETURN_IF_ERROR(
@@ -288,6 +308,51 @@ class ModelServer::Impl {
     }
     return Status::InvalidArgument("unknown model op " +
                                    std::to_string(static_cast<int>(op)));
+  }
+
+  // bsp tables take one optimizer step per round with the sum of the
+  // round's gradients, as one process would with the union of the workers'
+  // mini-batches (Paddle's synchronous mode). The consistency controller
+  // applies a round's pushes one after another, in worker-rank order, and
+  // answers no pull of the table until the round is complete; so a round
+  // here is the run of pushes from distinct workers at one clock. A push
+  // from a worker already in the round, or at another clock, starts the
+  // next round; a pull, an initialisation or a save of the table ends it.
+  // Gradients are checked on arrival, so a bad push is refused alone.
+  Status MergePush(Entry& e, const KVMeta& meta,
+                   const std::vector<uint64_t>& ids, const float* grads) {
+    const size_t dim = static_cast<size_t>(e.dim);
+    for (size_t k = 0; k < ids.size() * dim; ++k) {
+      if (!std::isfinite(grads[k])) {
+        return Status::InvalidArgument(
+            "'" + e.name + "': gradient of id " + std::to_string(ids[k / dim]) +
+            " (position " + std::to_string(k / dim) + ") is not finite");
+      }
+    }
+    Entry::Round& r = e.round;
+    if (!r.senders.empty() &&
+        (r.clock != meta.clock || std::find(r.senders.begin(), r.senders.end(),
+                                            meta.sender) != r.senders.end())) {
+      PS_RETURN_IF_ERROR(FlushRound(e));
+    }
+    r.clock = meta.clock;
+    r.senders.push_back(meta.sender);
+    r.ids.insert(r.ids.end(), ids.begin(), ids.end());
+    r.grads.insert(r.grads.end(), grads, grads + ids.size() * dim);
+    return Status::OK();
+  }
+
+  Status FlushRound(Entry& e) {
+    Entry::Round& r = e.round;
+    if (r.senders.empty()) return Status::OK();
+    Status s =
+        e.table->ApplyGradients(r.ids.data(), r.ids.size(), r.grads.data());
+    if (!s.ok()) {
+      LOG(ERROR) << "'" << e.name << "': a round of " << r.senders.size()
+                 << " pushes was not applied: " << s;
+    }
+    r = Entry::Round();
+    return s;
   }
 
   std::string ShardPath(const std::string& dir) const {
@@ -302,6 +367,7 @@ class ModelServer::Impl {
       shard.version = static_cast<int64_t>(counters_.updates);
       shard.server_rank = postoffice_->my_rank();
       shard.num_servers = postoffice_->num_servers();
+      for (auto& it : tables_) PS_RETURN_IF_ERROR(FlushRound(it.second));
       for (const auto& it : tables_) {
         const Entry& e = it.second;
         const model::EmbeddingTable& t = *e.table;

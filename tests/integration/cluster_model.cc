@@ -1,15 +1,17 @@
 // Multi-process check of the model layer under bsp: workers train a small
 // logistic model (an embedding table and a dense parameter split into
-// chunks over the servers) through ps::ModelClient, each on its own half of
+// chunks over the servers) through ps::ModelClient, each on its own share of
 // every mini-batch. Worker 0 then replays the same training in this one
-// process on the union of the halves, and fails unless the servers'
-// parameters equal the replay's within --tolerance, and unless training
-// moved them by far more than that (so the check can fail).
+// process, with the store's own table and optimizers and no cluster, on the
+// union of the shares, and fails unless the servers' parameters equal the
+// replay's within --tolerance, and unless training moved them by far more
+// than that (so the check can fail).
 //
-// With SGD, the servers applying each worker's push as its own step equals
-// one step with the summed gradient, up to float rounding. The gradients
-// depend on the pulled parameters through the sigmoid, so any pull that saw
-// a state other than "every earlier iteration, nothing of this one" shows.
+// Under bsp the servers take one optimizer step per round with the summed
+// gradients of the workers, so this holds for any optimizer (Adagrad on the
+// table and Adam on the dense parameter by default). The gradients depend
+// on the pulled parameters through the sigmoid, so any pull that saw a state
+// other than "every earlier iteration, nothing of this one" shows.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -17,17 +19,24 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "model/embedding_table.h"
 #include "model/initializer.h"
 #include "model/model_protocol.h"
+#include "model/optimizer.h"
 #include "ps/model.h"
 #include "ps/ps.h"
 
 DEFINE_int32(iterations, 30, "training iterations");
 DEFINE_int32(batch, 48, "examples per worker per iteration");
 DEFINE_string(consistency, "bsp", "consistency of the parameters");
+DEFINE_string(table_optimizer, "adagrad(lr=0.1)", "the table's optimizer");
+DEFINE_string(dense_optimizer, "adam(lr=0.01)",
+              "the dense parameter's optimizer");
 DEFINE_double(tolerance, 1e-6, "largest allowed difference");
 
 namespace {
@@ -37,8 +46,6 @@ constexpr int kIdsPerExample = 5;
 constexpr int kDistinct = 600;
 constexpr size_t kDense = 40000;  // three chunks of 16384 floats
 constexpr char kInit[] = "normal(0,0.1)";
-constexpr char kSgd[] = "sgd(lr=0.5)";
-constexpr float kLr = 0.5f;
 
 uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
@@ -115,66 +122,105 @@ void Check(const ps::Status& s, const char* what) {
   if (!s.ok()) LOG(FATAL) << what << ": " << s;
 }
 
-// The same training in this process, on the union of the workers' batches.
-struct Replay {
-  Replay(ps::model::Initializer i, uint32_t t) : init(std::move(i)), table(t) {}
-  ps::model::Initializer init;
-  uint32_t table;
-  std::map<uint64_t, std::vector<float>> rows;
-  std::vector<float> dense = InitialDense();
-
-  std::vector<float>& Row(uint64_t id) {
-    auto& r = rows[id];
-    if (r.empty()) {
-      r.resize(kDim);
-      init.Fill(table, id, r.data(), kDim);
+// The same training in this process, on the union of the workers' batches,
+// with the servers' store and optimizers: a table of rows, and the dense
+// parameter as a table of chunks as the servers keep it.
+class Replay {
+ public:
+  Replay() {
+    auto init = ps::model::Initializer::Parse(kInit);
+    CHECK(init.ok()) << init.status();
+    rows_ = Table("emb", kDim, *init, FLAGS_table_optimizer);
+    auto zeros = ps::model::Initializer::Parse("zeros");
+    CHECK(zeros.ok());
+    dense_ =
+        Table("dense", ps::model::kDenseChunk, *zeros, FLAGS_dense_optimizer);
+    std::vector<float> padded = InitialDense();
+    padded.resize(Chunks() * ps::model::kDenseChunk, 0.0f);
+    for (uint64_t c = 0; c < Chunks(); ++c) {
+      CHECK(dense_
+                ->InsertRow(c, padded.data() + c * ps::model::kDenseChunk,
+                            nullptr)
+                .ok());
     }
-    return r;
   }
 
   void Train(int workers) {
     for (int it = 0; it < FLAGS_iterations; ++it) {
       std::vector<Example> batch;
       for (int w = 0; w < workers; ++w) {
-        std::vector<Example> half = Batch(w, it);
-        batch.insert(batch.end(), half.begin(), half.end());
+        std::vector<Example> share = Batch(w, it);
+        batch.insert(batch.end(), share.begin(), share.end());
       }
-      std::vector<float> pulled;
-      for (uint64_t id : Ids(batch)) {
-        const auto& r = Row(id);
-        pulled.insert(pulled.end(), r.begin(), r.end());
-      }
-      std::vector<float> row_grads;
-      std::map<size_t, float> dense_grads;
-      Gradients(batch, pulled.data(), dense, batch.size(), &row_grads,
-                &dense_grads);
-      // Merge duplicate IDs, then one SGD step.
-      std::map<uint64_t, std::vector<double>> merged;
       std::vector<uint64_t> ids = Ids(batch);
-      for (size_t p = 0; p < ids.size(); ++p) {
-        auto& m = merged[ids[p]];
-        m.resize(kDim);
-        for (int j = 0; j < kDim; ++j) m[j] += row_grads[p * kDim + j];
-      }
-      for (const auto& m : merged) {
-        auto& r = Row(m.first);
-        for (int j = 0; j < kDim; ++j)
-          r[j] -= kLr * static_cast<float>(m.second[j]);
-      }
-      for (const auto& g : dense_grads) dense[g.first] -= kLr * g.second;
+      seen_.insert(seen_.end(), ids.begin(), ids.end());
+      std::sort(seen_.begin(), seen_.end());
+      seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
+      std::vector<float> pulled(ids.size() * kDim), row_grads;
+      CHECK(rows_->Lookup(ids.data(), ids.size(), pulled.data()).ok());
+      std::map<size_t, float> dense_grads;
+      Gradients(batch, pulled.data(), Dense(), batch.size(), &row_grads,
+                &dense_grads);
+      CHECK(
+          rows_->ApplyGradients(ids.data(), ids.size(), row_grads.data()).ok());
+      std::vector<float> dg(Chunks() * ps::model::kDenseChunk, 0.0f);
+      for (const auto& g : dense_grads) dg[g.first] = g.second;
+      std::vector<uint64_t> chunks(Chunks());
+      for (uint64_t c = 0; c < Chunks(); ++c) chunks[c] = c;
+      CHECK(
+          dense_->ApplyGradients(chunks.data(), chunks.size(), dg.data()).ok());
     }
   }
+
+  std::vector<float> Row(uint64_t id) {
+    std::vector<float> r(kDim);
+    CHECK(rows_->Lookup(&id, 1, r.data()).ok());
+    return r;
+  }
+
+  std::vector<float> Dense() const {
+    std::vector<float> d(Chunks() * ps::model::kDenseChunk);
+    std::vector<uint64_t> chunks(Chunks());
+    for (uint64_t c = 0; c < Chunks(); ++c) chunks[c] = c;
+    dense_->Find(chunks.data(), chunks.size(), d.data(), nullptr);
+    d.resize(kDense);
+    return d;
+  }
+
+  const std::vector<uint64_t>& ids() const { return seen_; }
+
+ private:
+  static uint64_t Chunks() {
+    return (kDense + ps::model::kDenseChunk - 1) / ps::model::kDenseChunk;
+  }
+
+  static std::unique_ptr<ps::model::EmbeddingTable> Table(
+      const std::string& name, int dim, const ps::model::Initializer& init,
+      const std::string& optimizer) {
+    auto opt = ps::model::Optimizer::Parse(optimizer);
+    CHECK(opt.ok()) << opt.status();
+    auto t = ps::model::EmbeddingTable::Create(
+        name, ps::model::TableId(name), dim, init, std::move(opt.value()));
+    CHECK(t.ok()) << t.status();
+    return std::move(t.value());
+  }
+
+  std::unique_ptr<ps::model::EmbeddingTable> rows_, dense_;
+  std::vector<uint64_t> seen_;
 };
 
 int RunWorker() {
   const int rank = ps::MyRank();
   const int workers = ps::NumWorkers();
   ps::ModelClient client;
-  Check(client.RegisterTable({"emb", kDim, kInit, kSgd, FLAGS_consistency}),
+  Check(client.RegisterTable(
+            {"emb", kDim, kInit, FLAGS_table_optimizer, FLAGS_consistency}),
         "register emb");
-  Check(client.RegisterDense(
-            {"dense", {static_cast<int64_t>(kDense)}, kSgd, FLAGS_consistency},
-            InitialDense()),
+  Check(client.RegisterDense({"dense",
+                              {static_cast<int64_t>(kDense)},
+                              FLAGS_dense_optimizer,
+                              FLAGS_consistency},
+                             InitialDense()),
         "register dense");
   for (int it = 0; it < FLAGS_iterations; ++it) {
     std::vector<Example> batch = Batch(rank, it);
@@ -195,33 +241,30 @@ int RunWorker() {
   ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup);
   int rc = 0;
   if (rank == 0) {
-    auto init = ps::model::Initializer::Parse(kInit);
-    Check(init.status(), "initializer");
-    Replay replay(*init, ps::model::TableId("emb"));
+    Replay replay;
     replay.Train(workers);
-    std::vector<uint64_t> ids;
-    for (const auto& r : replay.rows) ids.push_back(r.first);
+    const std::vector<uint64_t>& ids = replay.ids();
     std::vector<float> rows, dense;
     Check(client.PullRows("emb", ids, &rows), "final pull rows");
     Check(client.PullDense("dense", &dense), "final pull dense");
+    auto init = ps::model::Initializer::Parse(kInit);
+    Check(init.status(), "initializer");
     double max_diff = 0, max_moved = 0;
     for (size_t p = 0; p < ids.size(); ++p) {
-      std::vector<float> start(kDim);
-      replay.init.Fill(replay.table, ids[p], start.data(), kDim);
+      std::vector<float> start(kDim), want = replay.Row(ids[p]);
+      init->Fill(ps::model::TableId("emb"), ids[p], start.data(), kDim);
       for (int j = 0; j < kDim; ++j) {
-        float want = replay.rows[ids[p]][j];
         max_diff =
-            std::max(max_diff, std::fabs(double{rows[p * kDim + j]} - want));
-        max_moved = std::max(max_moved, std::fabs(double{want} - start[j]));
+            std::max(max_diff, std::fabs(double{rows[p * kDim + j]} - want[j]));
+        max_moved = std::max(max_moved, std::fabs(double{want[j]} - start[j]));
       }
     }
-    const std::vector<float> start = InitialDense();
+    const std::vector<float> start = InitialDense(), want = replay.Dense();
     double dense_diff = 0, dense_moved = 0;
     for (size_t i = 0; i < kDense; ++i) {
-      dense_diff =
-          std::max(dense_diff, std::fabs(double{dense[i]} - replay.dense[i]));
+      dense_diff = std::max(dense_diff, std::fabs(double{dense[i]} - want[i]));
       dense_moved =
-          std::max(dense_moved, std::fabs(double{replay.dense[i]} - start[i]));
+          std::max(dense_moved, std::fabs(double{want[i]} - start[i]));
     }
     std::printf(
         "RESULT rows=%zu max_row_diff=%.3g max_row_moved=%.3g "

@@ -248,5 +248,40 @@ TEST_F(ModelClientTest, BspTrainingOnTwoWorkersMatchesOneProcess) {
   }
 }
 
+// A bsp round is one optimizer step with the sum of the workers' gradients
+// (for Adagrad that differs from two steps); asp takes one step per push.
+TEST_F(ModelClientTest, BspMergesARoundIntoOneOptimizerStep) {
+  Form(1, 2);
+  const std::vector<uint64_t> id{42};
+  for (const char* mode : {"bsp", "asp"}) {
+    const std::string name = std::string("t_") + mode;
+    TableSpec spec{name, 1, "zeros", "adagrad(lr=1)", mode};
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_TRUE(client(w)->RegisterTable(spec).ok());
+    }
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        // Gradients 1 and 3.
+        EXPECT_TRUE(client(w)->Push({}, {{name, id, {1.0f + 2.0f * w}}}).ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::vector<float> row;
+    // bsp: the round is complete once both pushed; the pull waits for it.
+    ASSERT_TRUE(client(0)->PullRows(name, id, &row).ok());
+    if (std::string(mode) == "bsp") {
+      // One step with g = 4: w = -1 * 4 / sqrt(16).
+      EXPECT_FLOAT_EQ(row[0], -1.0f) << mode;
+    } else {
+      // Two steps, in either order: -1/1 - 3/sqrt(10) or -3/3 - 1/sqrt(10).
+      const float a = -1.0f - 3.0f / std::sqrt(10.0f);
+      const float b = -1.0f - 1.0f / std::sqrt(10.0f);
+      EXPECT_TRUE(std::fabs(row[0] - a) < 1e-6 || std::fabs(row[0] - b) < 1e-6)
+          << mode << " " << row[0];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ps
