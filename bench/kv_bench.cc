@@ -335,7 +335,8 @@ class BenchHandle {
       out = res.vals.data();
     }
     for (size_t i = 0; i < n; ++i) {
-      auto inserted = rows_.emplace(data.keys[i], rows_.size());
+      // try_emplace: no node is allocated for a key already stored.
+      auto inserted = rows_.try_emplace(data.keys[i], rows_.size());
       const size_t row = inserted.first->second;
       if (inserted.second) table_.resize(table_.size() + k, 0.0f);
       float* stored = table_.data() + row * k;
