@@ -59,6 +59,10 @@ DEFINE_uint64(requests, 0,
 DEFINE_string(handle, "sum", "server handle: sum (a summing store) or empty");
 DEFINE_int32(key_sets, 16, "sparse: distinct key sets per worker, cycled");
 DEFINE_uint64(seed, 1, "sparse: seed of the random keys");
+DEFINE_bool(adopt, true,
+            "pull into empty SArrays, which take over the received buffer "
+            "(zero copy); false: into buffers allocated once, copied into "
+            "(what ps-lite always does)");
 
 namespace {
 
@@ -152,19 +156,81 @@ size_t FloatsPerKey(const Config& config, int num_servers) {
 // ---------------------------------------------------------------- server --
 
 // The servers' request handle. Runs on the server's app thread only.
+// Sparse key -> row number: open addressing with linear probing over a
+// power-of-two array, sized for the run's keys at load <= 1/2, so a lookup
+// is a multiply, a shift and (nearly always) one cache line; no allocation
+// per key, unlike std::unordered_map.
+class RowIndex {
+ public:
+  explicit RowIndex(size_t keys) {
+    size_t capacity = 16;
+    while (capacity < 2 * keys) capacity *= 2;
+    slots_.assign(capacity, Slot{0, kEmpty});
+    shift_ = 64 - static_cast<int>(std::log2(capacity));
+  }
+
+  // The row of `key`, numbering new keys 0, 1, 2...; *added says whether
+  // the key is new. Grows when half full.
+  size_t FindOrAdd(ps::Key key, bool* added) {
+    size_t i = Home(key);
+    while (true) {
+      Slot& s = slots_[i];
+      if (s.row == kEmpty) {
+        s = Slot{key, size_++};
+        *added = true;
+        if (2 * size_ > slots_.size()) Grow();
+        return size_ - 1;
+      }
+      if (s.key == key) {
+        *added = false;
+        return s.row;
+      }
+      i = (i + 1) & (slots_.size() - 1);
+    }
+  }
+
+ private:
+  struct Slot {
+    ps::Key key;
+    uint64_t row;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+
+  size_t Home(ps::Key key) const {
+    return (key * 0x9E3779B97F4A7C15ull) >> shift_;
+  }
+
+  void Grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.size() * 2, Slot{0, kEmpty});
+    --shift_;
+    for (const Slot& s : old) {
+      if (s.row == kEmpty) continue;
+      size_t i = Home(s.key);
+      while (slots_[i].row != kEmpty) i = (i + 1) & (slots_.size() - 1);
+      slots_[i] = s;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  int shift_ = 0;
+  size_t size_ = 0;
+};
+
 class BenchHandle {
  public:
   BenchHandle(const Config& config, int num_servers, int num_workers)
       : config_(config),
         floats_per_key_(FloatsPerKey(config, num_servers)),
-        rank_(ps::MyRank()) {
+        rank_(ps::MyRank()),
+        // The store's keys: every worker's key sets; sized so that the
+        // index does not grow during the run.
+        rows_(config.dense ? 0
+                           : static_cast<size_t>(num_workers) * FLAGS_key_sets *
+                                 kSparseKeys) {
     if (!config.dense) {
-      // The store's keys: every worker's key sets; reserved so that the
-      // table does not rehash during the run.
-      const size_t keys =
-          static_cast<size_t>(num_workers) * FLAGS_key_sets * kSparseKeys;
-      rows_.reserve(keys);
-      table_.reserve(keys * floats_per_key_);
+      table_.reserve(static_cast<size_t>(num_workers) * FLAGS_key_sets *
+                     kSparseKeys * floats_per_key_);
     }
   }
 
@@ -335,10 +401,9 @@ class BenchHandle {
       out = res.vals.data();
     }
     for (size_t i = 0; i < n; ++i) {
-      // try_emplace: no node is allocated for a key already stored.
-      auto inserted = rows_.try_emplace(data.keys[i], rows_.size());
-      const size_t row = inserted.first->second;
-      if (inserted.second) table_.resize(table_.size() + k, 0.0f);
+      bool added = false;
+      const size_t row = rows_.FindOrAdd(data.keys[i], &added);
+      if (added) table_.resize(table_.size() + k, 0.0f);
       float* stored = table_.data() + row * k;
       if (meta.push) {
         const float* src = data.vals.data() + i * k;
@@ -355,8 +420,8 @@ class BenchHandle {
   const int rank_;
 
   std::unordered_map<ps::Key, DenseValue> dense_;
-  std::unordered_map<ps::Key, size_t> rows_;  // Sparse key -> table row.
-  std::vector<float> table_;                  // Sparse rows, k floats each.
+  RowIndex rows_;             // Sparse key -> table row.
+  std::vector<float> table_;  // Sparse rows, k floats each.
   std::vector<ps::SArray<float>> response_pool_;
   ps::SArray<float> zeros_;  // The empty handle's pull answer.
   std::unordered_map<ps::Key, std::vector<float>> stats_;
@@ -473,6 +538,9 @@ ps::Status RunPhase(const Config& config, ps::KVWorker<float>* kv,
     const size_t slot = next % window;
     const ps::SArray<ps::Key>& keys = key_sets[next % key_sets.size()];
     issued[slot] = Clock::now();
+    // An empty output takes the received buffer itself (zero copy); a
+    // sized one gets the values copied in.
+    if (FLAGS_adopt && config.pull) (*outs)[slot] = ps::SArray<float>();
     if (config.push && config.pull) {
       timestamps[slot] =
           kv->ZPushPull(keys, vals, &(*outs)[slot], nullptr, kBenchCmd);
