@@ -61,6 +61,11 @@ void AppImpl::set_kv_handler(KVHandler handler, FailureHandler on_failure) {
   kv_failure_ = std::move(on_failure);
 }
 
+void AppImpl::set_inline_predicate(Customer::InlinePredicate predicate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (customer_) customer_->set_inline_predicate(std::move(predicate));
+}
+
 void AppImpl::set_peer_failure_handler(Customer::PeerFailureHandler handler) {
   std::lock_guard<std::mutex> lock(mu_);
   peer_failure_ = std::move(handler);

@@ -44,6 +44,9 @@ class AppImpl {
   // Runs on the customer thread when a peer dies (its id) or the node fails
   // (-1).
   void set_peer_failure_handler(Customer::PeerFailureHandler handler);
+  // Customer::set_inline_predicate on the app's customer, if it exists
+  // (after StopDelivery it does not, and none is created).
+  void set_inline_predicate(Customer::InlinePredicate predicate);
   void set_request_handle(SimpleApp::Handle handle);
   void set_response_handle(SimpleApp::Handle handle);
 

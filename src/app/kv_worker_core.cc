@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
@@ -16,15 +17,56 @@
 
 namespace ps {
 
+namespace {
+
+// Counts the requests whose callback has not run (or been dropped) yet: one
+// per live token, moved with its request.
+class CallbackToken {
+ public:
+  CallbackToken() = default;
+  explicit CallbackToken(std::atomic<int>* count) : count_(count) {
+    count_->fetch_add(1);
+  }
+  CallbackToken(CallbackToken&& o) noexcept
+      : count_(std::exchange(o.count_, nullptr)) {}
+  CallbackToken& operator=(CallbackToken&& o) noexcept {
+    if (this != &o) {
+      Release();
+      count_ = std::exchange(o.count_, nullptr);
+    }
+    return *this;
+  }
+  ~CallbackToken() { Release(); }
+
+ private:
+  void Release() {
+    if (count_ != nullptr) count_->fetch_sub(1);
+    count_ = nullptr;
+  }
+  std::atomic<int>* count_ = nullptr;
+};
+
+}  // namespace
+
 class KVWorkerCore::Impl {
  public:
   Impl(AppImpl* app, size_t value_bytes)
       : app_(app), value_bytes_(value_bytes) {
     app_->set_kv_handler([this](Message& msg) { Process(msg); },
                          [this](int ts, const Status&) { Forget(ts); });
+    // A key-value response runs no application code unless its request has
+    // a callback: while none has, the receive thread may handle responses
+    // itself (copying pulled values into the waiting caller's buffer).
+    app_->set_inline_predicate([this](const Meta& meta) {
+      return !meta.request && !meta.simple_app &&
+             callbacks_.load(std::memory_order_acquire) == 0;
+    });
   }
 
-  ~Impl() { app_->set_kv_handler(nullptr, nullptr); }
+  ~Impl() {
+    app_->set_inline_predicate(nullptr);
+    app_->set_kv_handler(nullptr, nullptr);
+  }
 
   int Submit(bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
              PullSink sink, Callback cb);
@@ -48,6 +90,7 @@ class KVWorkerCore::Impl {
     std::vector<RawKVs> responses;  // By server rank.
     PullSink sink;
     Callback cb;
+    CallbackToken cb_token;  // Held while cb is set.
   };
 
   RequestTracker* tracker() { return app_->customer()->tracker(); }
@@ -67,6 +110,7 @@ class KVWorkerCore::Impl {
   const size_t value_bytes_;
 
   std::atomic<int64_t> clock_{0};  // Iterations ended (Clock calls).
+  std::atomic<int> callbacks_{0};  // Requests whose callback is pending.
 
   std::mutex mu_;
   std::unordered_map<int, Pending> pending_;  // Guarded by mu_.
@@ -145,6 +189,7 @@ int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   p.counts.assign(num_servers, 0);
   p.sink = std::move(sink);
   p.cb = std::move(cb);
+  if (p.cb) p.cb_token = CallbackToken(&callbacks_);
   r.Assign(kvs.keys.data(), n, p.owner.data(), p.counts.data());
 
   // Pass 1: where each server's keys start and end, and its value bytes.
@@ -242,6 +287,7 @@ int KVWorkerCore::Impl::SubmitSliced(
   p.counts.assign(ids.size(), 0);
   p.sink = std::move(sink);
   p.cb = std::move(cb);
+  if (p.cb) p.cb_token = CallbackToken(&callbacks_);
   std::vector<std::pair<int, RawKVs>> slices;
   for (size_t r = 0; s.ok() && r < sliced.size(); ++r) {
     if (!sliced[r].first || sliced[r].second.keys.empty()) continue;

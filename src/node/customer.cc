@@ -19,6 +19,11 @@ Customer::Customer(int app_id, int customer_id, Node* node, Handler handler,
 
 Customer::~Customer() {
   node_->RemoveCustomer(this);
+  {
+    // No new claims once removed; let a claimant in progress finish.
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [this] { return !busy_; });
+  }
   Release();
   queue_.Close();
   if (thread_.joinable()) thread_.join();
@@ -32,6 +37,33 @@ void Customer::set_failure_handler(FailureHandler handler) {
 void Customer::set_peer_failure_handler(PeerFailureHandler handler) {
   std::lock_guard<std::mutex> lock(mu_);
   peer_failure_handler_ = std::move(handler);
+}
+
+void Customer::set_inline_predicate(InlinePredicate predicate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inline_predicate_ = std::move(predicate);
+}
+
+bool Customer::Claim(const Meta& meta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!inline_predicate_ || held_ || busy_ || queued_ != handled_ ||
+      queue_.closed() || !inline_predicate_(meta)) {
+    return false;
+  }
+  busy_ = true;
+  ++queued_;
+  return true;
+}
+
+void Customer::RunClaimed(Message&& msg) {
+  Event e;
+  e.msg = std::move(msg);
+  Handle(e);
+  e = Event();
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_ = false;
+  ++handled_;
+  idle_cv_.notify_all();
 }
 
 void Customer::Accept(Message&& msg) {
@@ -99,48 +131,59 @@ void Customer::Loop() {
   }
   Event e;
   while (queue_.Pop(&e)) {
-    if (e.failed_peer >= 0 || e.fail_all) {
-      std::vector<int> failed =
-          e.fail_all ? tracker_.FailAll(e.status)
-                     : tracker_.OnPeerFailed(e.failed_peer, e.status);
+    {
+      // A claimant may be handling an earlier message.
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_cv_.wait(lock, [this] { return !busy_; });
+      busy_ = true;
+    }
+    Handle(e);
+    e = Event();
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    ++handled_;
+    idle_cv_.notify_all();
+  }
+}
+
+void Customer::Handle(Event& e) {
+  if (e.failed_peer >= 0 || e.fail_all) {
+    std::vector<int> failed = e.fail_all
+                                  ? tracker_.FailAll(e.status)
+                                  : tracker_.OnPeerFailed(e.failed_peer, e.status);
+    FailureHandler handler;
+    PeerFailureHandler peer_handler;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handler = failure_handler_;
+      peer_handler = peer_failure_handler_;
+    }
+    if (handler) {
+      for (int ts : failed) handler(ts, e.status);
+    }
+    if (peer_handler) peer_handler(e.fail_all ? -1 : e.failed_peer, e.status);
+    return;
+  }
+  const Meta& meta = e.msg.meta;
+  int ts = meta.timestamp;
+  int sender = meta.sender;
+  bool response = !meta.request;
+  Status status;
+  if (meta.status_code != 0) {
+    status = Status(static_cast<Status::Code>(meta.status_code),
+                    meta.status_message);
+  }
+  handler_(e.msg);
+  if (response) {
+    bool completed = tracker_.OnResponse(ts, sender, status);
+    if (completed && !status.ok()) {
       FailureHandler handler;
-      PeerFailureHandler peer_handler;
       {
         std::lock_guard<std::mutex> lock(mu_);
         handler = failure_handler_;
-        peer_handler = peer_failure_handler_;
       }
-      if (handler) {
-        for (int ts : failed) handler(ts, e.status);
-      }
-      if (peer_handler) peer_handler(e.fail_all ? -1 : e.failed_peer, e.status);
-    } else {
-      const Meta& meta = e.msg.meta;
-      int ts = meta.timestamp;
-      int sender = meta.sender;
-      bool response = !meta.request;
-      Status status;
-      if (meta.status_code != 0) {
-        status = Status(static_cast<Status::Code>(meta.status_code),
-                        meta.status_message);
-      }
-      handler_(e.msg);
-      if (response) {
-        bool completed = tracker_.OnResponse(ts, sender, status);
-        if (completed && !status.ok()) {
-          FailureHandler handler;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            handler = failure_handler_;
-          }
-          if (handler) handler(ts, status);
-        }
-      }
+      if (handler) handler(ts, status);
     }
-    e = Event();
-    std::lock_guard<std::mutex> lock(mu_);
-    ++handled_;
-    idle_cv_.notify_all();
   }
 }
 

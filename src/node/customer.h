@@ -5,6 +5,13 @@
 // never runs on the receive thread. The customer tracks its outstanding
 // requests; a response is recorded after the handler has run, so Wait()
 // returns only once the handler has seen every response. Thread-safe.
+//
+// A customer whose handler runs no application code for some messages (a
+// KVWorker's response without a callback: it only stores values into the
+// waiting caller's buffer) may say so with set_inline_predicate. The receive
+// thread then handles such a message itself when nothing is queued or
+// running, which saves a thread hand-off on every round trip; order is kept
+// (at most one event is handled at a time, in arrival order).
 #ifndef PS_NODE_CUSTOMER_H_
 #define PS_NODE_CUSTOMER_H_
 
@@ -50,8 +57,20 @@ class Customer {
   using PeerFailureHandler = std::function<void(int peer, const Status&)>;
   void set_peer_failure_handler(PeerFailureHandler handler);
 
+  // Messages for which `predicate` (called under this customer's lock; it
+  // must be cheap and must not block) returns true may be handled on the
+  // receive thread. Set it before messages arrive.
+  using InlinePredicate = std::function<bool(const Meta& meta)>;
+  void set_inline_predicate(InlinePredicate predicate);
+
   // Called by the node's receive thread; never blocks.
   void Accept(Message&& msg);
+  // Called by the node's receive thread under the node's lock (which keeps
+  // this customer alive): true if the message may be handled right away on
+  // this thread, in which case the caller must call RunClaimed with it
+  // after releasing its lock; false: Accept it.
+  bool Claim(const Meta& meta);
+  void RunClaimed(Message&& msg);
   // Called when `peer` is declared dead: its requests fail on this thread.
   void OnPeerFailed(int peer, const Status& status);
   // Fails every open request (expulsion, abort).
@@ -71,6 +90,7 @@ class Customer {
     Status status;
   };
   void Loop();
+  void Handle(Event& e);
 
   const int app_id_;
   const int customer_id_;
@@ -87,6 +107,9 @@ class Customer {
   uint64_t queued_ = 0;                      // Guarded by mu_.
   uint64_t handled_ = 0;                     // Guarded by mu_.
   bool held_ = false;                        // Guarded by mu_.
+  // An event is being handled (by the customer thread or a claimant).
+  bool busy_ = false;                 // Guarded by mu_.
+  InlinePredicate inline_predicate_;  // Guarded by mu_.
 };
 
 }  // namespace ps

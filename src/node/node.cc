@@ -130,7 +130,8 @@ Status Node::StartVan() {
   std::string host = scheduler ? options_.scheduler_host : options_.node_host;
   int port = scheduler ? options_.scheduler_port : 0;
   StatusOr<int> bound = van_->Start(
-      host, port, [this](Message&& msg) { OnMessage(std::move(msg)); });
+      host, port,
+      [this](Message&& msg) { OnMessage(std::move(msg), /*from_van=*/true); });
   if (!bound.ok()) return bound.status();
   if (!scheduler) {
     PS_RETURN_IF_ERROR(van_->Connect(kSchedulerId, options_.scheduler_host,
@@ -412,12 +413,12 @@ void Node::RemoveCustomer(Customer* customer) {
   customers_.erase(std::make_pair(customer->app_id(), customer->customer_id()));
 }
 
-void Node::OnMessage(Message&& msg) {
+void Node::OnMessage(Message&& msg, bool from_van) {
   const Meta& meta = msg.meta;
   VLOG(2) << "received " << meta.DebugString();
   switch (meta.control) {
     case Control::kNone:
-      DispatchData(std::move(msg));
+      DispatchData(std::move(msg), from_van);
       return;
     case Control::kJoin:
       if (options_.role == Role::kScheduler) {
@@ -492,8 +493,9 @@ Customer* Node::FindCustomerLocked(const Meta& meta) const {
   return first->second;
 }
 
-void Node::DispatchData(Message&& msg) {
+void Node::DispatchData(Message&& msg, bool from_van) {
   Customer* customer = nullptr;
+  bool claimed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     int sender = msg.meta.sender;
@@ -529,9 +531,12 @@ void Node::DispatchData(Message&& msg) {
       return;
     }
     // Under mu_: RemoveCustomer takes it too, so the customer cannot be
-    // destroyed under us. Accept never blocks.
-    customer->Accept(std::move(msg));
+    // destroyed under us. Accept never blocks. A claim keeps the customer
+    // alive until RunClaimed returns (its destructor waits).
+    claimed = from_van && customer->Claim(msg.meta);
+    if (!claimed) customer->Accept(std::move(msg));
   }
+  if (claimed) customer->RunClaimed(std::move(msg));
 }
 
 void Node::SweepEarlyMessages() {

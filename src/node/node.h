@@ -127,8 +127,10 @@ class Node {
   };
 
   Status StartVan();
-  void OnMessage(Message&& msg);
-  void DispatchData(Message&& msg);
+  // `from_van`: on the van's receive thread (which may handle a message
+  // for a customer itself, see Customer::Claim), not a local delivery.
+  void OnMessage(Message&& msg, bool from_van = false);
+  void DispatchData(Message&& msg, bool from_van = false);
   Customer* FindCustomerLocked(const Meta& meta) const;
   void SweepEarlyMessages();
   void HandleNodeTable(const Message& msg);
