@@ -148,9 +148,9 @@ void Customer::Loop() {
 
 void Customer::Handle(Event& e) {
   if (e.failed_peer >= 0 || e.fail_all) {
-    std::vector<int> failed = e.fail_all
-                                  ? tracker_.FailAll(e.status)
-                                  : tracker_.OnPeerFailed(e.failed_peer, e.status);
+    std::vector<int> failed =
+        e.fail_all ? tracker_.FailAll(e.status)
+                   : tracker_.OnPeerFailed(e.failed_peer, e.status);
     FailureHandler handler;
     PeerFailureHandler peer_handler;
     {

@@ -129,9 +129,9 @@ Status Node::StartVan() {
   bool scheduler = options_.role == Role::kScheduler;
   std::string host = scheduler ? options_.scheduler_host : options_.node_host;
   int port = scheduler ? options_.scheduler_port : 0;
-  StatusOr<int> bound = van_->Start(
-      host, port,
-      [this](Message&& msg) { OnMessage(std::move(msg), /*from_van=*/true); });
+  StatusOr<int> bound = van_->Start(host, port, [this](Message&& msg) {
+    OnMessage(std::move(msg), /*from_van=*/true);
+  });
   if (!bound.ok()) return bound.status();
   if (!scheduler) {
     PS_RETURN_IF_ERROR(van_->Connect(kSchedulerId, options_.scheduler_host,
