@@ -58,8 +58,12 @@ bool Customer::Claim(const Meta& meta) {
 void Customer::RunClaimed(Message&& msg) {
   Event e;
   e.msg = std::move(msg);
-  Handle(e);
-  e = Event();
+  HandleBusy(&e);
+}
+
+void Customer::HandleBusy(Event* e) {
+  Handle(*e);
+  *e = Event();  // Drops the message's buffers before counting it handled.
   std::lock_guard<std::mutex> lock(mu_);
   busy_ = false;
   ++handled_;
@@ -137,12 +141,7 @@ void Customer::Loop() {
       idle_cv_.wait(lock, [this] { return !busy_; });
       busy_ = true;
     }
-    Handle(e);
-    e = Event();
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-    ++handled_;
-    idle_cv_.notify_all();
+    HandleBusy(&e);
   }
 }
 

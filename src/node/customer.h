@@ -91,6 +91,8 @@ class Customer {
   };
   void Loop();
   void Handle(Event& e);
+  // Handle, then clear busy_ and count the event (busy_ is set).
+  void HandleBusy(Event* e);
 
   const int app_id_;
   const int customer_id_;
