@@ -1,6 +1,7 @@
 #include "transport/zmq_van.h"
 
 #include <glog/logging.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -135,25 +136,40 @@ Status ZmqVan::Send(Message&& msg) {
   return Status::OK();
 }
 
+// Waits on the ROUTER's ZMQ_FD and the wake eventfd with one poll(2) per
+// wake-up (zmq_poll makes a non-blocking pass first, so it costs two). The
+// ZMQ_FD only says that events may be pending: the loop drains the socket,
+// and checks ZMQ_EVENTS before every blocking poll.
 void ZmqVan::IoLoop() {
-  zmq_pollitem_t items[2];
-  items[0] = {router_, 0, ZMQ_POLLIN, 0};
-  items[1] = {nullptr, wake_fd_, ZMQ_POLLIN, 0};
+  int router_fd = -1;
+  size_t fd_size = sizeof(router_fd);
+  if (zmq_getsockopt(router_, ZMQ_FD, &router_fd, &fd_size) != 0) {
+    LOG(ERROR) << "cannot get the socket's file descriptor: " << ZmqError();
+    return;
+  }
+  pollfd fds[2] = {{router_fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   while (true) {
-    int rc = zmq_poll(items, 2, -1);
-    if (rc < 0) {
-      if (zmq_errno() == EINTR) continue;
-      LOG(ERROR) << "zmq_poll failed: " << ZmqError();
+    ReceiveAll();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+    uint32_t events = 0;
+    size_t events_size = sizeof(events);
+    if (zmq_getsockopt(router_, ZMQ_EVENTS, &events, &events_size) != 0) {
+      LOG(ERROR) << "cannot get the socket's events: " << ZmqError();
       break;
     }
-    if (items[1].revents & ZMQ_POLLIN) {
+    if (events & ZMQ_POLLIN) continue;
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
+      LOG(ERROR) << "poll failed: " << std::strerror(errno);
+      break;
+    }
+    if (fds[1].revents & POLLIN) {
       uint64_t count;
       ssize_t n = read(wake_fd_, &count, sizeof(count));
       (void)n;
     }
-    if (items[0].revents & ZMQ_POLLIN) ReceiveAll();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) break;
   }
 }
 
