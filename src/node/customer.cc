@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include "node/node.h"
+#include "util/thread_name.h"
 
 namespace ps {
 
@@ -129,6 +130,7 @@ void Customer::Drain() {
 }
 
 void Customer::Loop() {
+  NameThisThread("ember-app" + std::to_string(app_id_));
   {
     std::unique_lock<std::mutex> lock(mu_);
     idle_cv_.wait(lock, [this] { return !held_; });

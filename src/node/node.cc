@@ -9,6 +9,7 @@
 #include <random>
 
 #include "node/customer.h"
+#include "util/thread_name.h"
 
 namespace ps {
 
@@ -167,6 +168,7 @@ void Node::StopThreads() {
 }
 
 void Node::HeartbeatLoop() {
+  NameThisThread("ember-heartbeat");
   std::unique_lock<std::mutex> lock(hb_mu_);
   auto interval = std::chrono::milliseconds(options_.heartbeat_interval_ms);
   while (!hb_cv_.wait_for(lock, interval, [this] { return hb_stop_; })) {

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/thread_name.h"
+
 namespace ps {
 
 namespace {
@@ -141,6 +143,7 @@ Status ZmqVan::Send(Message&& msg) {
 // ZMQ_FD only says that events may be pending: the loop drains the socket,
 // and checks ZMQ_EVENTS before every blocking poll.
 void ZmqVan::IoLoop() {
+  NameThisThread("ember-io");
   int router_fd = -1;
   size_t fd_size = sizeof(router_fd);
   if (zmq_getsockopt(router_, ZMQ_FD, &router_fd, &fd_size) != 0) {
