@@ -11,6 +11,8 @@
 #include <limits>
 #include <utility>
 
+#include "ctr/metrics.h"
+
 namespace ctr {
 namespace {
 
@@ -63,11 +65,6 @@ class Rng {
  private:
   uint64_t state_;
 };
-
-double Sigmoid(double z) {
-  return z >= 0 ? 1.0 / (1.0 + std::exp(-z))
-                : std::exp(z) / (1.0 + std::exp(z));
-}
 
 // expm1(t) / t and log1p(t) / t, continuous at t = 0: the pieces of the
 // integral of x^-s and its inverse that stay accurate as s -> 1.

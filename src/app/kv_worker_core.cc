@@ -100,6 +100,8 @@ class KVWorkerCore::Impl {
                 uint64_t epoch, Pending pending,
                 std::vector<std::pair<int, RawKVs>> slices);
   void Process(Message& msg);
+  // A request of this app to `recipient`, with no frames yet.
+  Message NewRequest(int ts, int recipient, int64_t clock) const;
   Status Assemble(const Pending& p) const;
   void Forget(int ts) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -341,19 +343,12 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
   }
   tracker()->Expect(ts, recipients);
   for (auto& s : slices) {
-    Message msg;
-    msg.meta.app_id = app_->app_id();
-    msg.meta.customer_id = app_->customer_id();
-    msg.meta.request = true;
+    Message msg = NewRequest(ts, s.first, clock_.load());
     msg.meta.push = push;
     msg.meta.pull = pull;
     msg.meta.cmd = cmd;
-    msg.meta.timestamp = ts;
     msg.meta.priority = priority;
     msg.meta.epoch = epoch;
-    msg.meta.clock = clock_.load();
-    msg.meta.value_bytes = static_cast<int>(value_bytes_);
-    msg.meta.recipient = s.first;
     AddKVFrames(s.second, &msg);
     Status st = app_->node()->Send(std::move(msg));
     if (!st.ok()) {
@@ -362,6 +357,19 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
       return;
     }
   }
+}
+
+Message KVWorkerCore::Impl::NewRequest(int ts, int recipient,
+                                       int64_t clock) const {
+  Message msg;
+  msg.meta.app_id = app_->app_id();
+  msg.meta.customer_id = app_->customer_id();
+  msg.meta.request = true;
+  msg.meta.timestamp = ts;
+  msg.meta.clock = clock;
+  msg.meta.value_bytes = static_cast<int>(value_bytes_);
+  msg.meta.recipient = recipient;
+  return msg;
 }
 
 void KVWorkerCore::Impl::Process(Message& msg) {
@@ -497,15 +505,8 @@ int KVWorkerCore::Impl::Clock() {
   std::vector<int> ids = app_->node()->server_ids();
   tracker()->Expect(ts, ids);
   for (int id : ids) {
-    Message msg;
-    msg.meta.app_id = app_->app_id();
-    msg.meta.customer_id = app_->customer_id();
-    msg.meta.request = true;
+    Message msg = NewRequest(ts, id, clock);
     msg.meta.clock_tick = true;
-    msg.meta.clock = clock;
-    msg.meta.timestamp = ts;
-    msg.meta.value_bytes = static_cast<int>(value_bytes_);
-    msg.meta.recipient = id;
     Status st = app_->node()->Send(std::move(msg));
     if (!st.ok()) {
       tracker()->Fail(ts, st);

@@ -263,11 +263,8 @@ size_t EmbeddingTable::CountNewIds(const uint64_t* ids, size_t n) {
   return absent.size();
 }
 
-Status EmbeddingTable::ApplyGradients(const uint64_t* ids, size_t n,
-                                      const float* grads) {
-  if (n == 0) return Status::OK();
-  // Validate everything before changing anything: a NaN would poison the
-  // row (and its optimizer state) for good.
+Status EmbeddingTable::CheckGradients(const uint64_t* ids, size_t n,
+                                      const float* grads) const {
   const size_t dim = dim_;
   for (size_t k = 0; k < n * dim; ++k) {
     if (!std::isfinite(grads[k])) {
@@ -278,6 +275,16 @@ Status EmbeddingTable::ApplyGradients(const uint64_t* ids, size_t n,
                                      std::to_string(i) + ") is not finite");
     }
   }
+  return Status::OK();
+}
+
+Status EmbeddingTable::ApplyGradients(const uint64_t* ids, size_t n,
+                                      const float* grads) {
+  if (n == 0) return Status::OK();
+  // Validate everything before changing anything: a NaN would poison the
+  // row (and its optimizer state) for good.
+  PS_RETURN_IF_ERROR(CheckGradients(ids, n, grads));
+  const size_t dim = dim_;
   PS_RETURN_IF_ERROR(CheckRoom(ids, n));
   ResolveRows(ids, n);
 

@@ -86,6 +86,10 @@ class EmbeddingTable {
   // rows would exceed kMaxRows. Both arrays are borrowed for the call.
   [[nodiscard]] Status ApplyGradients(const uint64_t* ids, size_t n,
                                       const float* grads);
+  // The check ApplyGradients makes first: kInvalidArgument naming the first
+  // gradient that is not finite.
+  [[nodiscard]] Status CheckGradients(const uint64_t* ids, size_t n,
+                                      const float* grads) const;
 
   // Adds row `id` with the given weights[0..dim) and slots
   // [0..SlotFloats(dim)); a null `slots` means Optimizer::InitSlots. For

@@ -5,7 +5,6 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -322,13 +321,7 @@ class ModelServer::Impl {
   Status MergePush(Entry& e, const KVMeta& meta,
                    const std::vector<uint64_t>& ids, const float* grads) {
     const size_t dim = static_cast<size_t>(e.dim);
-    for (size_t k = 0; k < ids.size() * dim; ++k) {
-      if (!std::isfinite(grads[k])) {
-        return Status::InvalidArgument(
-            "'" + e.name + "': gradient of id " + std::to_string(ids[k / dim]) +
-            " (position " + std::to_string(k / dim) + ") is not finite");
-      }
-    }
+    PS_RETURN_IF_ERROR(e.table->CheckGradients(ids.data(), ids.size(), grads));
     Entry::Round& r = e.round;
     if (!r.senders.empty() &&
         (r.clock != meta.clock || std::find(r.senders.begin(), r.senders.end(),

@@ -28,6 +28,7 @@
 #include "model/initializer.h"
 #include "model/model_protocol.h"
 #include "model/optimizer.h"
+#include "partition/key_ring.h"
 #include "ps/model.h"
 #include "ps/ps.h"
 
@@ -47,13 +48,8 @@ constexpr int kDistinct = 600;
 constexpr size_t kDense = 40000;  // three chunks of 16384 floats
 constexpr char kInit[] = "normal(0,0.1)";
 
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  return x ^ (x >> 33);
-}
+// A bijective 64-bit mix: the ring's own.
+uint64_t Mix(uint64_t x) { return ps::KeyRing::Position(x); }
 
 struct Example {
   uint64_t ids[kIdsPerExample];
