@@ -83,8 +83,15 @@ class SArray {
   }
 
   void CopyFrom(const V* data, size_t size) {
-    resize(size);
-    if (size > 0) std::memcpy(this->data(), data, size * sizeof(V));
+    if (capacity_ >= size) {
+      size_ = size;
+      if (size > 0) std::memmove(this->data(), data, size * sizeof(V));
+      return;
+    }
+    // A new buffer is written once, by the copy (no zero-fill first).
+    V* fresh = new V[size];
+    std::memcpy(fresh, data, size * sizeof(V));
+    reset(fresh, size, [](V* p) { delete[] p; });
   }
   void CopyFrom(const SArray<V>& other) {
     if (this == &other) return;
