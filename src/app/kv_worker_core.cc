@@ -46,6 +46,29 @@ class CallbackToken {
   std::atomic<int>* count_ = nullptr;
 };
 
+// An array of `n` elements left uninitialised, for a caller that writes
+// every one of them.
+template <typename V>
+SArray<V> UninitializedArray(size_t n) {
+  SArray<V> array;
+  array.reset(new V[n], n, [](V* p) { delete[] p; });
+  return array;
+}
+
+// One key's values: the common sizes get a copy the compiler inlines.
+inline void CopyValue(char* dst, const char* src, size_t bytes) {
+  switch (bytes) {
+    case 4:
+      std::memcpy(dst, src, 4);
+      break;
+    case 8:
+      std::memcpy(dst, src, 8);
+      break;
+    default:
+      if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+}
+
 }  // namespace
 
 class KVWorkerCore::Impl {
@@ -85,7 +108,8 @@ class KVWorkerCore::Impl {
   struct Pending {
     bool pull = false;
     SArray<Key> keys;
-    std::vector<uint16_t> owner;    // Server rank of every key.
+    std::vector<uint16_t> owner;    // Server rank of every key (empty
+                                    // when the ring has one server).
     std::vector<size_t> counts;     // Keys per server rank.
     std::vector<RawKVs> responses;  // By server rank.
     PullSink sink;
@@ -93,8 +117,21 @@ class KVWorkerCore::Impl {
     CallbackToken cb_token;  // Held while cb is set.
   };
 
+  // Where each server's keys and values lie in a request (indices into the
+  // keys, byte offsets into the values), by server rank.
+  struct SliceBounds {
+    std::vector<size_t> first, last;  // first == n: the server has no keys.
+    std::vector<size_t> val_begin, val_bytes;
+  };
+
   RequestTracker* tracker() { return app_->customer()->tracker(); }
   Status Validate(bool push, const RawKVs& kvs) const;
+  Status CheckShape(bool push, const RawKVs& kvs) const;
+  // One pass over the keys: checks they are sorted and unique (and lens),
+  // fills p->owner (only with several servers) and p->counts, and the
+  // bounds of every server's slice.
+  Status Scan(const KeyRing& ring, bool push, const RawKVs& kvs, Pending* p,
+              SliceBounds* b) const;
   StatusOr<std::shared_ptr<const KeyRing>> Ring();
   void Dispatch(int ts, bool push, bool pull, int cmd, int priority,
                 uint64_t epoch, Pending pending,
@@ -171,12 +208,121 @@ StatusOr<std::shared_ptr<const KeyRing>> KVWorkerCore::Impl::Ring() {
   return ring_;
 }
 
+// The shape checks of a push that do not look at every key: lens against
+// keys, values against lens or keys.
+Status KVWorkerCore::Impl::CheckShape(bool push, const RawKVs& kvs) const {
+  if (!push) return Status::OK();
+  const size_t n = kvs.keys.size();
+  const size_t nvals = kvs.vals.size() / value_bytes_;
+  if (!kvs.lens.empty()) {
+    if (kvs.lens.size() != n) {
+      return Status::InvalidArgument(
+          "lens has " + std::to_string(kvs.lens.size()) + " entries for " +
+          std::to_string(n) + " keys");
+    }
+  } else if (n > 0 && nvals % n != 0) {
+    return Status::InvalidArgument(std::to_string(nvals) +
+                                   " values do not divide evenly over " +
+                                   std::to_string(n) + " keys");
+  } else if (n == 0 && nvals != 0) {
+    return Status::InvalidArgument("values without keys");
+  }
+  return Status::OK();
+}
+
+Status KVWorkerCore::Impl::Scan(const KeyRing& ring, bool push,
+                                const RawKVs& kvs, Pending* p,
+                                SliceBounds* b) const {
+  const size_t n = kvs.keys.size();
+  const size_t num_servers = ring.num_servers();
+  const bool has_vals = push && !kvs.vals.empty();
+  const bool has_lens = push && !kvs.lens.empty();
+  const size_t bytes_per_key =
+      has_vals && !has_lens && n > 0 ? kvs.vals.size() / n : 0;
+  const Key* keys = kvs.keys.data();
+  const int* lens = has_lens ? kvs.lens.data() : nullptr;
+  p->counts.assign(num_servers, 0);
+  b->first.assign(num_servers, n);
+  b->last.assign(num_servers, 0);
+  b->val_begin.assign(num_servers, 0);
+  b->val_bytes.assign(num_servers, 0);
+  size_t bad = 0;         // The first key out of order, if any (0: none).
+  bool negative = false;  // A negative entry in lens.
+  size_t offset = 0;      // Value bytes so far.
+  if (num_servers == 1) {
+    // One server owns everything: no lookups, and no owner per key (a
+    // single response is taken as it is).
+    for (size_t i = 1; i < n; ++i) {
+      if (keys[i - 1] >= keys[i]) {
+        bad = i;
+        break;
+      }
+    }
+    if (has_lens) {
+      for (size_t i = 0; i < n; ++i) {
+        negative |= lens[i] < 0;
+        offset += static_cast<size_t>(lens[i]) * value_bytes_;
+      }
+    } else {
+      offset = bytes_per_key * n;
+    }
+    if (n > 0) {
+      p->counts[0] = n;
+      b->first[0] = 0;
+      b->last[0] = n - 1;
+      b->val_bytes[0] = offset;
+    }
+  } else {
+    p->owner.resize(n);
+    uint16_t* owner = p->owner.data();
+    size_t* counts = p->counts.data();
+    for (size_t i = 0; i < n; ++i) {
+      const Key key = keys[i];
+      if (i > 0 && keys[i - 1] >= key) {
+        bad = i;
+        break;
+      }
+      const uint16_t s = static_cast<uint16_t>(ring.OwnerIndex(key));
+      owner[i] = s;
+      ++counts[s];
+      size_t bytes = bytes_per_key;
+      if (has_lens) {
+        negative |= lens[i] < 0;
+        bytes = static_cast<size_t>(lens[i]) * value_bytes_;
+      }
+      if (b->first[s] == n) {
+        b->first[s] = i;
+        b->val_begin[s] = offset;
+      }
+      b->last[s] = i;
+      b->val_bytes[s] += bytes;
+      offset += bytes;
+    }
+  }
+  if (bad != 0) {
+    return Status::InvalidArgument("keys must be sorted and unique; key " +
+                                   std::to_string(bad) + " (" +
+                                   std::to_string(keys[bad]) + ") follows " +
+                                   std::to_string(keys[bad - 1]));
+  }
+  if (negative) return Status::InvalidArgument("negative length in lens");
+  if (has_lens && offset != kvs.vals.size()) {
+    return Status::InvalidArgument(
+        "lens add up to " + std::to_string(offset / value_bytes_) +
+        " values, got " + std::to_string(kvs.vals.size() / value_bytes_));
+  }
+  return Status::OK();
+}
+
 int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
                                const RawKVs& kvs, PullSink sink, Callback cb) {
   int ts = tracker()->NewRequest();
-  Status s = Validate(push, kvs);
+  Status s = CheckShape(push, kvs);
   auto ring = Ring();
   if (s.ok() && !ring.ok()) s = ring.status();
+  Pending p;
+  SliceBounds bounds;
+  if (s.ok()) s = Scan(*ring.value(), push, kvs, &p, &bounds);
   if (!s.ok()) {
     tracker()->Fail(ts, s);
     return ts;
@@ -184,40 +330,31 @@ int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   const KeyRing& r = *ring.value();
   const size_t n = kvs.keys.size();
   const size_t num_servers = r.num_servers();
-  Pending p;
   p.pull = pull;
   p.keys = kvs.keys;
-  p.owner.resize(n);
-  p.counts.assign(num_servers, 0);
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
-  r.Assign(kvs.keys.data(), n, p.owner.data(), p.counts.data());
-
-  // Pass 1: where each server's keys start and end, and its value bytes.
   const bool has_vals = push && !kvs.vals.empty();
   const bool has_lens = push && !kvs.lens.empty();
   const size_t bytes_per_key =
       has_vals && !has_lens && n > 0 ? kvs.vals.size() / n : 0;
-  std::vector<size_t> first(num_servers, n), last(num_servers, 0);
-  std::vector<size_t> val_begin(num_servers, 0), val_bytes(num_servers, 0);
-  size_t offset = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const uint16_t s_idx = p.owner[i];
-    size_t bytes = has_lens ? kvs.lens[i] * value_bytes_ : bytes_per_key;
-    if (first[s_idx] == n) {
-      first[s_idx] = i;
-      val_begin[s_idx] = offset;
-    }
-    last[s_idx] = i;
-    val_bytes[s_idx] += bytes;
-    offset += bytes;
-  }
-  // Pass 2: a server whose keys are one contiguous run gets views of the
-  // caller's arrays (no copy); the others get their keys gathered.
+  const std::vector<size_t>& first = bounds.first;
+  const std::vector<size_t>& last = bounds.last;
+  const std::vector<size_t>& val_begin = bounds.val_begin;
+  const std::vector<size_t>& val_bytes = bounds.val_bytes;
+  // A server whose keys are one contiguous run gets views of the caller's
+  // arrays (no copy); the others get their keys, values and lens gathered
+  // in one more pass, into arrays allocated once at their final size.
   std::vector<std::pair<int, RawKVs>> slices;
-  std::vector<RawKVs*> gather(num_servers, nullptr);
   slices.reserve(num_servers);
+  struct Cursor {
+    Key* keys = nullptr;  // nullptr: this server is not gathered.
+    char* vals = nullptr;
+    int* lens = nullptr;
+  };
+  std::vector<Cursor> gather(num_servers);
+  bool any_gather = false;
   for (size_t srv = 0; srv < num_servers; ++srv) {
     if (p.counts[srv] == 0) continue;
     slices.emplace_back(static_cast<int>(srv), RawKVs());
@@ -229,38 +366,41 @@ int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
             kvs.vals.segment(val_begin[srv], val_begin[srv] + val_bytes[srv]);
       }
       if (has_lens) out.lens = kvs.lens.segment(first[srv], last[srv] + 1);
-    } else {
-      out.keys.resize(0);
-      out.keys.reserve(p.counts[srv]);
-      if (has_vals) {
-        out.vals.resize(0);
-        out.vals.reserve(val_bytes[srv]);
-      }
-      if (has_lens) {
-        out.lens.resize(0);
-        out.lens.reserve(p.counts[srv]);
-      }
-      gather[srv] = &out;
+      continue;
+    }
+    any_gather = true;
+    Cursor& c = gather[srv];
+    out.keys = UninitializedArray<Key>(p.counts[srv]);
+    c.keys = out.keys.data();
+    if (has_vals) {
+      out.vals = UninitializedArray<char>(val_bytes[srv]);
+      c.vals = out.vals.data();
+    }
+    if (has_lens) {
+      out.lens = UninitializedArray<int>(p.counts[srv]);
+      c.lens = out.lens.data();
     }
   }
-  bool any_gather = false;
-  for (RawKVs* g : gather) any_gather |= g != nullptr;
   if (any_gather) {
-    size_t voff = 0;
+    const Key* keys = kvs.keys.data();
+    const char* vals = has_vals ? kvs.vals.data() : nullptr;
+    const int* lens = has_lens ? kvs.lens.data() : nullptr;
+    const uint16_t* owner = p.owner.data();
+    Cursor* cursors = gather.data();
     for (size_t i = 0; i < n; ++i) {
-      size_t bytes = has_lens ? kvs.lens[i] * value_bytes_ : bytes_per_key;
-      RawKVs* g = gather[p.owner[i]];
-      if (g != nullptr) {
-        g->keys.push_back(kvs.keys[i]);
+      Cursor& c = cursors[owner[i]];
+      const size_t bytes = has_lens
+                               ? static_cast<size_t>(lens[i]) * value_bytes_
+                               : bytes_per_key;
+      if (c.keys != nullptr) {
+        *c.keys++ = keys[i];
         if (has_vals) {
-          size_t at = g->vals.size();
-          g->vals.resize(at + bytes);
-          if (bytes > 0)
-            std::memcpy(g->vals.data() + at, kvs.vals.data() + voff, bytes);
+          CopyValue(c.vals, vals, bytes);
+          c.vals += bytes;
         }
-        if (has_lens) g->lens.push_back(kvs.lens[i]);
+        if (has_lens) *c.lens++ = lens[i];
       }
-      voff += bytes;
+      vals += has_vals ? bytes : 0;
     }
   }
   std::vector<int> ids = r.server_ids();

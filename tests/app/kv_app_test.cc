@@ -172,6 +172,35 @@ TEST_F(KVAppTest, BadArgumentsFailTheRequestNotTheProcess) {
   EXPECT_TRUE(kv->WaitStatus(kv->Push({1, 2}, {1, 2})).ok());
 }
 
+// The worker checks keys, values and lens in the same pass that slices the
+// request; with one server it takes a shorter path. Both refuse every bad
+// shape before sending anything.
+TEST_F(KVAppTest, EveryBadShapeIsRefusedWithOneServerAndWithSeveral) {
+  for (int servers : {1, 3}) {
+    SCOPED_TRACE("servers=" + std::to_string(servers));
+    TearDown();
+    workers_.clear();
+    servers_.clear();
+    Form(servers, 1);
+    KVWorker<float>* kv = Worker(0);
+    auto code = [&](int ts) { return kv->WaitStatus(ts).code(); };
+    const auto bad = Status::Code::kInvalidArgument;
+    EXPECT_EQ(code(kv->Push({1, 7, 7}, {1, 2, 3})), bad);        // Duplicate.
+    EXPECT_EQ(code(kv->Push({1, 9, 8}, {1, 2, 3})), bad);        // Unsorted.
+    EXPECT_EQ(code(kv->Push({1, 2}, {1, 2, 3}, {2, 2})), bad);   // Sum.
+    EXPECT_EQ(code(kv->Push({1, 2}, {1, 2, 3}, {4, -1})), bad);  // < 0.
+    EXPECT_EQ(code(kv->Push({1, 2}, {1, 2, 3}, {3})), bad);      // Count.
+    EXPECT_EQ(code(kv->Push({}, {1})), bad);  // Values without keys.
+    std::vector<float> out;
+    EXPECT_EQ(code(kv->Pull({4, 2}, &out)), bad);
+    // Nothing reached a server: every key is still absent.
+    ASSERT_TRUE(
+        kv->WaitStatus(kv->Push({1, 2, 3, 7, 8, 9}, {1, 1, 1, 1, 1, 1})).ok());
+    ASSERT_TRUE(kv->WaitStatus(kv->Pull({1, 2, 3, 7, 8, 9}, &out)).ok());
+    EXPECT_EQ(out, (std::vector<float>{1, 1, 1, 1, 1, 1}));
+  }
+}
+
 TEST_F(KVAppTest, ServerErrorReachesTheWorker) {
   Form(1, 1);
   servers_[0]->set_request_handle(
