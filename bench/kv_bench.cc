@@ -185,24 +185,26 @@ class RowIndex {
     shift_ = 64 - static_cast<int>(std::log2(capacity));
   }
 
-  // The row of `key`, numbering new keys 0, 1, 2...; *added says whether
-  // the key is new. Grows when half full.
-  size_t FindOrAdd(ps::Key key, bool* added) {
-    size_t i = Home(key);
-    while (true) {
-      Slot& s = slots_[i];
-      if (s.row == kEmpty) {
-        s = Slot{key, size_++};
-        *added = true;
-        if (2 * size_ > slots_.size()) Grow();
-        return size_ - 1;
-      }
-      if (s.key == key) {
-        *added = false;
-        return s.row;
-      }
-      i = (i + 1) & (slots_.size() - 1);
+  static constexpr size_t kNone = ~size_t{0};
+
+  // The row of `key`, or kNone.
+  size_t Find(ps::Key key) const {
+    const Slot* slots = slots_.data();
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = Home(key);; i = (i + 1) & mask) {
+      const Slot& s = slots[i];
+      if (s.key == key && s.row != kEmpty) return s.row;
+      if (s.row == kEmpty) return kNone;
     }
+  }
+
+  // Numbers a key Find does not know: rows 0, 1, 2... Grows when half full.
+  size_t Add(ps::Key key) {
+    size_t i = Home(key);
+    while (slots_[i].row != kEmpty) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = Slot{key, size_++};
+    if (2 * size_ > slots_.size()) Grow();
+    return size_ - 1;
   }
 
  private:
@@ -416,16 +418,27 @@ class BenchHandle {
       res.vals = FreeBuffer(&response_pool_, n * k, kSparseKeys * k);
       out = res.vals.data();
     }
+    const bool push = meta.push;
+    const bool pull = meta.pull;
+    const ps::Key* keys = data.keys.data();
+    const float* src = push ? data.vals.data() : nullptr;
+    float* table = table_.data();
     for (size_t i = 0; i < n; ++i) {
-      bool added = false;
-      const size_t row = rows_.FindOrAdd(data.keys[i], &added);
-      if (added) table_.resize(table_.size() + k, 0.0f);
-      float* stored = table_.data() + row * k;
-      if (meta.push) {
-        const float* src = data.vals.data() + i * k;
-        for (size_t j = 0; j < k; ++j) stored[j] += src[j];
+      size_t row = rows_.Find(keys[i]);
+      if (row == RowIndex::kNone) {
+        row = rows_.Add(keys[i]);
+        table_.resize(table_.size() + k, 0.0f);
+        table = table_.data();
       }
-      if (meta.pull) std::copy(stored, stored + k, out + i * k);
+      float* stored = table + row * k;
+      if (push) {
+        if (k == 1) {
+          stored[0] += src[i];
+        } else {
+          AddTo(stored, src + i * k, k);
+        }
+      }
+      if (pull) std::copy(stored, stored + k, out + i * k);
     }
     server->Response(meta, res);
   }
