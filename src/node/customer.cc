@@ -23,7 +23,7 @@ Customer::~Customer() {
   {
     // No new claims once removed; let a claimant in progress finish.
     std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [this] { return !busy_; });
+    idle_cv_.wait(lock, [this] { return !busy_ && admitted_ == 0; });
   }
   Release();
   queue_.Close();
@@ -54,6 +54,23 @@ bool Customer::Claim(const Meta& meta) {
   busy_ = true;
   ++queued_;
   return true;
+}
+
+bool Customer::Admit(const Meta& meta, bool may_claim) {
+  if (may_claim && Claim(meta)) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++admitted_;
+  return false;
+}
+
+void Customer::Deliver(Message&& msg, bool admitted_inline) {
+  if (admitted_inline) {
+    RunClaimed(std::move(msg));
+    return;
+  }
+  Accept(std::move(msg));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--admitted_ == 0) idle_cv_.notify_all();
 }
 
 void Customer::RunClaimed(Message&& msg) {

@@ -71,6 +71,17 @@ class Customer {
   // after releasing its lock; false: Accept it.
   bool Claim(const Meta& meta);
   void RunClaimed(Message&& msg);
+
+  // The receive thread's way in, in two steps so that nothing is handled or
+  // woken under the node's lock (a customer thread woken under it would
+  // only block on it again when it sends its answer). Admit, under the
+  // node's lock, decides: true, the message is handled on the calling
+  // thread (a claim); false, it goes to the customer thread. Either way the
+  // customer stays alive until Deliver, called after the node's lock is
+  // released with Admit's answer, returns. Without `may_claim` the message
+  // always goes to the customer thread.
+  bool Admit(const Meta& meta, bool may_claim);
+  void Deliver(Message&& msg, bool admitted_inline);
   // Called when `peer` is declared dead: its requests fail on this thread.
   void OnPeerFailed(int peer, const Status& status);
   // Fails every open request (expulsion, abort).
@@ -110,7 +121,9 @@ class Customer {
   uint64_t handled_ = 0;                     // Guarded by mu_.
   bool held_ = false;                        // Guarded by mu_.
   // An event is being handled (by the customer thread or a claimant).
-  bool busy_ = false;                 // Guarded by mu_.
+  bool busy_ = false;  // Guarded by mu_.
+  // Messages admitted for the customer thread and not yet queued.
+  int admitted_ = 0;                  // Guarded by mu_.
   InlinePredicate inline_predicate_;  // Guarded by mu_.
 };
 

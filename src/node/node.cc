@@ -533,12 +533,11 @@ void Node::DispatchData(Message&& msg, bool from_van) {
       return;
     }
     // Under mu_: RemoveCustomer takes it too, so the customer cannot be
-    // destroyed under us. Accept never blocks. A claim keeps the customer
-    // alive until RunClaimed returns (its destructor waits).
-    claimed = from_van && customer->Claim(msg.meta);
-    if (!claimed) customer->Accept(std::move(msg));
+    // destroyed under us; once admitted it stays alive until Deliver
+    // returns (its destructor waits), which runs outside mu_.
+    claimed = customer->Admit(msg.meta, from_van);
   }
-  if (claimed) customer->RunClaimed(std::move(msg));
+  customer->Deliver(std::move(msg), claimed);
 }
 
 void Node::SweepEarlyMessages() {

@@ -13,12 +13,15 @@ int RequestTracker::NewRequest() {
 }
 
 void RequestTracker::Expect(int timestamp, std::vector<int> peers) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return;  // Already failed.
   it->second.expected = true;
   it->second.peers = std::move(peers);
-  if (it->second.peers.empty()) CompleteLocked(timestamp, Status::OK());
+  if (!it->second.peers.empty()) return;
+  CompleteLocked(timestamp, Status::OK());
+  lock.unlock();
+  cv_.notify_all();
 }
 
 bool RequestTracker::Expecting(int timestamp, int peer) const {
@@ -36,31 +39,30 @@ int RequestTracker::Outstanding(int timestamp) const {
 }
 
 bool RequestTracker::OnResponse(int timestamp, int peer, const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return false;
   auto& peers = it->second.peers;
   auto p = std::find(peers.begin(), peers.end(), peer);
   if (p == peers.end()) return false;
   peers.erase(p);
-  if (!status.ok()) {
-    CompleteLocked(timestamp, status);
-    return true;
-  }
-  if (peers.empty() && it->second.expected) {
-    CompleteLocked(timestamp, Status::OK());
-    return true;
-  }
-  return false;
+  if (status.ok() && !(peers.empty() && it->second.expected)) return false;
+  CompleteLocked(timestamp, status);
+  lock.unlock();
+  cv_.notify_all();
+  return true;
 }
 
 void RequestTracker::Fail(int timestamp, const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (open_.count(timestamp)) CompleteLocked(timestamp, status);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!open_.count(timestamp)) return;
+  CompleteLocked(timestamp, status);
+  lock.unlock();
+  cv_.notify_all();
 }
 
 std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<int> failed;
   for (const auto& entry : open_) {
     const auto& p = entry.second.peers;
@@ -69,14 +71,18 @@ std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
     }
   }
   for (int ts : failed) CompleteLocked(ts, status);
+  lock.unlock();
+  if (!failed.empty()) cv_.notify_all();
   return failed;
 }
 
 std::vector<int> RequestTracker::FailAll(const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   std::vector<int> failed;
   for (const auto& entry : open_) failed.push_back(entry.first);
   for (int ts : failed) CompleteLocked(ts, status);
+  lock.unlock();
+  if (!failed.empty()) cv_.notify_all();
   return failed;
 }
 
@@ -89,7 +95,6 @@ void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
       failed_.erase(failed_.begin());
     }
   }
-  cv_.notify_all();
 }
 
 Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {

@@ -66,6 +66,8 @@ class RequestTracker {
     std::vector<int> peers;  // Still owed.
     bool expected = false;   // Expect() was called.
   };
+  // Closes the request; the caller notifies cv_ after releasing mu_ (a
+  // waiter woken under the lock would only block on it again).
   void CompleteLocked(int timestamp, const Status& status);
 
   mutable std::mutex mu_;

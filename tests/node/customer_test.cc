@@ -119,6 +119,29 @@ TEST_F(CustomerTest, AnIdleCustomerLetsTheCallerHandleAllowedMessages) {
   EXPECT_NE(threads_[1], std::this_thread::get_id());
 }
 
+// The receive thread's two-step way in: Admit decides under the node's
+// lock, Deliver handles or queues after it.
+TEST_F(CustomerTest, AdmitRoutesAndDeliverHandlesOrQueues) {
+  Make();
+  customer_->set_inline_predicate([](const Meta& m) { return !m.request; });
+  Message request = Response(2);
+  request.meta.request = true;
+  EXPECT_FALSE(customer_->Admit(Response(0).meta, /*may_claim=*/false));
+  customer_->Deliver(Response(0), false);
+  customer_->Drain();
+  const bool inline_1 = customer_->Admit(Response(1).meta, true);
+  ASSERT_TRUE(inline_1);
+  customer_->Deliver(Response(1), inline_1);
+  const bool inline_2 = customer_->Admit(request.meta, true);
+  EXPECT_FALSE(inline_2);  // The predicate says no.
+  customer_->Deliver(std::move(request), inline_2);
+  customer_->Drain();
+  EXPECT_EQ(order(), (std::vector<int>{0, 1, 2}));
+  EXPECT_NE(threads_[0], std::this_thread::get_id());
+  EXPECT_EQ(threads_[1], std::this_thread::get_id());
+  EXPECT_NE(threads_[2], std::this_thread::get_id());
+}
+
 // While the customer thread handles a message, a claim is refused (the new
 // message must queue behind it).
 TEST_F(CustomerTest, ABusyCustomerRefusesClaims) {
