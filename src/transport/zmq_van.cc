@@ -140,8 +140,12 @@ Status ZmqVan::Send(Message&& msg) {
 
 // Waits on the ROUTER's ZMQ_FD and the wake eventfd with one poll(2) per
 // wake-up (zmq_poll makes a non-blocking pass first, so it costs two). The
-// ZMQ_FD only says that events may be pending: the loop drains the socket,
-// and checks ZMQ_EVENTS before every blocking poll.
+// ZMQ_FD only says that commands may be pending: the loop drains the socket
+// until a receive fails with EAGAIN before every blocking poll. That failed
+// receive has processed the socket's pending commands (as a ZMQ_EVENTS
+// check would, at the same cost of a poll(2) inside ZeroMQ), so the fd is
+// signalled again for anything that arrives later. Only this thread uses
+// the ROUTER, so nothing else can consume a signal in between.
 void ZmqVan::IoLoop() {
   NameThisThread("ember-io");
   int router_fd = -1;
@@ -157,13 +161,6 @@ void ZmqVan::IoLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
-    uint32_t events = 0;
-    size_t events_size = sizeof(events);
-    if (zmq_getsockopt(router_, ZMQ_EVENTS, &events, &events_size) != 0) {
-      LOG(ERROR) << "cannot get the socket's events: " << ZmqError();
-      break;
-    }
-    if (events & ZMQ_POLLIN) continue;
     if (poll(fds, 2, -1) < 0 && errno != EINTR) {
       LOG(ERROR) << "poll failed: " << std::strerror(errno);
       break;
@@ -237,7 +234,10 @@ void ZmqVan::ReceiveAll() {
     zmq_msg_t identity;
     zmq_msg_init(&identity);
     if (zmq_msg_recv(&identity, router_, ZMQ_DONTWAIT) < 0) {
+      const int error = zmq_errno();
       zmq_msg_close(&identity);
+      if (error == EINTR) continue;  // Not drained yet: try again.
+      if (error != EAGAIN) LOG(WARNING) << "receive failed: " << ZmqError();
       return;  // EAGAIN: nothing more for now.
     }
     bool more = zmq_msg_more(&identity);
