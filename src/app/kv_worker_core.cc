@@ -55,6 +55,13 @@ SArray<V> UninitializedArray(size_t n) {
   return array;
 }
 
+// The error for keys[i] not above keys[i - 1].
+Status Unsorted(const Key* keys, size_t i) {
+  return Status::InvalidArgument(
+      "keys must be sorted and unique; key " + std::to_string(i) + " (" +
+      std::to_string(keys[i]) + ") follows " + std::to_string(keys[i - 1]));
+}
+
 // One key's values: the common sizes get a copy the compiler inlines.
 inline void CopyValue(char* dst, const char* src, size_t bytes) {
   switch (bytes) {
@@ -156,39 +163,24 @@ class KVWorkerCore::Impl {
   std::shared_ptr<const KeyRing> ring_;       // Guarded by mu_.
 };
 
+// Submit checks the same in Scan, in the pass that slices; a request the
+// application sliced itself is checked here.
 Status KVWorkerCore::Impl::Validate(bool push, const RawKVs& kvs) const {
   const size_t n = kvs.keys.size();
   for (size_t i = 1; i < n; ++i) {
-    if (kvs.keys[i - 1] >= kvs.keys[i]) {
-      return Status::InvalidArgument(
-          "keys must be sorted and unique; key " + std::to_string(i) + " (" +
-          std::to_string(kvs.keys[i]) + ") follows " +
-          std::to_string(kvs.keys[i - 1]));
-    }
+    if (kvs.keys[i - 1] >= kvs.keys[i]) return Unsorted(kvs.keys.data(), i);
   }
-  if (!push) return Status::OK();
+  PS_RETURN_IF_ERROR(CheckShape(push, kvs));
+  if (!push || kvs.lens.empty()) return Status::OK();
+  size_t total = 0;
+  for (int len : kvs.lens) {
+    if (len < 0) return Status::InvalidArgument("negative length in lens");
+    total += static_cast<size_t>(len);
+  }
   const size_t nvals = kvs.vals.size() / value_bytes_;
-  if (!kvs.lens.empty()) {
-    if (kvs.lens.size() != n) {
-      return Status::InvalidArgument(
-          "lens has " + std::to_string(kvs.lens.size()) + " entries for " +
-          std::to_string(n) + " keys");
-    }
-    size_t total = 0;
-    for (int len : kvs.lens) {
-      if (len < 0) return Status::InvalidArgument("negative length in lens");
-      total += static_cast<size_t>(len);
-    }
-    if (total != nvals) {
-      return Status::InvalidArgument("lens add up to " + std::to_string(total) +
-                                     " values, got " + std::to_string(nvals));
-    }
-  } else if (n > 0 && nvals % n != 0) {
-    return Status::InvalidArgument(std::to_string(nvals) +
-                                   " values do not divide evenly over " +
-                                   std::to_string(n) + " keys");
-  } else if (n == 0 && nvals != 0) {
-    return Status::InvalidArgument("values without keys");
+  if (total != nvals) {
+    return Status::InvalidArgument("lens add up to " + std::to_string(total) +
+                                   " values, got " + std::to_string(nvals));
   }
   return Status::OK();
 }
@@ -299,12 +291,7 @@ Status KVWorkerCore::Impl::Scan(const KeyRing& ring, bool push,
       offset += bytes;
     }
   }
-  if (bad != 0) {
-    return Status::InvalidArgument("keys must be sorted and unique; key " +
-                                   std::to_string(bad) + " (" +
-                                   std::to_string(keys[bad]) + ") follows " +
-                                   std::to_string(keys[bad - 1]));
-  }
+  if (bad != 0) return Unsorted(keys, bad);
   if (negative) return Status::InvalidArgument("negative length in lens");
   if (has_lens && offset != kvs.vals.size()) {
     return Status::InvalidArgument(
