@@ -129,6 +129,11 @@ class KVWorkerCore::Impl {
   struct SliceBounds {
     std::vector<size_t> first, last;  // first == n: the server has no keys.
     std::vector<size_t> val_begin, val_bytes;
+    // The request's shape: a push with values, with lens, and the bytes of
+    // every key's values when there are no lens.
+    bool has_vals = false;
+    bool has_lens = false;
+    size_t bytes_per_key = 0;
   };
 
   RequestTracker* tracker() { return app_->customer()->tracker(); }
@@ -227,10 +232,12 @@ Status KVWorkerCore::Impl::Scan(const KeyRing& ring, bool push,
                                 SliceBounds* b) const {
   const size_t n = kvs.keys.size();
   const size_t num_servers = ring.num_servers();
-  const bool has_vals = push && !kvs.vals.empty();
-  const bool has_lens = push && !kvs.lens.empty();
-  const size_t bytes_per_key =
-      has_vals && !has_lens && n > 0 ? kvs.vals.size() / n : 0;
+  b->has_vals = push && !kvs.vals.empty();
+  b->has_lens = push && !kvs.lens.empty();
+  b->bytes_per_key =
+      b->has_vals && !b->has_lens && n > 0 ? kvs.vals.size() / n : 0;
+  const bool has_lens = b->has_lens;
+  const size_t bytes_per_key = b->bytes_per_key;
   const Key* keys = kvs.keys.data();
   const int* lens = has_lens ? kvs.lens.data() : nullptr;
   p->counts.assign(num_servers, 0);
@@ -322,10 +329,9 @@ int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
-  const bool has_vals = push && !kvs.vals.empty();
-  const bool has_lens = push && !kvs.lens.empty();
-  const size_t bytes_per_key =
-      has_vals && !has_lens && n > 0 ? kvs.vals.size() / n : 0;
+  const bool has_vals = bounds.has_vals;
+  const bool has_lens = bounds.has_lens;
+  const size_t bytes_per_key = bounds.bytes_per_key;
   const std::vector<size_t>& first = bounds.first;
   const std::vector<size_t>& last = bounds.last;
   const std::vector<size_t>& val_begin = bounds.val_begin;
