@@ -1,6 +1,13 @@
 #include "transport/inproc_van.h"
 
 #include <glog/logging.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "util/thread_name.h"
 
 namespace ps {
 
@@ -51,18 +58,32 @@ bool InProcNetwork::Deliver(const std::string& address, std::string header,
 
 InProcVan::InProcVan(InProcNetwork* network) : network_(network) {}
 
-InProcVan::~InProcVan() { Stop(); }
+InProcVan::~InProcVan() {
+  Stop();
+  if (ready_fd_ >= 0) close(ready_fd_);
+}
 
 StatusOr<int> InProcVan::Start(const std::string& host, int port,
                                Handler handler) {
   std::lock_guard<std::mutex> lock(mu_);
   if (started_) return Status::Internal("van started twice");
+  if (ready_fd_ < 0) {
+    ready_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ready_fd_ < 0) {
+      return Status::Internal(std::string("eventfd failed: ") +
+                              std::strerror(errno));
+    }
+    PS_RETURN_IF_ERROR(gate_.Init(ready_fd_, [this] { ReceiveAll(); }));
+  }
   StatusOr<int> bound = network_->Bind(host, port, this);
   if (!bound.ok()) return bound.status();
   address_ = host + ":" + std::to_string(bound.value());
   handler_ = std::move(handler);
   started_ = true;
-  receiver_ = std::thread(&InProcVan::ReceiveLoop, this);
+  receiver_ = std::thread([this] {
+    NameThisThread("ember-inproc");
+    gate_.RunOwner();
+  });
   return bound.value();
 }
 
@@ -99,11 +120,30 @@ Status InProcVan::Send(Message&& msg) {
   return Status::OK();
 }
 
-void InProcVan::Enqueue(Packet packet) { inbox_.Push(std::move(packet)); }
+void InProcVan::Enqueue(Packet packet) {
+  if (!inbox_.Push(std::move(packet))) return;
+  uint64_t one = 1;
+  ssize_t n = write(ready_fd_, &one, sizeof(one));
+  (void)n;
+}
 
-void InProcVan::ReceiveLoop() {
+ReceiveGate::Result InProcVan::CoReceive(int wake_fd,
+                                         const std::function<bool()>& done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopped_) return ReceiveGate::Result::kStopped;
+  }
+  return gate_.Visit(wake_fd, done);
+}
+
+void InProcVan::ReceiveAll() {
+  // Reset the descriptor before looking, so a packet queued after the last
+  // look has signalled it again.
+  uint64_t count;
+  ssize_t n = read(ready_fd_, &count, sizeof(count));
+  (void)n;
   Packet packet;
-  while (inbox_.Pop(&packet)) {
+  while (inbox_.TryPop(&packet)) {
     Message msg;
     std::vector<uint64_t> frame_bytes;
     Status s = DecodeMeta(packet.header.data(), packet.header.size(), &msg.meta,
@@ -129,6 +169,7 @@ void InProcVan::Stop() {
   }
   network_->Unbind(address_);
   inbox_.Close();
+  gate_.Stop();
   if (receiver_.joinable()) receiver_.join();
 }
 

@@ -2,7 +2,9 @@
 //
 // Vans join an InProcNetwork under an address "host:port". A send encodes the
 // header exactly as the wire does (so the codec and its validation run), and
-// the receiving van's thread delivers messages in the order they were sent.
+// the receiving van delivers messages in the order they were sent, on its
+// thread or on a thread inside CoReceive, through a ReceiveGate as ZmqVan
+// does.
 // No sockets, no ports, no sleeps. Thread-safe.
 #ifndef PS_TRANSPORT_INPROC_VAN_H_
 #define PS_TRANSPORT_INPROC_VAN_H_
@@ -66,17 +68,24 @@ class InProcVan final : public Van {
   Status Connect(int id, const std::string& host, int port) override;
   Status Send(Message&& msg) override;
   void Stop() override;
+  ReceiveGate::Result CoReceive(int wake_fd,
+                                const std::function<bool()>& done) override;
 
  private:
   friend class InProcNetwork;
   using Packet = InProcNetwork::Packet;
   void Enqueue(Packet packet);
-  void ReceiveLoop();
+  // Delivers everything in the inbox (under gate_).
+  void ReceiveAll();
 
   InProcNetwork* const network_;
   Handler handler_;
   std::string address_;
   BlockingQueue<Packet> inbox_;
+  // An eventfd written after every Enqueue: the inbox's descriptor for
+  // gate_, so application threads can wait on it as they do on a socket.
+  int ready_fd_ = -1;
+  ReceiveGate gate_;
   std::thread receiver_;
 
   std::mutex mu_;

@@ -3,7 +3,8 @@
 //
 // Implementations: ZmqVan (TCP through ZeroMQ) and InProcVan (many nodes in
 // one process, for tests). All methods are thread-safe. The handler runs on
-// the van's own receive thread and must not block.
+// the van's own receive thread, or on a thread inside CoReceive, one call at
+// a time, and must not block.
 #ifndef PS_TRANSPORT_VAN_H_
 #define PS_TRANSPORT_VAN_H_
 
@@ -14,6 +15,7 @@
 
 #include "message/message.h"
 #include "ps/status.h"
+#include "transport/receive_gate.h"
 
 namespace ps {
 
@@ -55,6 +57,18 @@ class Van {
   // Stops receiving and releases the endpoint. Idempotent. Messages accepted
   // by Send are given a bounded time to leave.
   virtual void Stop() = 0;
+
+  // Lets the calling thread, which has nothing else to do until `done()`
+  // is true or `wake_fd` (an eventfd, polled and never read) becomes
+  // readable, wait for messages itself and receive them beside the van's
+  // own thread, so a message it will handle next needs no hand-off to it
+  // (see ReceiveGate). Received messages go to the handler, on whichever
+  // thread received them, one at a time. Returns kStopped if the van is not
+  // running, kBusy if called from the handler.
+  virtual ReceiveGate::Result CoReceive(int /*wake_fd*/,
+                                        const std::function<bool()>& /*done*/) {
+    return ReceiveGate::Result::kStopped;
+  }
 
   const VanCounters& counters() const { return counters_; }
 

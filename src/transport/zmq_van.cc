@@ -1,9 +1,6 @@
 #include "transport/zmq_van.h"
 
 #include <glog/logging.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include <zmq.h>
 
 #include <cerrno>
@@ -83,17 +80,27 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &last_size);
   std::string bound(last);
   int bound_port = std::atoi(bound.substr(bound.rfind(':') + 1).c_str());
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) {
+  int router_fd = -1;
+  size_t fd_size = sizeof(router_fd);
+  Status gate_status;
+  if (zmq_getsockopt(router_, ZMQ_FD, &router_fd, &fd_size) != 0) {
+    gate_status = Status::Internal("cannot get the socket's file descriptor: " +
+                                   ZmqError());
+  } else {
+    gate_status = gate_.Init(router_fd, [this] { ReceiveAll(); });
+  }
+  if (!gate_status.ok()) {
     zmq_close(router_);
     zmq_ctx_term(context_);
     router_ = context_ = nullptr;
-    return Status::Internal(std::string("eventfd failed: ") +
-                            std::strerror(errno));
+    return gate_status;
   }
   handler_ = std::move(handler);
   started_ = true;
-  io_thread_ = std::thread(&ZmqVan::IoLoop, this);
+  io_thread_ = std::thread([this] {
+    NameThisThread("ember-io");
+    gate_.RunOwner();
+  });
   return bound_port;
 }
 
@@ -138,39 +145,13 @@ Status ZmqVan::Send(Message&& msg) {
   return Status::OK();
 }
 
-// Waits on the ROUTER's ZMQ_FD and the wake eventfd with one poll(2) per
-// wake-up (zmq_poll makes a non-blocking pass first, so it costs two). The
-// ZMQ_FD only says that commands may be pending: the loop drains the socket
-// until a receive fails with EAGAIN before every blocking poll. That failed
-// receive has processed the socket's pending commands (as a ZMQ_EVENTS
-// check would, at the same cost of a poll(2) inside ZeroMQ), so the fd is
-// signalled again for anything that arrives later. Only this thread uses
-// the ROUTER, so nothing else can consume a signal in between.
-void ZmqVan::IoLoop() {
-  NameThisThread("ember-io");
-  int router_fd = -1;
-  size_t fd_size = sizeof(router_fd);
-  if (zmq_getsockopt(router_, ZMQ_FD, &router_fd, &fd_size) != 0) {
-    LOG(ERROR) << "cannot get the socket's file descriptor: " << ZmqError();
-    return;
+ReceiveGate::Result ZmqVan::CoReceive(int wake_fd,
+                                      const std::function<bool()>& done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopping_) return ReceiveGate::Result::kStopped;
   }
-  pollfd fds[2] = {{router_fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-  while (true) {
-    ReceiveAll();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) break;
-    }
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
-      LOG(ERROR) << "poll failed: " << std::strerror(errno);
-      break;
-    }
-    if (fds[1].revents & POLLIN) {
-      uint64_t count;
-      ssize_t n = read(wake_fd_, &count, sizeof(count));
-      (void)n;
-    }
-  }
+  return gate_.Visit(wake_fd, done);
 }
 
 void* ZmqVan::SocketFor(const std::string& address) {
@@ -286,9 +267,7 @@ void ZmqVan::Stop() {
     if (!started_ || stopping_) return;
     stopping_ = true;
   }
-  uint64_t one = 1;
-  ssize_t n = write(wake_fd_, &one, sizeof(one));
-  (void)n;
+  gate_.Stop();
   if (io_thread_.joinable()) io_thread_.join();
   {
     std::lock_guard<std::mutex> lock(send_mu_);
@@ -300,8 +279,6 @@ void ZmqVan::Stop() {
   router_ = nullptr;
   zmq_ctx_term(context_);  // Waits up to kLingerMs for unsent messages.
   context_ = nullptr;
-  close(wake_fd_);
-  wake_fd_ = -1;
 }
 
 }  // namespace ps

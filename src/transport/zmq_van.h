@@ -1,7 +1,8 @@
 // ZmqVan: the TCP transport, over ZeroMQ.
 //
-// A ROUTER bound to this node's endpoint receives; only the I/O thread
-// touches it. One DEALER per peer address sends; the thread that calls
+// A ROUTER bound to this node's endpoint receives, through a ReceiveGate:
+// the van's I/O thread waits on it, and so may idle application threads
+// (Van::CoReceive). One DEALER per peer address sends; the thread that calls
 // Send() writes the message to it itself, under send_mu_ (ZeroMQ sockets may
 // change threads across a full memory barrier), so a request or a response
 // reaches ZeroMQ without a hand-off to another thread of ours. Sends from
@@ -17,6 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "transport/receive_gate.h"
 #include "transport/van.h"
 
 namespace ps {
@@ -33,17 +35,19 @@ class ZmqVan final : public Van {
   Status Connect(int id, const std::string& host, int port) override;
   Status Send(Message&& msg) override;
   void Stop() override;
+  ReceiveGate::Result CoReceive(int wake_fd,
+                                const std::function<bool()>& done) override;
 
  private:
-  void IoLoop();
   void DoSend(void* socket, const std::string& address, Message* msg);
   void ReceiveAll();
   void* SocketFor(const std::string& address);  // Requires send_mu_.
 
   Handler handler_;
   void* context_ = nullptr;
-  void* router_ = nullptr;  // Owned by the I/O thread once started.
-  int wake_fd_ = -1;
+  // Received from only under gate_ (by the I/O thread or a guest).
+  void* router_ = nullptr;
+  ReceiveGate gate_;
   std::thread io_thread_;
 
   // address -> DEALER socket, and every use of those sockets.

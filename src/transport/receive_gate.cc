@@ -1,0 +1,110 @@
+#include "transport/receive_gate.h"
+
+#include <glog/logging.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ps {
+
+namespace {
+
+// The gate this thread is draining, if any: a drain must not wait on a gate
+// (its own: deadlock; another's: lock-order cycle between vans).
+thread_local bool tls_draining = false;
+
+// poll(2) that retries on EINTR; false on another error (logged).
+bool PollFds(pollfd* fds, nfds_t n) {
+  while (poll(fds, n, -1) < 0) {
+    if (errno != EINTR) {
+      LOG(ERROR) << "poll failed: " << std::strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+ReceiveGate::~ReceiveGate() {
+  Stop();
+  if (stop_fd_ >= 0) close(stop_fd_);
+}
+
+Status ReceiveGate::Init(int source_fd, std::function<void()> drain) {
+  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd_ < 0) {
+    return Status::Internal(std::string("eventfd failed: ") +
+                            std::strerror(errno));
+  }
+  source_fd_ = source_fd;
+  drain_ = std::move(drain);
+  return Status::OK();
+}
+
+bool ReceiveGate::DrainOnce() {
+  if (tls_draining) return false;
+  std::lock_guard<std::mutex> lock(drain_mu_);
+  tls_draining = true;
+  drain_();
+  tls_draining = false;
+  return true;
+}
+
+void ReceiveGate::RunOwner() {
+  pollfd fds[2] = {{source_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+  while (true) {
+    DrainOnce();
+    if (stopping()) return;
+    if (!PollFds(fds, 2)) return;
+  }
+}
+
+ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
+                                       const std::function<bool()>& done) {
+  if (tls_draining) return Result::kBusy;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping() || stop_fd_ < 0) return Result::kStopped;
+    ++guests_;
+  }
+  pollfd fds[3] = {
+      {source_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  Result result;
+  while (true) {
+    DrainOnce();
+    if (done()) {
+      result = Result::kDone;
+      break;
+    }
+    if (stopping() || !PollFds(fds, 3)) {
+      result = Result::kStopped;
+      break;
+    }
+    if (fds[2].revents != 0) {
+      result = Result::kWoken;
+      break;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--guests_ == 0) cv_.notify_all();
+  }
+  return result;
+}
+
+void ReceiveGate::Stop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stop_fd_ < 0) return;
+  if (!stopping_.exchange(true, std::memory_order_acq_rel)) {
+    uint64_t one = 1;
+    ssize_t n = write(stop_fd_, &one, sizeof(one));
+    (void)n;
+  }
+  cv_.wait(lock, [this] { return guests_ == 0; });
+}
+
+}  // namespace ps

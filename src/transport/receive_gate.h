@@ -1,0 +1,87 @@
+// ReceiveGate: lets several threads take turns receiving from one source.
+//
+// A van's own receive thread waits for its socket, receives what has arrived
+// and dispatches it. When the message is for an application thread that is
+// asleep, that thread must then be woken: on a loaded 2-core machine each
+// such hand-off costs tens of microseconds of a round trip. The gate removes
+// the hand-off for a thread that would only be waiting anyway (a customer's
+// thread with nothing queued, a caller in Wait): that thread waits on the
+// source itself, beside the van's thread, as a guest. Whichever thread wakes
+// first takes the gate, receives everything that has arrived and dispatches
+// it exactly as the van's thread would; a message the guest would handle next
+// anyway is then already on the right thread. Application code never runs
+// under the gate: a guest leaves the gate before it handles its message, and
+// the van's own thread never runs application code at all.
+//
+// The source is a file descriptor that becomes readable when something may
+// have arrived (it may also be readable spuriously), plus a drain function
+// that receives until the source is empty. Draining to empty before every
+// wait is what makes an edge-triggered descriptor (ZeroMQ's ZMQ_FD) safe
+// with several waiters: whoever drains last saw the source empty. Drains are
+// serialised by the gate's lock, so dispatch stays single-threaded.
+// Thread-safe.
+#ifndef PS_TRANSPORT_RECEIVE_GATE_H_
+#define PS_TRANSPORT_RECEIVE_GATE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+
+#include "ps/status.h"
+
+namespace ps {
+
+class ReceiveGate {
+ public:
+  enum class Result {
+    kDone,     // done() returned true after a drain.
+    kWoken,    // The guest's wake descriptor became readable (not consumed).
+    kStopped,  // The gate is stopping; receive no more through it.
+    kBusy,     // The calling thread is already draining this or another gate.
+  };
+
+  ReceiveGate() = default;
+  ~ReceiveGate();
+  ReceiveGate(const ReceiveGate&) = delete;
+  ReceiveGate& operator=(const ReceiveGate&) = delete;
+
+  // `source_fd` (borrowed) signals that the source may have something;
+  // `drain` receives and dispatches everything it has now. Call once, before
+  // any other method.
+  [[nodiscard]] Status Init(int source_fd, std::function<void()> drain);
+
+  // The van's own receive loop: drains and waits until Stop(), then drains
+  // once more and returns.
+  void RunOwner();
+
+  // A guest visit: drains, then waits on the source, on `wake_fd` and on the
+  // stop signal, draining whenever the source signals, until `done()` (read
+  // after every drain, by the calling thread) is true, `wake_fd` is readable
+  // or the gate stops. `wake_fd` is only polled, never read.
+  Result Visit(int wake_fd, const std::function<bool()>& done);
+
+  // Makes RunOwner and every visit return, and waits until no guest is left
+  // (the owner's thread is the caller's to join). Idempotent.
+  void Stop();
+
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+
+ private:
+  // Drains under the gate's lock; false if this thread already holds a gate.
+  bool DrainOnce();
+
+  int source_fd_ = -1;
+  int stop_fd_ = -1;  // An eventfd, written once by Stop(), never read.
+  std::function<void()> drain_;
+  std::mutex drain_mu_;  // The gate: held while draining.
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int guests_ = 0;  // Guarded by mu_.
+};
+
+}  // namespace ps
+
+#endif  // PS_TRANSPORT_RECEIVE_GATE_H_

@@ -1,0 +1,202 @@
+// ReceiveGate: guests drain on their own threads, leave when done, woken or
+// stopped, never drain two at a time, and lose nothing beside the owner.
+#include "transport/receive_gate.h"
+
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "util/wake_fd.h"
+
+namespace ps {
+namespace {
+
+// A source: a queue of ints and an eventfd written after every push, as
+// InProcVan's inbox is.
+class Source {
+ public:
+  Source() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~Source() { close(fd_); }
+  int fd() const { return fd_; }
+
+  void Push(int v) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      items_.push_back(v);
+    }
+    uint64_t one = 1;
+    ASSERT_EQ(write(fd_, &one, sizeof(one)), 8);
+  }
+
+  // The gate's drain: records every item and the thread that took it.
+  void Drain() {
+    EXPECT_FALSE(draining_.exchange(true)) << "two drains at once";
+    uint64_t count;
+    ssize_t n = read(fd_, &count, sizeof(count));
+    (void)n;
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!items_.empty()) {
+      taken_.push_back(items_.front());
+      takers_.push_back(std::this_thread::get_id());
+      items_.pop_front();
+    }
+    draining_ = false;
+    cv_.notify_all();
+  }
+
+  void WaitTaken(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return taken_.size() >= n; });
+  }
+
+  size_t taken() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return taken_.size();
+  }
+  std::vector<int> taken_items() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return taken_;
+  }
+  std::vector<std::thread::id> takers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return takers_;
+  }
+
+ private:
+  const int fd_;
+  std::atomic<bool> draining_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> items_;                // Guarded by mu_.
+  std::vector<int> taken_;               // Guarded by mu_.
+  std::vector<std::thread::id> takers_;  // Guarded by mu_.
+};
+
+class ReceiveGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(wake_.ok());
+    ASSERT_TRUE(gate_.Init(source_.fd(), [this] { source_.Drain(); }).ok());
+  }
+
+  Source source_;
+  WakeFd wake_;
+  ReceiveGate gate_;
+};
+
+// Without an owner thread only the guest receives: everything it takes is
+// taken on its own thread, and it leaves once done() holds.
+TEST_F(ReceiveGateTest, AGuestDrainsOnItsOwnThreadUntilDone) {
+  std::thread producer([this] {
+    for (int i = 0; i < 100; ++i) source_.Push(i);
+  });
+  ReceiveGate::Result r =
+      gate_.Visit(wake_.fd(), [this] { return source_.taken() == 100; });
+  producer.join();
+  EXPECT_EQ(r, ReceiveGate::Result::kDone);
+  std::vector<int> taken = source_.taken_items();
+  ASSERT_EQ(taken.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(taken[i], i);
+  for (auto id : source_.takers()) EXPECT_EQ(id, std::this_thread::get_id());
+}
+
+// done() is read after the first drain, before any wait.
+TEST_F(ReceiveGateTest, WhatIsAlreadyThereIsDrainedBeforeDoneIsRead) {
+  source_.Push(7);
+  EXPECT_EQ(gate_.Visit(wake_.fd(), [this] { return source_.taken() == 1; }),
+            ReceiveGate::Result::kDone);
+}
+
+TEST_F(ReceiveGateTest, TheWakeDescriptorEndsAVisitAndIsLeftForTheCaller) {
+  std::thread waker([this] { wake_.Signal(); });
+  EXPECT_EQ(gate_.Visit(wake_.fd(), [] { return false; }),
+            ReceiveGate::Result::kWoken);
+  waker.join();
+  wake_.Consume();  // The count is still there: this does not block.
+}
+
+TEST_F(ReceiveGateTest, StopEndsEveryVisitAndWaitsForTheGuestsToLeave) {
+  std::atomic<int> left{0};
+  std::vector<std::thread> guests;
+  std::vector<ReceiveGate::Result> results(2);
+  for (int g = 0; g < 2; ++g) {
+    guests.emplace_back([&, g] {
+      WakeFd wake;
+      results[g] = gate_.Visit(wake.fd(), [] { return false; });
+      left++;
+    });
+  }
+  gate_.Stop();
+  for (auto& t : guests) t.join();
+  EXPECT_EQ(left.load(), 2);
+  for (auto r : results) EXPECT_EQ(r, ReceiveGate::Result::kStopped);
+  EXPECT_EQ(gate_.Visit(wake_.fd(), [] { return true; }),
+            ReceiveGate::Result::kStopped);
+}
+
+// The handler runs under the gate: waiting in a gate from there would
+// deadlock (this gate) or order two vans' locks (another), so it is refused.
+TEST_F(ReceiveGateTest, AVisitFromInsideADrainIsRefused) {
+  ReceiveGate other;
+  Source other_source;
+  ASSERT_TRUE(other.Init(other_source.fd(), [] {}).ok());
+  std::vector<ReceiveGate::Result> inner;
+  ReceiveGate nested;
+  ASSERT_TRUE(nested
+                  .Init(source_.fd(),
+                        [&] {
+                          inner.push_back(
+                              nested.Visit(wake_.fd(), [] { return true; }));
+                          inner.push_back(
+                              other.Visit(wake_.fd(), [] { return true; }));
+                        })
+                  .ok());
+  EXPECT_EQ(nested.Visit(wake_.fd(), [] { return true; }),
+            ReceiveGate::Result::kDone);
+  EXPECT_EQ(inner,
+            (std::vector<ReceiveGate::Result>{ReceiveGate::Result::kBusy,
+                                              ReceiveGate::Result::kBusy}));
+}
+
+// The owner's thread and two guests wait on one source while a producer
+// pushes: every item is taken once, in order, one drain at a time. A guest
+// whose done() became true by another thread's drain is woken through its
+// wake descriptor, as Customer::Wait's tracker does.
+TEST_F(ReceiveGateTest, OwnerAndGuestsTogetherLoseNothing) {
+  constexpr size_t kItems = 20000;
+  std::thread owner([this] { gate_.RunOwner(); });
+  WakeFd wakes[2];
+  std::vector<std::thread> guests;
+  for (WakeFd& wake : wakes) {
+    ASSERT_TRUE(wake.ok());
+    guests.emplace_back([this, &wake] {
+      auto done = [this] { return source_.taken() == kItems; };
+      while (true) {
+        ReceiveGate::Result r = gate_.Visit(wake.fd(), done);
+        if (r == ReceiveGate::Result::kDone) break;
+        ASSERT_EQ(r, ReceiveGate::Result::kWoken);
+        wake.Consume();
+        if (done()) break;
+      }
+    });
+  }
+  for (size_t i = 0; i < kItems; ++i) source_.Push(static_cast<int>(i));
+  source_.WaitTaken(kItems);
+  for (WakeFd& wake : wakes) wake.Signal();
+  for (auto& t : guests) t.join();
+  gate_.Stop();
+  owner.join();
+  std::vector<int> taken = source_.taken_items();
+  ASSERT_EQ(taken.size(), kItems);
+  for (size_t i = 0; i < kItems; ++i) ASSERT_EQ(taken[i], static_cast<int>(i));
+}
+
+}  // namespace
+}  // namespace ps
