@@ -139,7 +139,7 @@ int AppImpl::Request(int head, const std::string& body, int recv_id) {
 }
 
 Status AppImpl::Wait(int timestamp) {
-  return customer()->tracker()->Wait(timestamp);
+  return customer()->Wait(timestamp);
 }
 
 void AppImpl::Response(const SimpleData& req, const std::string& body) {

@@ -104,7 +104,7 @@ class KVWorkerCore::Impl {
                    const RawKVs& kvs,
                    std::vector<std::pair<bool, RawKVs>> slices, PullSink sink,
                    Callback cb);
-  Status Wait(int ts) { return tracker()->Wait(ts); }
+  Status Wait(int ts) { return app_->Wait(ts); }
   int Clock();
   int64_t clock() const { return clock_.load(); }
   const std::vector<Range>& ServerKeyRanges() {

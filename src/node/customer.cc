@@ -7,6 +7,14 @@
 
 namespace ps {
 
+namespace {
+
+// The customer whose own thread is receiving inside Van::CoReceive on this
+// thread, if any.
+thread_local Customer* tls_receiving_for = nullptr;
+
+}  // namespace
+
 Customer::Customer(int app_id, int customer_id, Node* node, Handler handler,
                    bool held)
     : app_id_(app_id),
@@ -27,6 +35,7 @@ Customer::~Customer() {
   }
   Release();
   queue_.Close();
+  WakeLoop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -56,16 +65,30 @@ bool Customer::Claim(const Meta& meta) {
   return true;
 }
 
-bool Customer::Admit(const Meta& meta, bool may_claim) {
-  if (may_claim && Claim(meta)) return true;
+Customer::Route Customer::Admit(const Meta& meta, bool may_claim) {
+  if (may_claim && tls_receiving_for == this) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Nothing queued and nothing running: this message is next in order.
+    if (!held_ && !busy_ && queued_ == handled_ && !queue_.closed()) {
+      busy_ = true;
+      ++queued_;
+      return Route::kKeep;
+    }
+  }
+  if (may_claim && Claim(meta)) return Route::kHere;
   std::lock_guard<std::mutex> lock(mu_);
   ++admitted_;
-  return false;
+  return Route::kQueue;
 }
 
-void Customer::Deliver(Message&& msg, bool admitted_inline) {
-  if (admitted_inline) {
+void Customer::Deliver(Message&& msg, Route route) {
+  if (route == Route::kHere) {
     RunClaimed(std::move(msg));
+    return;
+  }
+  if (route == Route::kKeep) {
+    kept_.msg = std::move(msg);
+    has_kept_ = true;
     return;
   }
   Accept(std::move(msg));
@@ -98,7 +121,13 @@ void Customer::Accept(Message&& msg) {
   if (!queue_.Push(std::move(e))) {
     std::lock_guard<std::mutex> lock(mu_);
     --queued_;
+    return;
   }
+  WakeLoop();
+}
+
+void Customer::WakeLoop() {
+  if (polling_.exchange(false)) wake_.Signal();
 }
 
 void Customer::OnPeerFailed(int peer, const Status& status) {
@@ -113,7 +142,9 @@ void Customer::OnPeerFailed(int peer, const Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     --queued_;
     tracker_.OnPeerFailed(peer, status);
+    return;
   }
+  WakeLoop();
 }
 
 void Customer::FailAll(const Status& status) {
@@ -128,7 +159,9 @@ void Customer::FailAll(const Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     --queued_;
     tracker_.FailAll(status);
+    return;
   }
+  WakeLoop();
 }
 
 void Customer::Release() {
@@ -153,7 +186,13 @@ void Customer::Loop() {
     idle_cv_.wait(lock, [this] { return !held_; });
   }
   Event e;
-  while (queue_.Pop(&e)) {
+  while (true) {
+    if (!queue_.TryPop(&e)) {
+      if (serves_requests_.load(std::memory_order_relaxed) && CoReceive()) {
+        continue;
+      }
+      if (!queue_.Pop(&e)) break;
+    }
     {
       // A claimant may be handling an earlier message.
       std::unique_lock<std::mutex> lock(mu_);
@@ -162,6 +201,45 @@ void Customer::Loop() {
     }
     HandleBusy(&e);
   }
+}
+
+bool Customer::CoReceive() {
+  if (!wake_.ok()) return false;
+  polling_.store(true);
+  // Pushers look at polling_ after pushing; we look at the queue after
+  // setting it: one of us sees the other.
+  bool result = false;
+  if (queue_.closed()) {
+    result = false;  // Pop drains what is left, then the loop ends.
+  } else if (queue_.size() == 0) {
+    tls_receiving_for = this;
+    ReceiveGate::Result r =
+        node_->van()->CoReceive(wake_.fd(), [this] { return has_kept_; });
+    tls_receiving_for = nullptr;
+    result =
+        r == ReceiveGate::Result::kDone || r == ReceiveGate::Result::kWoken;
+  } else {
+    result = true;  // Something arrived meanwhile: go and take it.
+  }
+  if (!polling_.exchange(false)) wake_.Consume();
+  if (has_kept_) {
+    has_kept_ = false;
+    HandleBusy(&kept_);  // Admit set busy_.
+    result = true;
+  }
+  return result;
+}
+
+Status Customer::Wait(int timestamp) {
+  WakeFd* wake = WakeFd::ForThisThread();
+  if (wake != nullptr && tls_receiving_for == nullptr &&
+      tracker_.open_requests() == 1 && tracker_.IsOpen(timestamp)) {
+    tracker_.SetWaker(wake->fd());
+    node_->van()->CoReceive(
+        wake->fd(), [this, timestamp] { return !tracker_.IsOpen(timestamp); });
+    if (tracker_.ClearWaker()) wake->Consume();
+  }
+  return tracker_.Wait(timestamp);
 }
 
 void Customer::Handle(Event& e) {
@@ -191,6 +269,7 @@ void Customer::Handle(Event& e) {
     status = Status(static_cast<Status::Code>(meta.status_code),
                     meta.status_message);
   }
+  serves_requests_.store(meta.request, std::memory_order_relaxed);
   handler_(e.msg);
   if (response) {
     bool completed = tracker_.OnResponse(ts, sender, status);

@@ -2,7 +2,11 @@
 //
 // Messages for (app_id, customer_id) are queued by the node's receive thread
 // and handled, in order, on the customer's own thread, so application code
-// never runs on the receive thread. The customer tracks its outstanding
+// never runs on the receive thread. A customer thread that has nothing
+// queued and last handled a request (a server's) waits for the next one
+// inside Van::CoReceive: it receives from the socket itself, beside the
+// receive thread, and keeps a message for itself without a hand-off when it
+// is the one to receive it. The customer tracks its outstanding
 // requests; a response is recorded after the handler has run, so Wait()
 // returns only once the handler has seen every response. Thread-safe.
 //
@@ -15,6 +19,7 @@
 #ifndef PS_NODE_CUSTOMER_H_
 #define PS_NODE_CUSTOMER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -23,6 +28,7 @@
 #include "message/message.h"
 #include "node/request_tracker.h"
 #include "util/blocking_queue.h"
+#include "util/wake_fd.h"
 
 namespace ps {
 
@@ -80,8 +86,19 @@ class Customer {
   // customer stays alive until Deliver, called after the node's lock is
   // released with Admit's answer, returns. Without `may_claim` the message
   // always goes to the customer thread.
-  bool Admit(const Meta& meta, bool may_claim);
-  void Deliver(Message&& msg, bool admitted_inline);
+  //
+  // A third answer, kKeep, when the calling thread is this customer's own
+  // thread receiving inside Van::CoReceive: it keeps the message and
+  // handles it once it has left the van (so no application code runs while
+  // it receives).
+  enum class Route { kQueue, kHere, kKeep };
+  Route Admit(const Meta& meta, bool may_claim);
+  void Deliver(Message&& msg, Route route);
+
+  // Waits for request `timestamp` of this customer's tracker. When it is
+  // the only request open, the caller waits inside Van::CoReceive, so the
+  // response it waits for is handled on its own thread if it receives it.
+  Status Wait(int timestamp);
   // Called when `peer` is declared dead: its requests fail on this thread.
   void OnPeerFailed(int peer, const Status& status);
   // Fails every open request (expulsion, abort).
@@ -101,6 +118,11 @@ class Customer {
     Status status;
   };
   void Loop();
+  // Waits for work inside the van (see Route::kKeep); false if the van
+  // cannot be waited in now (then wait on the queue).
+  bool CoReceive();
+  // Wakes the customer thread if it waits inside the van.
+  void WakeLoop();
   void Handle(Event& e);
   // Handle, then clear busy_ and count the event (busy_ is set).
   void HandleBusy(Event* e);
@@ -125,6 +147,17 @@ class Customer {
   // Messages admitted for the customer thread and not yet queued.
   int admitted_ = 0;                  // Guarded by mu_.
   InlinePredicate inline_predicate_;  // Guarded by mu_.
+
+  // The customer thread waits inside the van (CoReceive). Whoever clears
+  // it (exchange) signals wake_; the thread then consumes that signal.
+  std::atomic<bool> polling_{false};
+  WakeFd wake_;
+  // The last data message handled was a request: wait inside the van.
+  std::atomic<bool> serves_requests_{false};
+  // A message kept by the customer thread inside CoReceive (Route::kKeep).
+  // Touched only by the customer thread.
+  Event kept_;
+  bool has_kept_ = false;
 };
 
 }  // namespace ps

@@ -497,7 +497,7 @@ Customer* Node::FindCustomerLocked(const Meta& meta) const {
 
 void Node::DispatchData(Message&& msg, bool from_van) {
   Customer* customer = nullptr;
-  bool claimed = false;
+  Customer::Route route = Customer::Route::kQueue;
   {
     std::lock_guard<std::mutex> lock(mu_);
     int sender = msg.meta.sender;
@@ -535,9 +535,9 @@ void Node::DispatchData(Message&& msg, bool from_van) {
     // Under mu_: RemoveCustomer takes it too, so the customer cannot be
     // destroyed under us; once admitted it stays alive until Deliver
     // returns (its destructor waits), which runs outside mu_.
-    claimed = customer->Admit(msg.meta, from_van);
+    route = customer->Admit(msg.meta, from_van);
   }
-  customer->Deliver(std::move(msg), claimed);
+  customer->Deliver(std::move(msg), route);
 }
 
 void Node::SweepEarlyMessages() {

@@ -1,5 +1,7 @@
 #include "node/request_tracker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -20,8 +22,7 @@ void RequestTracker::Expect(int timestamp, std::vector<int> peers) {
   it->second.peers = std::move(peers);
   if (!it->second.peers.empty()) return;
   CompleteLocked(timestamp, Status::OK());
-  lock.unlock();
-  cv_.notify_all();
+  NotifyAndUnlock(&lock);
 }
 
 bool RequestTracker::Expecting(int timestamp, int peer) const {
@@ -48,8 +49,7 @@ bool RequestTracker::OnResponse(int timestamp, int peer, const Status& status) {
   peers.erase(p);
   if (status.ok() && !(peers.empty() && it->second.expected)) return false;
   CompleteLocked(timestamp, status);
-  lock.unlock();
-  cv_.notify_all();
+  NotifyAndUnlock(&lock);
   return true;
 }
 
@@ -57,8 +57,7 @@ void RequestTracker::Fail(int timestamp, const Status& status) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!open_.count(timestamp)) return;
   CompleteLocked(timestamp, status);
-  lock.unlock();
-  cv_.notify_all();
+  NotifyAndUnlock(&lock);
 }
 
 std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
@@ -71,8 +70,8 @@ std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
     }
   }
   for (int ts : failed) CompleteLocked(ts, status);
-  lock.unlock();
-  if (!failed.empty()) cv_.notify_all();
+  if (failed.empty()) return failed;
+  NotifyAndUnlock(&lock);
   return failed;
 }
 
@@ -81,13 +80,18 @@ std::vector<int> RequestTracker::FailAll(const Status& status) {
   std::vector<int> failed;
   for (const auto& entry : open_) failed.push_back(entry.first);
   for (int ts : failed) CompleteLocked(ts, status);
-  lock.unlock();
-  if (!failed.empty()) cv_.notify_all();
+  if (failed.empty()) return failed;
+  NotifyAndUnlock(&lock);
   return failed;
 }
 
 void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
   open_.erase(timestamp);
+  if (waker_fd_ >= 0 && !waker_fired_ &&
+      std::this_thread::get_id() != waker_thread_) {
+    waker_fired_ = true;
+    wake_now_ = true;
+  }
   if (!status.ok()) {
     failed_[timestamp] = status;
     while (failed_.size() > kMaxRememberedFailures) {
@@ -95,6 +99,31 @@ void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
       failed_.erase(failed_.begin());
     }
   }
+}
+
+void RequestTracker::NotifyAndUnlock(std::unique_lock<std::mutex>* lock) {
+  const int fd = wake_now_ ? waker_fd_ : -1;
+  wake_now_ = false;
+  lock->unlock();
+  cv_.notify_all();
+  if (fd >= 0) {
+    uint64_t one = 1;
+    ssize_t n = write(fd, &one, sizeof(one));
+    (void)n;
+  }
+}
+
+void RequestTracker::SetWaker(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waker_fd_ = fd;
+  waker_thread_ = std::this_thread::get_id();
+  waker_fired_ = false;
+}
+
+bool RequestTracker::ClearWaker() {
+  std::lock_guard<std::mutex> lock(mu_);
+  waker_fd_ = -1;
+  return waker_fired_;
 }
 
 Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "ps/status.h"
@@ -58,6 +59,14 @@ class RequestTracker {
   // without a deadline (failure detection still wakes it).
   Status Wait(int timestamp, int64_t timeout_ms = -1);
 
+  // For a waiter that sleeps in poll(2) rather than on this tracker (see
+  // Customer::Wait): the first completion after SetWaker by a thread other
+  // than the caller writes 1 to the eventfd `fd`. ClearWaker ends that and
+  // says whether it was written (then the caller must read it, once the
+  // write has surely landed: `fd` should be blocking). One waker at a time.
+  void SetWaker(int fd);
+  bool ClearWaker();
+
   bool IsOpen(int timestamp) const;
   size_t open_requests() const;
 
@@ -66,9 +75,10 @@ class RequestTracker {
     std::vector<int> peers;  // Still owed.
     bool expected = false;   // Expect() was called.
   };
-  // Closes the request; the caller notifies cv_ after releasing mu_ (a
-  // waiter woken under the lock would only block on it again).
+  // Closes the request; the caller then calls NotifyAndUnlock (a waiter
+  // woken under the lock would only block on it again).
   void CompleteLocked(int timestamp, const Status& status);
+  void NotifyAndUnlock(std::unique_lock<std::mutex>* lock);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -77,6 +87,11 @@ class RequestTracker {
   std::map<int, Status> failed_;  // Guarded by mu_.
   // Requests at or below this timestamp may have failed and been forgotten.
   int forgotten_up_to_ = -1;  // Guarded by mu_.
+  // The waker (SetWaker), guarded by mu_.
+  int waker_fd_ = -1;
+  std::thread::id waker_thread_;
+  bool waker_fired_ = false;
+  bool wake_now_ = false;  // Set by CompleteLocked for NotifyAndUnlock.
 };
 
 }  // namespace ps

@@ -145,6 +145,46 @@ TEST_F(KVAppTest, ZeroCopyPullAndCallbackRunsBeforeWait) {
   EXPECT_EQ(out[2], 3.5f);
 }
 
+// Requests waited for one at a time (the caller and the server's thread
+// then receive for themselves, Customer::Wait and CoReceive), in bursts
+// (queued as before) and with callbacks (the response is handled on the
+// worker's app thread, which wakes the caller), interleaved: every push is
+// applied once and every pull sees all earlier pushes.
+TEST_F(KVAppTest, OneAtATimeBurstsAndCallbacksInterleaveCorrectly) {
+  for (int servers : {1, 2}) {
+    SCOPED_TRACE(servers);
+    Form(servers, 1);
+    KVWorker<float>* kv = Worker(0);
+    std::vector<Key> keys = RandomKeys(50, 7);
+    std::vector<float> ones(keys.size(), 1.0f);
+    float expected = 0;
+    for (int round = 0; round < 200; ++round) {
+      if (round % 10 == 3) {
+        std::vector<int> burst;
+        for (int i = 0; i < 8; ++i) burst.push_back(kv->Push(keys, ones));
+        for (int ts : burst) ASSERT_TRUE(kv->WaitStatus(ts).ok());
+        expected += 8;
+      } else if (round % 10 == 7) {
+        std::atomic<int> calls{0};
+        int ts = kv->Push(keys, ones, {}, 0, [&] { calls++; });
+        ASSERT_TRUE(kv->WaitStatus(ts).ok());
+        EXPECT_EQ(calls.load(), 1);
+        expected += 1;
+      } else {
+        ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, ones)).ok());
+        expected += 1;
+      }
+      std::vector<float> out;
+      ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
+      ASSERT_EQ(out.size(), keys.size());
+      for (float v : out) ASSERT_EQ(v, expected);
+    }
+    // A server goes away while its thread waits inside the van.
+    servers_.clear();
+    TearDown();
+  }
+}
+
 TEST_F(KVAppTest, EmptyRequestCompletesAtOnce) {
   Form(2, 1);
   KVWorker<float>* kv = Worker(0);

@@ -126,15 +126,17 @@ TEST_F(CustomerTest, AdmitRoutesAndDeliverHandlesOrQueues) {
   customer_->set_inline_predicate([](const Meta& m) { return !m.request; });
   Message request = Response(2);
   request.meta.request = true;
-  EXPECT_FALSE(customer_->Admit(Response(0).meta, /*may_claim=*/false));
-  customer_->Deliver(Response(0), false);
+  using Route = Customer::Route;
+  EXPECT_EQ(customer_->Admit(Response(0).meta, /*may_claim=*/false),
+            Route::kQueue);
+  customer_->Deliver(Response(0), Route::kQueue);
   customer_->Drain();
-  const bool inline_1 = customer_->Admit(Response(1).meta, true);
-  ASSERT_TRUE(inline_1);
-  customer_->Deliver(Response(1), inline_1);
-  const bool inline_2 = customer_->Admit(request.meta, true);
-  EXPECT_FALSE(inline_2);  // The predicate says no.
-  customer_->Deliver(std::move(request), inline_2);
+  const Route route_1 = customer_->Admit(Response(1).meta, true);
+  ASSERT_EQ(route_1, Route::kHere);
+  customer_->Deliver(Response(1), route_1);
+  const Route route_2 = customer_->Admit(request.meta, true);
+  EXPECT_EQ(route_2, Route::kQueue);  // The predicate says no.
+  customer_->Deliver(std::move(request), route_2);
   customer_->Drain();
   EXPECT_EQ(order(), (std::vector<int>{0, 1, 2}));
   EXPECT_NE(threads_[0], std::this_thread::get_id());
