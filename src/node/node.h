@@ -11,9 +11,12 @@
 // A worker process may host several logical workers: every customer id that
 // calls Start() joins as a worker of its own (ps-lite's multi-worker mode).
 //
-// Thread-safe. Received messages are handled on the van's thread, which only
-// queues work for customers and never runs application code; exit callbacks
-// run on the thread that calls Finalize().
+// Thread-safe. Received messages are dispatched by whichever thread receives
+// them, one at a time: the van's thread, or an idle customer thread or a
+// waiting caller inside Van::CoReceive. Dispatch only queues work for
+// customers (or keeps it for the receiving thread itself, to handle after it
+// has left the van) and never runs application code; exit callbacks run on
+// the thread that calls Finalize().
 #ifndef PS_NODE_NODE_H_
 #define PS_NODE_NODE_H_
 
@@ -127,8 +130,9 @@ class Node {
   };
 
   Status StartVan();
-  // `from_van`: on the van's receive thread (which may handle a message
-  // for a customer itself, see Customer::Claim), not a local delivery.
+  // `from_van`: received by the van (on its thread or a thread inside
+  // CoReceive, which may handle or keep a message for a customer itself,
+  // see Customer::Admit), not a local delivery.
   void OnMessage(Message&& msg, bool from_van = false);
   void DispatchData(Message&& msg, bool from_van = false);
   Customer* FindCustomerLocked(const Meta& meta) const;
