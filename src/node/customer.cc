@@ -234,10 +234,13 @@ Status Customer::Wait(int timestamp) {
   WakeFd* wake = WakeFd::ForThisThread();
   if (wake != nullptr && tls_receiving_for == nullptr &&
       tracker_.open_requests() == 1 && tracker_.IsOpen(timestamp)) {
-    tracker_.SetWaker(wake->fd());
-    node_->van()->CoReceive(
-        wake->fd(), [this, timestamp] { return !tracker_.IsOpen(timestamp); });
-    if (tracker_.ClearWaker()) wake->Consume();
+    // One such waiter at a time; any other waits on the tracker.
+    if (tracker_.SetWaker(wake->fd())) {
+      node_->van()->CoReceive(wake->fd(), [this, timestamp] {
+        return !tracker_.IsOpen(timestamp);
+      });
+      if (tracker_.ClearWaker()) wake->Consume();
+    }
   }
   return tracker_.Wait(timestamp);
 }

@@ -113,11 +113,13 @@ void RequestTracker::NotifyAndUnlock(std::unique_lock<std::mutex>* lock) {
   }
 }
 
-void RequestTracker::SetWaker(int fd) {
+bool RequestTracker::SetWaker(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (waker_fd_ >= 0) return false;
   waker_fd_ = fd;
   waker_thread_ = std::this_thread::get_id();
   waker_fired_ = false;
+  return true;
 }
 
 bool RequestTracker::ClearWaker() {

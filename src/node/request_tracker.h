@@ -63,8 +63,9 @@ class RequestTracker {
   // Customer::Wait): the first completion after SetWaker by a thread other
   // than the caller writes 1 to the eventfd `fd`. ClearWaker ends that and
   // says whether it was written (then the caller must read it, once the
-  // write has surely landed: `fd` should be blocking). One waker at a time.
-  void SetWaker(int fd);
+  // write has surely landed: `fd` should be blocking). One waker at a time:
+  // SetWaker returns false (and sets nothing) while another is set.
+  bool SetWaker(int fd);
   bool ClearWaker();
 
   bool IsOpen(int timestamp) const;

@@ -1,6 +1,7 @@
 #include "node/request_tracker.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +10,8 @@
 #include <ostream>
 #include <thread>
 #include <vector>
+
+#include "util/wake_fd.h"
 
 namespace ps {
 
@@ -334,6 +337,37 @@ TEST(RequestTrackerTest, ConcurrentResponsesCompleteEachRequestOnce) {
   EXPECT_EQ(completions.load(), kRequests);
   EXPECT_EQ(t.open_requests(), 0u);
   for (int i = 0; i < kRequests; ++i) EXPECT_TRUE(t.Wait(ts[i], 0).ok());
+}
+
+// A waiter sleeping in poll(2) is woken once by a completion on another
+// thread, not by one on its own (it sees that itself); one waker at a time.
+TEST(RequestTrackerTest, TheWakerIsWrittenOnceAndOnlyFromOtherThreads) {
+  RequestTracker t;
+  WakeFd wake;
+  ASSERT_TRUE(wake.ok());
+  int a = t.NewRequest();
+  int b = t.NewRequest();
+  int c = t.NewRequest();
+  t.Expect(a, {8});
+  t.Expect(b, {8});
+  t.Expect(c, {8});
+  ASSERT_TRUE(t.SetWaker(wake.fd()));
+  WakeFd other;
+  EXPECT_FALSE(t.SetWaker(other.fd()));
+  EXPECT_TRUE(t.OnResponse(a, 8, Status::OK()));  // This thread: no write.
+  EXPECT_FALSE(t.ClearWaker());
+  ASSERT_TRUE(t.SetWaker(wake.fd()));
+  std::thread completer([&] {
+    EXPECT_TRUE(t.OnResponse(b, 8, Status::OK()));
+    t.Fail(c, Status::Unavailable("gone"));  // Already written: no more.
+  });
+  completer.join();
+  EXPECT_TRUE(t.ClearWaker());
+  wake.Consume();  // Exactly one count: this returns.
+  pollfd pfd = {wake.fd(), POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0) << "a second write";
+  EXPECT_TRUE(t.Wait(b, 0).ok());
+  EXPECT_EQ(t.Wait(c, 0).code(), Code::kUnavailable);
 }
 
 }  // namespace
