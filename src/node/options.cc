@@ -206,6 +206,8 @@ StatusOr<Options> Options::FromEnvironment() {
                              &o.finalize_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_VIRTUAL_NODES", "ember_virtual_nodes", 0,
                              65536, &o.virtual_nodes));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_MALLOC_KEEP_MB", nullptr, 0, 1 << 20, &o.malloc_keep_mb));
   PS_RETURN_IF_ERROR(ReadConsistency(&o.consistency));
   if (const char* host = std::getenv("DMLC_NODE_HOST")) {
     o.node_host = host;

@@ -59,6 +59,13 @@ struct Options {
   // The key ring.
   int virtual_nodes = 0;  // EMBER_VIRTUAL_NODES; 0: KeyRing's default
 
+  // Freed memory malloc keeps for reuse, in MiB (EMBER_MALLOC_KEEP_MB; 0
+  // leaves malloc's settings alone). ZeroMQ allocates every received
+  // message; with glibc's defaults each multi-megabyte one is a fresh
+  // mapping, page-faulted and zeroed by the kernel, and freed memory is
+  // returned at once. See Node::StartVan.
+  int malloc_keep_mb = 256;
+
   // Servers' consistency mode (EMBER_CONSISTENCY, EMBER_STALENESS); a
   // KVServer may override it.
   ConsistencyConfig consistency;

@@ -39,6 +39,7 @@ const char* const kVariables[] = {
     "EMBER_START_TIMEOUT",
     "EMBER_FINALIZE_TIMEOUT_MS",
     "EMBER_VIRTUAL_NODES",
+    "EMBER_MALLOC_KEEP_MB",
 };
 
 // Clears the variables above for each test and restores the process's own
@@ -120,6 +121,7 @@ TEST_F(OptionsTest, ReadsFullValidEnvironment) {
   Set("EMBER_START_TIMEOUT", "30");
   Set("EMBER_FINALIZE_TIMEOUT_MS", "1500");
   Set("EMBER_VIRTUAL_NODES", "64");
+  Set("EMBER_MALLOC_KEEP_MB", "0");
   StatusOr<Options> o = Options::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   const Options& v = o.value();
@@ -136,6 +138,7 @@ TEST_F(OptionsTest, ReadsFullValidEnvironment) {
   EXPECT_EQ(v.start_timeout_ms, 30000);  // Seconds in the environment.
   EXPECT_EQ(v.finalize_timeout_ms, 1500);
   EXPECT_EQ(v.virtual_nodes, 64);
+  EXPECT_EQ(v.malloc_keep_mb, 0);
   EXPECT_TRUE(v.Validate().ok());
 }
 
@@ -157,6 +160,7 @@ TEST_F(OptionsTest, OptionalVariablesDefault) {
   EXPECT_EQ(v.start_timeout_ms, 60000);
   EXPECT_EQ(v.finalize_timeout_ms, 10000);
   EXPECT_EQ(v.virtual_nodes, 0);
+  EXPECT_EQ(v.malloc_keep_mb, 256);
 }
 
 TEST_F(OptionsTest, ParsesEveryRoleName) {
@@ -251,6 +255,7 @@ TEST_F(OptionsTest, OutOfRangeOptionalIntegersAreInvalidArgument) {
   ExpectEachRejected("EMBER_START_TIMEOUT", {"0", "86401", "60s"});
   ExpectEachRejected("EMBER_FINALIZE_TIMEOUT_MS", {"0", "soon"});
   ExpectEachRejected("EMBER_VIRTUAL_NODES", {"-1", "65537"});
+  ExpectEachRejected("EMBER_MALLOC_KEEP_MB", {"-1", "1048577", "lots"});
 }
 
 TEST_F(OptionsTest, HeartbeatTimeoutBelowTwiceIntervalIsInvalidArgument) {
