@@ -323,6 +323,27 @@ TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
   cluster_.reset();  // No final barrier: a member is dead.
 }
 
+// The caller usually waits inside the van here (its request is the only one
+// open) when the server is declared dead: the failure, handled on the
+// worker's app thread, must wake it. Either order must end in the failure.
+TEST_F(KVAppTest, ACallerWaitingInsideTheVanIsWokenByAFailure) {
+  Form(2, 1);
+  servers_[1]->set_request_handle(
+      [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  KVWorker<float>* kv = Worker(0);
+  std::vector<Key> keys = RandomKeys(100, 5);
+  std::vector<float> out;
+  int ts = kv->Pull(keys, &out);
+  Status s;
+  std::thread waiter([&] { s = kv->WaitStatus(ts); });
+  cluster_->KillByHeartbeat(cluster_->server(1));
+  waiter.join();
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s;
+  workers_.clear();
+  servers_.clear();
+  cluster_.reset();  // No final barrier: a member is dead.
+}
+
 TEST(SimpleAppTest, RequestToAGroupGetsEveryResponse) {
   InProcCluster cluster(2, 2);
   cluster.Start();
