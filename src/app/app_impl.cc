@@ -138,9 +138,7 @@ int AppImpl::Request(int head, const std::string& body, int recv_id) {
   return ts;
 }
 
-Status AppImpl::Wait(int timestamp) {
-  return customer()->Wait(timestamp);
-}
+Status AppImpl::Wait(int timestamp) { return customer()->Wait(timestamp); }
 
 void AppImpl::Response(const SimpleData& req, const std::string& body) {
   Message msg;
