@@ -235,7 +235,7 @@ Status Customer::Wait(int timestamp) {
   if (wake != nullptr && tls_receiving_for == nullptr &&
       tracker_.open_requests() == 1 && tracker_.IsOpen(timestamp)) {
     // One such waiter at a time; any other waits on the tracker.
-    if (tracker_.SetWaker(wake->fd())) {
+    if (tracker_.SetWaker(wake)) {
       node_->van()->CoReceive(wake->fd(), [this, timestamp] {
         return !tracker_.IsOpen(timestamp);
       });

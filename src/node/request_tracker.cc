@@ -1,7 +1,5 @@
 #include "node/request_tracker.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -87,7 +85,7 @@ std::vector<int> RequestTracker::FailAll(const Status& status) {
 
 void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
   open_.erase(timestamp);
-  if (waker_fd_ >= 0 && !waker_fired_ &&
+  if (waker_ != nullptr && !waker_fired_ &&
       std::this_thread::get_id() != waker_thread_) {
     waker_fired_ = true;
     wake_now_ = true;
@@ -102,21 +100,17 @@ void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
 }
 
 void RequestTracker::NotifyAndUnlock(std::unique_lock<std::mutex>* lock) {
-  const int fd = wake_now_ ? waker_fd_ : -1;
+  WakeFd* waker = wake_now_ ? waker_ : nullptr;
   wake_now_ = false;
   lock->unlock();
   cv_.notify_all();
-  if (fd >= 0) {
-    uint64_t one = 1;
-    ssize_t n = write(fd, &one, sizeof(one));
-    (void)n;
-  }
+  if (waker != nullptr) waker->Signal();
 }
 
-bool RequestTracker::SetWaker(int fd) {
+bool RequestTracker::SetWaker(WakeFd* waker) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (waker_fd_ >= 0) return false;
-  waker_fd_ = fd;
+  if (waker_ != nullptr) return false;
+  waker_ = waker;
   waker_thread_ = std::this_thread::get_id();
   waker_fired_ = false;
   return true;
@@ -124,7 +118,7 @@ bool RequestTracker::SetWaker(int fd) {
 
 bool RequestTracker::ClearWaker() {
   std::lock_guard<std::mutex> lock(mu_);
-  waker_fd_ = -1;
+  waker_ = nullptr;
   return waker_fired_;
 }
 

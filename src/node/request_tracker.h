@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ps/status.h"
+#include "util/wake_fd.h"
 
 namespace ps {
 
@@ -61,11 +62,11 @@ class RequestTracker {
 
   // For a waiter that sleeps in poll(2) rather than on this tracker (see
   // Customer::Wait): the first completion after SetWaker by a thread other
-  // than the caller writes 1 to the eventfd `fd`. ClearWaker ends that and
-  // says whether it was written (then the caller must read it, once the
-  // write has surely landed: `fd` should be blocking). One waker at a time:
-  // SetWaker returns false (and sets nothing) while another is set.
-  bool SetWaker(int fd);
+  // than the caller signals `waker` (borrowed until ClearWaker). ClearWaker
+  // ends that and says whether it was signalled (then the caller must
+  // Consume it). One waker at a time: SetWaker returns false (and sets
+  // nothing) while another is set.
+  bool SetWaker(WakeFd* waker);
   bool ClearWaker();
 
   bool IsOpen(int timestamp) const;
@@ -89,7 +90,7 @@ class RequestTracker {
   // Requests at or below this timestamp may have failed and been forgotten.
   int forgotten_up_to_ = -1;  // Guarded by mu_.
   // The waker (SetWaker), guarded by mu_.
-  int waker_fd_ = -1;
+  WakeFd* waker_ = nullptr;
   std::thread::id waker_thread_;
   bool waker_fired_ = false;
   bool wake_now_ = false;  // Set by CompleteLocked for NotifyAndUnlock.

@@ -30,6 +30,17 @@ class KVAppTest : public ::testing::Test {
     servers_.clear();
     cluster_.reset();
   }
+  // Server `rank`'s handle drops every request: it never answers.
+  void Silence(int rank) {
+    servers_[rank]->set_request_handle(
+        [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  }
+  // Ends a test in which a member died: no final barrier.
+  void DropClusterWithoutBarrier() {
+    workers_.clear();
+    servers_.clear();
+    cluster_.reset();
+  }
   KVWorker<float>* Worker(int rank) {
     while (static_cast<int>(workers_.size()) <= rank) {
       int r = static_cast<int>(workers_.size());
@@ -304,9 +315,7 @@ TEST_F(KVAppTest, CustomSlicerSendsSliceIToServerRankI) {
 
 TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
   Form(2, 1);
-  // Server 1 never answers: its handle drops requests.
-  servers_[1]->set_request_handle(
-      [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  Silence(1);
   KVWorker<float>* kv = Worker(0);
   std::vector<Key> keys = RandomKeys(100, 4);
   std::vector<float> out;
@@ -318,9 +327,7 @@ TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
   // New requests that need the dead server fail at once.
   Status again = kv->WaitStatus(kv->Pull(keys, &out));
   EXPECT_EQ(again.code(), Status::Code::kUnavailable) << again;
-  workers_.clear();
-  servers_.clear();
-  cluster_.reset();  // No final barrier: a member is dead.
+  DropClusterWithoutBarrier();
 }
 
 // The caller usually waits inside the van here (its request is the only one
@@ -328,8 +335,7 @@ TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
 // worker's app thread, must wake it. Either order must end in the failure.
 TEST_F(KVAppTest, ACallerWaitingInsideTheVanIsWokenByAFailure) {
   Form(2, 1);
-  servers_[1]->set_request_handle(
-      [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
+  Silence(1);
   KVWorker<float>* kv = Worker(0);
   std::vector<Key> keys = RandomKeys(100, 5);
   std::vector<float> out;
@@ -339,9 +345,7 @@ TEST_F(KVAppTest, ACallerWaitingInsideTheVanIsWokenByAFailure) {
   cluster_->KillByHeartbeat(cluster_->server(1));
   waiter.join();
   EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s;
-  workers_.clear();
-  servers_.clear();
-  cluster_.reset();  // No final barrier: a member is dead.
+  DropClusterWithoutBarrier();
 }
 
 TEST(SimpleAppTest, RequestToAGroupGetsEveryResponse) {

@@ -351,12 +351,12 @@ TEST(RequestTrackerTest, TheWakerIsWrittenOnceAndOnlyFromOtherThreads) {
   t.Expect(a, {8});
   t.Expect(b, {8});
   t.Expect(c, {8});
-  ASSERT_TRUE(t.SetWaker(wake.fd()));
+  ASSERT_TRUE(t.SetWaker(&wake));
   WakeFd other;
-  EXPECT_FALSE(t.SetWaker(other.fd()));
+  EXPECT_FALSE(t.SetWaker(&other));
   EXPECT_TRUE(t.OnResponse(a, 8, Status::OK()));  // This thread: no write.
   EXPECT_FALSE(t.ClearWaker());
-  ASSERT_TRUE(t.SetWaker(wake.fd()));
+  ASSERT_TRUE(t.SetWaker(&wake));
   std::thread completer([&] {
     EXPECT_TRUE(t.OnResponse(b, 8, Status::OK()));
     t.Fail(c, Status::Unavailable("gone"));  // Already written: no more.
