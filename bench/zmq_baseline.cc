@@ -3,6 +3,7 @@
 //
 //   zmq_baseline [--sizes=4096,12000,262144,4194304] [--windows=8,1]
 //                [--directions=push] [--seconds=2] [--warmup_seconds=0.5]
+//                [--replies=same]
 //
 // The program forks before any ZeroMQ context exists. The child is the
 // server: a ROUTER bound to tcp://127.0.0.1:* (a port the kernel picks,
@@ -17,13 +18,19 @@
 //   pull: the client sends a 16-byte request; the server answers `size`
 //         bytes, zero-copy from its own preallocated buffer.
 // Window 1 is a round trip ("a 4 KB push waited for before the next").
+// --replies=separate sends the answers over a second TCP connection, as an
+// Ember node answers (its DEALER to the client's own ROUTER), instead of back
+// over the request's connection: the difference between the two runs is what
+// that topology costs raw ZeroMQ (the answers cannot carry the requests'
+// TCP acknowledgements, and the other way round).
 // Nobody reads or copies the payload: this is the transport's limit.
 // glibc's malloc gets the settings an Ember node gives it (see
 // --malloc_keep_mb), since ZeroMQ mallocs every message it receives.
 //
 // Output, one line per case:
 //   RESULT baseline=zmq size=4194304 window=8 GB_s=2.97 msgs_s=708.1
-//          p50_us=11200 p99_us=13100 direction=push        (one line)
+//          p50_us=11200 p99_us=13100 direction=push replies=same
+//          (one line)
 // GB = 1e9 bytes of payload; latency runs from a message's send to the
 // arrival of its answer.
 //
@@ -58,6 +65,10 @@ DEFINE_string(directions, "push",
               "(small request, payload back), comma-separated");
 DEFINE_double(seconds, 2, "measured duration per case, in seconds");
 DEFINE_double(warmup_seconds, 0.5, "unmeasured run before each case");
+DEFINE_string(replies, "same",
+              "same: answers come back over the request's connection; "
+              "separate: over a second connection, from a DEALER of the "
+              "server's to a ROUTER of the client's (Ember's topology)");
 DEFINE_int32(timeout_ms, 10000,
              "give up when a peer stays silent this long (milliseconds)");
 DEFINE_int32(
@@ -122,32 +133,64 @@ void* MakeSocket(void* context, int type) {
 
 // ---------------------------------------------------------------- server --
 
-// Binds, writes its port to `port_fd`, and answers until told to stop.
-// Returns the process's exit status.
-int Serve(int port_fd, size_t max_size) {
-  // The payload of pull answers: allocated and touched once.
-  std::vector<char> payload(max_size, 'x');
-  void* context = zmq_ctx_new();
-  void* socket = MakeSocket(context, ZMQ_ROUTER);
+// Reads a port from `fd`, waiting at most --timeout_ms.
+std::string ReadPort(int fd) {
+  pollfd item{fd, POLLIN, 0};
+  if (poll(&item, 1, FLAGS_timeout_ms) <= 0) return "";
+  char buf[16] = {};
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// Binds a socket of `type` to 127.0.0.1 on a port the kernel picks and
+// writes that port to `port_fd`; nullptr on failure (reported).
+void* BindAndPublish(void* context, int type, int port_fd) {
+  void* socket = MakeSocket(context, type);
   if (socket == nullptr || zmq_bind(socket, "tcp://127.0.0.1:*") != 0) {
-    ZmqError("server bind");
-    return 1;
+    ZmqError("bind");
+    return nullptr;
   }
   char endpoint[256];
   size_t endpoint_size = sizeof(endpoint);
   if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, endpoint, &endpoint_size) !=
       0) {
     ZmqError("ZMQ_LAST_ENDPOINT");
-    return 1;
+    return nullptr;
   }
   const char* colon = std::strrchr(endpoint, ':');
   const std::string port = colon != nullptr ? colon + 1 : "";
   if (port.empty() || write(port_fd, port.data(), port.size()) !=
                           static_cast<ssize_t>(port.size())) {
     std::fprintf(stderr, "zmq_baseline: cannot publish the port\n");
-    return 1;
+    return nullptr;
   }
   close(port_fd);
+  return socket;
+}
+
+// Binds, writes its port to `port_fd`, and answers until told to stop: over
+// the request's connection, or (when `reply_port_fd` >= 0, --replies=
+// separate) from a DEALER connected to the port the client writes there.
+// Returns the process's exit status.
+int Serve(int port_fd, int reply_port_fd, size_t max_size) {
+  // The payload of pull answers: allocated and touched once.
+  std::vector<char> payload(max_size, 'x');
+  void* context = zmq_ctx_new();
+  void* socket = BindAndPublish(context, ZMQ_ROUTER, port_fd);
+  if (socket == nullptr) return 1;
+  // Where answers go: the ROUTER itself (identity frame first) or a DEALER.
+  void* out = socket;
+  if (reply_port_fd >= 0) {
+    const std::string reply_port = ReadPort(reply_port_fd);
+    close(reply_port_fd);
+    out = MakeSocket(context, ZMQ_DEALER);
+    const std::string endpoint = "tcp://127.0.0.1:" + reply_port;
+    if (reply_port.empty() || out == nullptr ||
+        zmq_connect(out, endpoint.c_str()) != 0) {
+      ZmqError("server connect for answers");
+      return 1;
+    }
+  }
 
   int status = 0;
   uint64_t received = 0;
@@ -165,7 +208,7 @@ int Serve(int port_fd, size_t max_size) {
     if (size == 0) break;
     ++received;
     // Sending consumes the identity message and leaves it empty.
-    if (zmq_msg_send(&identity, socket, ZMQ_SNDMORE) < 0) {
+    if (out == socket && zmq_msg_send(&identity, socket, ZMQ_SNDMORE) < 0) {
       ZmqError("server send");
       status = 1;
       break;
@@ -177,10 +220,10 @@ int Serve(int port_fd, size_t max_size) {
       const size_t want = std::min<uint64_t>(request[1], max_size);
       zmq_msg_t reply;
       zmq_msg_init_data(&reply, payload.data(), want, NoFree, nullptr);
-      rc = zmq_msg_send(&reply, socket, 0);
+      rc = zmq_msg_send(&reply, out, 0);
       if (rc < 0) zmq_msg_close(&reply);
     } else {
-      rc = zmq_send(socket, &received, kAckBytes, 0);
+      rc = zmq_send(out, &received, kAckBytes, 0);
     }
     if (rc < 0) {
       ZmqError("server send");
@@ -190,6 +233,7 @@ int Serve(int port_fd, size_t max_size) {
   }
   zmq_msg_close(&identity);
   zmq_msg_close(&body);
+  if (out != socket) zmq_close(out);
   zmq_close(socket);
   zmq_ctx_term(context);
   return status;
@@ -205,8 +249,10 @@ struct CaseResult {
 
 class Client {
  public:
-  Client(void* socket, const char* payload)
-      : socket_(socket), payload_(payload) {
+  // Sends on `socket`; answers arrive on `replies` (the same socket, or a
+  // ROUTER whose messages carry an identity frame first).
+  Client(void* socket, void* replies, const char* payload)
+      : socket_(socket), replies_(replies), payload_(payload) {
     zmq_msg_init(&reply_);
   }
   ~Client() { zmq_msg_close(&reply_); }
@@ -273,7 +319,11 @@ class Client {
   }
 
   bool Receive(size_t expected) {
-    if (zmq_msg_recv(&reply_, socket_, 0) < 0) {
+    if (replies_ != socket_ && zmq_msg_recv(&reply_, replies_, 0) < 0) {
+      ZmqError("client receive");
+      return false;
+    }
+    if (zmq_msg_recv(&reply_, replies_, 0) < 0) {
       ZmqError("client receive");
       return false;
     }
@@ -286,6 +336,7 @@ class Client {
   }
 
   void* const socket_;
+  void* const replies_;
   const char* const payload_;
   zmq_msg_t reply_;
 };
@@ -297,16 +348,8 @@ double Percentile(const std::vector<int64_t>& sorted, double q) {
   return static_cast<double>(sorted[rank - 1]) / 1e3;
 }
 
-// Reads the server's port from `fd`, waiting at most --timeout_ms.
-std::string ReadPort(int fd) {
-  pollfd item{fd, POLLIN, 0};
-  if (poll(&item, 1, FLAGS_timeout_ms) <= 0) return "";
-  char buf[16] = {};
-  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-}
-
-int RunClient(int port_fd, const std::vector<std::string>& directions,
+int RunClient(int port_fd, int reply_port_fd,
+              const std::vector<std::string>& directions,
               const std::vector<size_t>& sizes,
               const std::vector<size_t>& windows) {
   const std::string port = ReadPort(port_fd);
@@ -323,15 +366,24 @@ int RunClient(int port_fd, const std::vector<std::string>& directions,
     ZmqError("client connect");
     return 1;
   }
+  void* replies = socket;
+  if (reply_port_fd >= 0) {
+    replies = BindAndPublish(context, ZMQ_ROUTER, reply_port_fd);
+    if (replies == nullptr) return 1;
+  }
   int major = 0, minor = 0, patch = 0;
   zmq_version(&major, &minor, &patch);
-  std::printf("# zmq %d.%d.%d, DEALER -> ROUTER over %s, 2 processes\n", major,
-              minor, patch, endpoint.c_str());
+  std::printf(
+      "# zmq %d.%d.%d, DEALER -> ROUTER over %s, answers %s, "
+      "2 processes\n",
+      major, minor, patch, endpoint.c_str(),
+      replies == socket ? "over the same connection"
+                        : "from a DEALER to the client's ROUTER");
   std::fflush(stdout);
 
   int status = 0;
   {
-    Client client(socket, payload.data());
+    Client client(socket, replies, payload.data());
     for (const std::string& direction : directions) {
       const bool push = direction == "push";
       for (size_t size : sizes) {
@@ -350,11 +402,12 @@ int RunClient(int port_fd, const std::vector<std::string>& directions,
           const double messages = static_cast<double>(measured.messages);
           std::printf(
               "RESULT baseline=zmq size=%zu window=%zu GB_s=%.3f "
-              "msgs_s=%.1f p50_us=%.1f p99_us=%.1f direction=%s\n",
+              "msgs_s=%.1f p50_us=%.1f p99_us=%.1f direction=%s "
+              "replies=%s\n",
               size, window,
               messages * static_cast<double>(size) / seconds / 1e9,
               messages / seconds, Percentile(lat, 0.50), Percentile(lat, 0.99),
-              direction.c_str());
+              direction.c_str(), FLAGS_replies.c_str());
           std::fflush(stdout);
         }
         if (status != 0) break;
@@ -366,6 +419,7 @@ int RunClient(int port_fd, const std::vector<std::string>& directions,
       status = 1;
     }
   }
+  if (replies != socket) zmq_close(replies);
   zmq_close(socket);
   zmq_ctx_term(context);
   return status;
@@ -407,6 +461,10 @@ int main(int argc, char* argv[]) {
       return 2;
     }
   }
+  if (FLAGS_replies != "same" && FLAGS_replies != "separate") {
+    std::fprintf(stderr, "zmq_baseline: --replies must be same or separate\n");
+    return 2;
+  }
   if (!(FLAGS_seconds > 0) || FLAGS_warmup_seconds < 0 ||
       FLAGS_timeout_ms <= 0) {
     std::fprintf(stderr,
@@ -416,8 +474,11 @@ int main(int argc, char* argv[]) {
   }
   const size_t max_size = *std::max_element(sizes.begin(), sizes.end());
 
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) {
+  // The server's port, to the client; with --replies=separate, the port of
+  // the client's ROUTER, to the server.
+  int pipe_fds[2], reply_fds[2] = {-1, -1};
+  if (pipe(pipe_fds) != 0 ||
+      (FLAGS_replies == "separate" && pipe(reply_fds) != 0)) {
     std::perror("zmq_baseline: pipe");
     return 1;
   }
@@ -431,13 +492,15 @@ int main(int argc, char* argv[]) {
   }
   if (child == 0) {
     close(pipe_fds[0]);
+    if (reply_fds[1] >= 0) close(reply_fds[1]);
     // The server must not outlive the client.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
-    _exit(Serve(pipe_fds[1], max_size));
+    _exit(Serve(pipe_fds[1], reply_fds[0], max_size));
   }
   close(pipe_fds[1]);
-  int status = RunClient(pipe_fds[0], directions, sizes, windows);
+  if (reply_fds[0] >= 0) close(reply_fds[0]);
+  int status = RunClient(pipe_fds[0], reply_fds[1], directions, sizes, windows);
   if (status != 0) kill(child, SIGKILL);
   int child_status = 0;
   if (waitpid(child, &child_status, 0) != child || !WIFEXITED(child_status) ||
