@@ -19,8 +19,12 @@
 # (for the round trip lower is better: the ratio is Ember's time over
 # ZeroMQ's). The ratio judged is the median of the per-round ratios (each
 # round's Ember figure over the baseline run just before it); the ratio of
-# the medians is printed beside it. Then it runs the memcpy / gather /
-# scatter-add baseline once.
+# the medians and the range of the per-round ratios are printed beside it.
+# One more line, judged against no target, says what Ember's topology costs
+# raw ZeroMQ itself: 12000 B, window 8, answered over a second TCP connection
+# (zmq_baseline --replies=separate, the way an Ember node answers) over the
+# same answered on the request's connection, in the same rounds. Then it
+# runs the memcpy / gather / scatter-add baseline once.
 #
 # Writes to the output directory: bench_results.csv (the ratio table, with
 # every round's values), bench_ratios.png (when python3 has matplotlib),
@@ -142,12 +146,13 @@ record() {
   printf '  %-22s %-8s %s\n' "$name" "$key" "$value"
 }
 
-# zmq NAME ROUND KEY SIZE WINDOW
+# zmq NAME ROUND KEY SIZE WINDOW [REPLIES]
 zmq() {
-  local name=$1 round=$2 key=$3 size=$4 window=$5 log status
+  local name=$1 round=$2 key=$3 size=$4 window=$5 replies=${6:-same} log status
   log=$RAW_DIR/$name.round$round.log
   timeout -k 5 "$CASE_TIMEOUT" "$ZMQ_BASELINE" --sizes="$size" \
-    --windows="$window" --directions=push --seconds="$BENCH_SECONDS" \
+    --windows="$window" --directions=push --replies="$replies" \
+    --seconds="$BENCH_SECONDS" \
     --warmup_seconds="$BENCH_WARMUP" >"$log" 2>&1
   status=$?
   record "$name" "$round" "$key" "$log" "$status"
@@ -178,6 +183,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
   ember ember_dense4m_pull "$round" GB_s pull dense_4m 8
   zmq zmq_12k_w8 "$round" msgs_s 12000 8
   ember ember_sparse1000x1 "$round" req_s push sparse_1000x1 8
+  zmq zmq_12k_w8_separate "$round" msgs_s 12000 8 separate
   zmq zmq_4k_w1 "$round" p50_us 4096 1
   ember ember_dense4k_w1 "$round" p50_us push dense_4k 1
 done
@@ -207,14 +213,21 @@ per_round_ratios() {
 }
 
 echo "case,metric,ember_median,baseline,baseline_median,ratio_of_medians,ratio,target,met,ember_values,baseline_values,per_round_ratios" >"$CSV"
-# table_line CASE EMBER BASELINE RATIO_OF_MEDIANS RATIO TARGET MET
-table_line() { printf '%-34s %12s %12s %9s %7s %8s %5s\n' "$@"; }
+# table_line CASE EMBER BASELINE RATIO_OF_MEDIANS RATIO RANGE TARGET MET
+table_line() { printf '%-34s %12s %12s %9s %7s %11s %8s %5s\n' "$@"; }
+
+# span VALUES...: "min-max" of the numeric arguments, or n/a.
+span() {
+  printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g |
+    awk 'NR == 1 {lo = $1} {hi = $1} END {
+      if (NR == 0) print "n/a"; else printf "%.2f-%.2f\n", lo, hi }'
+}
 echo
 echo "Ember / raw ZeroMQ, 1 server x 1 worker, medians of $ROUNDS rounds"
 echo "(ratio: the median of the per-round ratios, each round's Ember run against"
 echo "the baseline run just before it, which is what 'met' judges; the ratio of"
-echo "the medians is shown beside it)"
-table_line case ember baseline 'med/med' ratio target met
+echo "the medians and the range of the per-round ratios are shown beside it)"
+table_line case ember baseline 'med/med' ratio range target met
 # row CASE METRIC EMBER_RUN BASELINE_DESCRIPTION BASELINE_RUN OP TARGET
 row() {
   local name=$1 metric=$2 ember_run=$3 baseline_name=$4 baseline_run=$5 op=$6 target=$7
@@ -231,9 +244,12 @@ row() {
   [[ $ratio == n/a ]] || ratio=$(awk -v r="$ratio" 'BEGIN { printf "%.3f", r }')
   met=$(awk -v r="$ratio" -v op="$op" -v t="$target" 'BEGIN {
     if (r == "n/a") print "n/a"
+    else if (op == "") print "-"
     else if (op == ">=") print (r + 0 >= t + 0 ? "yes" : "no")
     else print (r + 0 <= t + 0 ? "yes" : "no") }')
-  table_line "$name ($metric)" "$em" "$bm" "$mm" "$ratio" "$op$target" "$met"
+  # shellcheck disable=SC2086
+  table_line "$name ($metric)" "$em" "$bm" "$mm" "$ratio" "$(span $per_round)" \
+    "${op:--}$target" "$met"
   printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" "$metric" "$em" \
     "$baseline_name" "$bm" "$mm" "$ratio" "$op$target" "$met" \
     "$(trim "${VALUES[$ember_run]:-}")" "$(trim "${VALUES[$baseline_run]:-}")" \
@@ -243,6 +259,9 @@ row "dense 4 MB push w8" GB_s ember_dense4m_push "zmq 4194304 B w8 GB_s" zmq_4m_
 row "dense 4 MB pull w8" GB_s ember_dense4m_pull "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 0.9
 row "sparse 1000x1 push w8" req_s ember_sparse1000x1 "zmq 12000 B w8 msgs_s" zmq_12k_w8 ">=" 0.55
 row "4 KB push w1 round trip" p50_us ember_dense4k_w1 "zmq 4096 B w1 p50_us" zmq_4k_w1 "<=" 1.3
+echo "topology, no target: raw ZeroMQ answered over a second connection / over"
+echo "the request's connection (the 'ember' column is the former):"
+row "zmq 12 KB w8, 2 connections" msgs_s zmq_12k_w8_separate "zmq 12000 B w8 msgs_s" zmq_12k_w8 "" ""
 echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 echo "wrote $CSV"
 
@@ -285,6 +304,7 @@ import matplotlib.pyplot as plt
 with open(os.environ["CSV"], newline="") as f:
     rows = list(csv.DictReader(f))
 labels, ratios, targets, colors = [], [], [], []
+rows = [r for r in rows if r["target"][:2] in (">=", "<=")]
 for r in rows:
     better = "lower is better" if r["target"].startswith("<=") else "higher is better"
     labels.append(f'{r["case"]}\n{r["metric"]}, {better}')
