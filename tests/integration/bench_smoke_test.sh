@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The benchmark programs still run and still print what scripts/bench.sh
+# reads: zmq_baseline in both answer topologies, and kv_bench through
+# local.sh (sparse and dense payloads, both server handles, a 2 x 2 cluster).
+# Runs are a fraction of a second each and no figure is judged: this checks
+# that the programs work, not how fast they are.
+# usage: bench_smoke_test.sh ZMQ_BASELINE KV_BENCH LOCAL_SH
+set -u
+zmq_baseline=$1 kv_bench=$2 localsh=$3
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+failed=0
+
+# check WHAT EXPECTED_RESULT_LINES FIELD... : the last run printed that many
+# RESULT lines, each with every FIELD (a key: KEY=anything; or KEY=VALUE).
+check() {
+  local what=$1 want=$2 got field pattern
+  shift 2
+  got=$(grep -c '^RESULT ' "$out")
+  if ((got != want)); then
+    cat "$out"
+    echo "bench_smoke_test: FAIL: $what printed $got RESULT lines, expected $want"
+    failed=1
+    return
+  fi
+  for field in "$@"; do
+    pattern=$field
+    [[ $field == *=* ]] || pattern="$field=[^ ]*"
+    if grep '^RESULT ' "$out" | grep -qvE " $pattern( |$)"; then
+      cat "$out"
+      echo "bench_smoke_test: FAIL: $what: a RESULT line lacks $field"
+      failed=1
+      return
+    fi
+  done
+  echo "bench_smoke_test: ok: $what"
+}
+
+for replies in same separate; do
+  timeout -k 5 60 "$zmq_baseline" --sizes=4096,12000 --windows=1,8 \
+    --directions=push,pull --replies="$replies" --seconds=0.2 \
+    --warmup_seconds=0.05 >"$out" 2>&1
+  status=$?
+  if ((status != 0)); then
+    cat "$out"
+    echo "bench_smoke_test: FAIL: zmq_baseline --replies=$replies exited with $status"
+    failed=1
+  else
+    check "zmq_baseline --replies=$replies" 8 GB_s msgs_s p50_us p99_us \
+      "replies=$replies"
+  fi
+done
+
+if timeout -k 5 30 "$zmq_baseline" --replies=both >"$out" 2>&1; then
+  echo "bench_smoke_test: FAIL: zmq_baseline accepted --replies=both"
+  failed=1
+fi
+
+# kv NAME SERVERS WORKERS KV_BENCH_FLAGS...
+kv() {
+  local name=$1 servers=$2 workers=$3 status
+  shift 3
+  EMBER_TIMEOUT=60 timeout -k 5 70 "$localsh" "$servers" "$workers" \
+    "$kv_bench" --requests=200 "$@" >"$out" 2>&1
+  status=$?
+  if ((status != 0)); then
+    cat "$out"
+    echo "bench_smoke_test: FAIL: kv_bench $name exited with $status"
+    failed=1
+    return
+  fi
+  # local.sh prefixes each line with the process's role and rank.
+  sed -i 's/^.*\(RESULT \)/\1/' "$out"
+  check "kv_bench $name" 1 mode payload "servers=$servers" "workers=$workers" \
+    window handle GB_s req_s p50_us p99_us
+}
+
+kv "sparse push, summing handle" 1 1 --mode=push --payload=sparse_1000x8 \
+  --window=8 --handle=sum
+kv "dense pull, empty handle" 1 1 --mode=pull --payload=dense_4k --window=1 \
+  --handle=empty
+kv "dense push-pull, 2 x 2" 2 2 --mode=pushpull --payload=dense_256k \
+  --window=8 --handle=sum
+
+if ((failed)); then exit 1; fi
+echo "bench_smoke_test: PASS"
