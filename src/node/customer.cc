@@ -208,7 +208,7 @@ bool Customer::CoReceive() {
   polling_.store(true);
   // Pushers look at polling_ after pushing; we look at the queue after
   // setting it: one of us sees the other.
-  bool result = false;
+  bool result = true;  // Something is queued already: go and take it.
   if (queue_.closed()) {
     result = false;  // Pop drains what is left, then the loop ends.
   } else if (queue_.size() == 0) {
@@ -218,8 +218,6 @@ bool Customer::CoReceive() {
     tls_receiving_for = nullptr;
     result =
         r == ReceiveGate::Result::kDone || r == ReceiveGate::Result::kWoken;
-  } else {
-    result = true;  // Something arrived meanwhile: go and take it.
   }
   if (!polling_.exchange(false)) wake_.Consume();
   if (has_kept_) {
@@ -232,15 +230,13 @@ bool Customer::CoReceive() {
 
 Status Customer::Wait(int timestamp) {
   WakeFd* wake = WakeFd::ForThisThread();
+  // One such waiter at a time, and only for the one request open; any other
+  // waits on the tracker.
   if (wake != nullptr && tls_receiving_for == nullptr &&
-      tracker_.open_requests() == 1 && tracker_.IsOpen(timestamp)) {
-    // One such waiter at a time; any other waits on the tracker.
-    if (tracker_.SetWaker(wake)) {
-      node_->van()->CoReceive(wake->fd(), [this, timestamp] {
-        return !tracker_.IsOpen(timestamp);
-      });
-      if (tracker_.ClearWaker()) wake->Consume();
-    }
+      tracker_.SetWaker(wake, timestamp)) {
+    node_->van()->CoReceive(
+        wake->fd(), [this, timestamp] { return !tracker_.IsOpen(timestamp); });
+    if (tracker_.ClearWaker()) wake->Consume();
   }
   return tracker_.Wait(timestamp);
 }

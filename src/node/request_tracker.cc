@@ -107,9 +107,12 @@ void RequestTracker::NotifyAndUnlock(std::unique_lock<std::mutex>* lock) {
   if (waker != nullptr) waker->Signal();
 }
 
-bool RequestTracker::SetWaker(WakeFd* waker) {
+bool RequestTracker::SetWaker(WakeFd* waker, int only_open) {
   std::lock_guard<std::mutex> lock(mu_);
   if (waker_ != nullptr) return false;
+  if (only_open >= 0 && (open_.size() != 1 || !open_.count(only_open))) {
+    return false;
+  }
   waker_ = waker;
   waker_thread_ = std::this_thread::get_id();
   waker_fired_ = false;

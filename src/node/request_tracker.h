@@ -65,8 +65,9 @@ class RequestTracker {
   // than the caller signals `waker` (borrowed until ClearWaker). ClearWaker
   // ends that and says whether it was signalled (then the caller must
   // Consume it). One waker at a time: SetWaker returns false (and sets
-  // nothing) while another is set.
-  bool SetWaker(WakeFd* waker);
+  // nothing) while another is set, and also when `only_open` >= 0 and is
+  // not the one request open.
+  bool SetWaker(WakeFd* waker, int only_open = -1);
   bool ClearWaker();
 
   bool IsOpen(int timestamp) const;
