@@ -192,9 +192,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
   ember ember_dense4k_w1 "$round" p50_us push dense_4k 1
 done
 
+# numbers VALUES...: the numeric arguments (not NA), ascending, one a line.
+numbers() { printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g; }
+
 # median VALUES...: the median of the numeric arguments, or n/a.
 median() {
-  printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g |
+  numbers "$@" |
     awk '{v[NR] = $1} END {
       if (NR == 0) { print "n/a"; exit }
       if (NR % 2) m = v[(NR + 1) / 2]; else m = (v[NR / 2] + v[NR / 2 + 1]) / 2
@@ -225,14 +228,14 @@ table_line() { printf '%-34s %10s %10s %8s %6s %10s %9s %7s %4s\n' "$@"; }
 best() {
   local higher=$1
   shift
-  printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g |
+  numbers "$@" |
     awk -v h="$higher" 'NR == 1 {lo = $1} {hi = $1} END {
       if (NR == 0) print "n/a"; else printf "%.6g\n", h ? hi : lo }'
 }
 
 # span VALUES...: "min-max" of the numeric arguments, or n/a.
 span() {
-  printf '%s\n' "$@" | grep -E '^[0-9.eE+-]+$' | sort -g |
+  numbers "$@" |
     awk 'NR == 1 {lo = $1} {hi = $1} END {
       if (NR == 0) print "n/a"; else printf "%.2f-%.2f\n", lo, hi }'
 }
