@@ -370,5 +370,24 @@ TEST(RequestTrackerTest, TheWakerIsWrittenOnceAndOnlyFromOtherThreads) {
   EXPECT_EQ(t.Wait(c, 0).code(), Code::kUnavailable);
 }
 
+// With `only_open`, the waker is set only while that request is the one
+// open (Customer::Wait waits inside the van only then).
+TEST(RequestTrackerTest, TheWakerForOneRequestIsSetOnlyWhileItIsTheOneOpen) {
+  RequestTracker t;
+  WakeFd wake;
+  ASSERT_TRUE(wake.ok());
+  int a = t.NewRequest();
+  EXPECT_FALSE(t.SetWaker(&wake, a + 1)) << "not open";
+  int b = t.NewRequest();
+  t.Expect(a, {8});
+  t.Expect(b, {8});
+  EXPECT_FALSE(t.SetWaker(&wake, a)) << "b is open too";
+  EXPECT_TRUE(t.OnResponse(b, 8, Status::OK()));
+  ASSERT_TRUE(t.SetWaker(&wake, a));
+  EXPECT_FALSE(t.ClearWaker());
+  EXPECT_TRUE(t.OnResponse(a, 8, Status::OK()));
+  EXPECT_FALSE(t.SetWaker(&wake, a)) << "a has completed";
+}
+
 }  // namespace
 }  // namespace ps
