@@ -148,6 +148,7 @@ Status Node::StartVan() {
     if (van_started_) return Status::OK();
   }
   TuneMalloc(options_.malloc_keep_mb);
+  van_->set_spin(std::chrono::microseconds(options_.spin_us));
   bool scheduler = options_.role == Role::kScheduler;
   std::string host = scheduler ? options_.scheduler_host : options_.node_host;
   int port = scheduler ? options_.scheduler_port : 0;

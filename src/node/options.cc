@@ -22,6 +22,10 @@ DEFINE_int32(ember_start_timeout, 60,
 DEFINE_int32(ember_virtual_nodes, 0,
              "Virtual nodes per server on the key ring; 0: the default "
              "(env EMBER_VIRTUAL_NODES)");
+DEFINE_int32(ember_spin_us, 200,
+             "Microseconds a thread waiting inside the van polls without "
+             "blocking before it sleeps; 0 sleeps at once "
+             "(env EMBER_SPIN_US)");
 
 DEFINE_string(ember_consistency, "asp",
               "Servers' consistency mode: asp, ssp or bsp "
@@ -208,6 +212,8 @@ StatusOr<Options> Options::FromEnvironment() {
                              65536, &o.virtual_nodes));
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_MALLOC_KEEP_MB", nullptr, 0, 1 << 20, &o.malloc_keep_mb));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_SPIN_US", "ember_spin_us", 0, 1000000, &o.spin_us));
   PS_RETURN_IF_ERROR(ReadConsistency(&o.consistency));
   if (const char* host = std::getenv("DMLC_NODE_HOST")) {
     o.node_host = host;

@@ -70,6 +70,9 @@ class InProcVan final : public Van {
   void Stop() override;
   ReceiveGate::Result CoReceive(int wake_fd,
                                 const std::function<bool()>& done) override;
+  void set_spin(std::chrono::microseconds spin) override {
+    gate_.set_spin(spin);
+  }
 
  private:
   friend class InProcNetwork;

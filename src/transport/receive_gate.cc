@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -16,15 +17,27 @@ namespace {
 // (its own: deadlock; another's: lock-order cycle between vans).
 thread_local bool tls_draining = false;
 
-// poll(2) that retries on EINTR; false on another error (logged).
-bool PollFds(pollfd* fds, nfds_t n) {
-  while (poll(fds, n, -1) < 0) {
-    if (errno != EINTR) {
+using Clock = std::chrono::steady_clock;
+
+// This thread's spin advice, for whichever gate it visits.
+thread_local SpinAdvisor tls_spin_advisor;
+
+// poll(2) that retries on EINTR; false on another error (logged). Until
+// `spin_until` it polls without blocking, yielding the CPU between tries.
+bool PollFds(pollfd* fds, nfds_t n, Clock::time_point spin_until = {}) {
+  bool spinning = spin_until != Clock::time_point{};
+  while (true) {
+    int ready = poll(fds, n, spinning ? 0 : -1);
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) {
       LOG(ERROR) << "poll failed: " << std::strerror(errno);
       return false;
     }
+    if (spinning) {
+      sched_yield();
+      spinning = Clock::now() < spin_until;
+    }
   }
-  return true;
 }
 
 }  // namespace
@@ -73,6 +86,14 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
   }
   pollfd fds[3] = {
       {source_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  // One spin budget per visit: a guest that keeps seeing nothing sleeps.
+  const std::chrono::microseconds spin(
+      spin_us_.load(std::memory_order_relaxed));
+  Clock::time_point start, spin_until;  // Unset: no spinning.
+  if (spin.count() > 0) {
+    start = Clock::now();
+    if (tls_spin_advisor.ShouldSpin()) spin_until = start + spin;
+  }
   Result result;
   while (true) {
     DrainOnce();
@@ -80,7 +101,7 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
       result = Result::kDone;
       break;
     }
-    if (stopping() || !PollFds(fds, 3)) {
+    if (stopping() || !PollFds(fds, 3, spin_until)) {
       result = Result::kStopped;
       break;
     }
@@ -88,6 +109,9 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
       result = Result::kWoken;
       break;
     }
+  }
+  if (spin.count() > 0 && result != Result::kStopped) {
+    tls_spin_advisor.Record(Clock::now() - start <= spin);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

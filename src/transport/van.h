@@ -9,6 +9,7 @@
 #define PS_TRANSPORT_VAN_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -69,6 +70,10 @@ class Van {
                                         const std::function<bool()>& /*done*/) {
     return ReceiveGate::Result::kStopped;
   }
+
+  // How long a thread inside CoReceive polls without blocking before it
+  // sleeps (ReceiveGate::set_spin); 0 sleeps at once.
+  virtual void set_spin(std::chrono::microseconds /*spin*/) {}
 
   const VanCounters& counters() const { return counters_; }
 

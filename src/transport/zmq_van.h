@@ -37,6 +37,9 @@ class ZmqVan final : public Van {
   void Stop() override;
   ReceiveGate::Result CoReceive(int wake_fd,
                                 const std::function<bool()>& done) override;
+  void set_spin(std::chrono::microseconds spin) override {
+    gate_.set_spin(spin);
+  }
 
  private:
   void DoSend(void* socket, const std::string& address, Message* msg);

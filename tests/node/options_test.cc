@@ -40,6 +40,7 @@ const char* const kVariables[] = {
     "EMBER_FINALIZE_TIMEOUT_MS",
     "EMBER_VIRTUAL_NODES",
     "EMBER_MALLOC_KEEP_MB",
+    "EMBER_SPIN_US",
 };
 
 // Clears the variables above for each test and restores the process's own
@@ -122,6 +123,7 @@ TEST_F(OptionsTest, ReadsFullValidEnvironment) {
   Set("EMBER_FINALIZE_TIMEOUT_MS", "1500");
   Set("EMBER_VIRTUAL_NODES", "64");
   Set("EMBER_MALLOC_KEEP_MB", "0");
+  Set("EMBER_SPIN_US", "0");
   StatusOr<Options> o = Options::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   const Options& v = o.value();
@@ -139,6 +141,7 @@ TEST_F(OptionsTest, ReadsFullValidEnvironment) {
   EXPECT_EQ(v.finalize_timeout_ms, 1500);
   EXPECT_EQ(v.virtual_nodes, 64);
   EXPECT_EQ(v.malloc_keep_mb, 0);
+  EXPECT_EQ(v.spin_us, 0);
   EXPECT_TRUE(v.Validate().ok());
 }
 
@@ -161,6 +164,7 @@ TEST_F(OptionsTest, OptionalVariablesDefault) {
   EXPECT_EQ(v.finalize_timeout_ms, 10000);
   EXPECT_EQ(v.virtual_nodes, 0);
   EXPECT_EQ(v.malloc_keep_mb, 256);
+  EXPECT_EQ(v.spin_us, 200);
 }
 
 TEST_F(OptionsTest, ParsesEveryRoleName) {
@@ -256,6 +260,7 @@ TEST_F(OptionsTest, OutOfRangeOptionalIntegersAreInvalidArgument) {
   ExpectEachRejected("EMBER_FINALIZE_TIMEOUT_MS", {"0", "soon"});
   ExpectEachRejected("EMBER_VIRTUAL_NODES", {"-1", "65537"});
   ExpectEachRejected("EMBER_MALLOC_KEEP_MB", {"-1", "1048577", "lots"});
+  ExpectEachRejected("EMBER_SPIN_US", {"-1", "1000001", "200us"});
 }
 
 TEST_F(OptionsTest, HeartbeatTimeoutBelowTwiceIntervalIsInvalidArgument) {

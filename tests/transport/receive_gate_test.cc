@@ -1,13 +1,20 @@
 // ReceiveGate: guests drain on their own threads, leave when done, woken or
-// stopped, never drain two at a time, and lose nothing beside the owner.
+// stopped, never drain two at a time, and lose nothing beside the owner;
+// all of it both for guests that sleep at once and for guests that spin
+// (set_spin) for longer than any test runs, so that every exit is taken
+// from the spin.
 #include "transport/receive_gate.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -79,11 +86,13 @@ class Source {
   std::vector<std::thread::id> takers_;  // Guarded by mu_.
 };
 
-class ReceiveGateTest : public ::testing::Test {
+// The parameter is the gate's spin, in microseconds.
+class ReceiveGateTest : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(wake_.ok());
     ASSERT_TRUE(gate_.Init(source_.fd(), [this] { source_.Drain(); }).ok());
+    gate_.set_spin(std::chrono::microseconds(GetParam()));
   }
 
   Source source_;
@@ -93,7 +102,7 @@ class ReceiveGateTest : public ::testing::Test {
 
 // Without an owner thread only the guest receives: everything it takes is
 // taken on its own thread, and it leaves once done() holds.
-TEST_F(ReceiveGateTest, AGuestDrainsOnItsOwnThreadUntilDone) {
+TEST_P(ReceiveGateTest, AGuestDrainsOnItsOwnThreadUntilDone) {
   std::thread producer([this] {
     for (int i = 0; i < 100; ++i) source_.Push(i);
   });
@@ -108,13 +117,13 @@ TEST_F(ReceiveGateTest, AGuestDrainsOnItsOwnThreadUntilDone) {
 }
 
 // done() is read after the first drain, before any wait.
-TEST_F(ReceiveGateTest, WhatIsAlreadyThereIsDrainedBeforeDoneIsRead) {
+TEST_P(ReceiveGateTest, WhatIsAlreadyThereIsDrainedBeforeDoneIsRead) {
   source_.Push(7);
   EXPECT_EQ(gate_.Visit(wake_.fd(), [this] { return source_.taken() == 1; }),
             ReceiveGate::Result::kDone);
 }
 
-TEST_F(ReceiveGateTest, TheWakeDescriptorEndsAVisitAndIsLeftForTheCaller) {
+TEST_P(ReceiveGateTest, TheWakeDescriptorEndsAVisitAndIsLeftForTheCaller) {
   std::thread waker([this] { wake_.Signal(); });
   EXPECT_EQ(gate_.Visit(wake_.fd(), [] { return false; }),
             ReceiveGate::Result::kWoken);
@@ -122,7 +131,7 @@ TEST_F(ReceiveGateTest, TheWakeDescriptorEndsAVisitAndIsLeftForTheCaller) {
   wake_.Consume();  // The count is still there: this does not block.
 }
 
-TEST_F(ReceiveGateTest, StopEndsEveryVisitAndWaitsForTheGuestsToLeave) {
+TEST_P(ReceiveGateTest, StopEndsEveryVisitAndWaitsForTheGuestsToLeave) {
   std::atomic<int> left{0};
   std::vector<std::thread> guests;
   std::vector<ReceiveGate::Result> results(2);
@@ -143,7 +152,7 @@ TEST_F(ReceiveGateTest, StopEndsEveryVisitAndWaitsForTheGuestsToLeave) {
 
 // The handler runs under the gate: waiting in a gate from there would
 // deadlock (this gate) or order two vans' locks (another), so it is refused.
-TEST_F(ReceiveGateTest, AVisitFromInsideADrainIsRefused) {
+TEST_P(ReceiveGateTest, AVisitFromInsideADrainIsRefused) {
   ReceiveGate other;
   Source other_source;
   ASSERT_TRUE(other.Init(other_source.fd(), [] {}).ok());
@@ -169,7 +178,7 @@ TEST_F(ReceiveGateTest, AVisitFromInsideADrainIsRefused) {
 // pushes: every item is taken once, in order, one drain at a time. A guest
 // whose done() became true by another thread's drain is woken through its
 // wake descriptor, as Customer::Wait's tracker does.
-TEST_F(ReceiveGateTest, OwnerAndGuestsTogetherLoseNothing) {
+TEST_P(ReceiveGateTest, OwnerAndGuestsTogetherLoseNothing) {
   constexpr size_t kItems = 20000;
   std::thread owner([this] { gate_.RunOwner(); });
   WakeFd wakes[2];
@@ -197,6 +206,74 @@ TEST_F(ReceiveGateTest, OwnerAndGuestsTogetherLoseNothing) {
   ASSERT_EQ(taken.size(), kItems);
   for (size_t i = 0; i < kItems; ++i) ASSERT_EQ(taken[i], static_cast<int>(i));
 }
+
+// A spinning guest runs while it waits (its thread's CPU clock advances), a
+// sleeping one does not. The spinning guest is watched until it has run for
+// 20 ms of CPU or 20 s have passed, then woken.
+TEST(ReceiveGateSpinTest, ASpinningGuestRunsWhileItWaits) {
+  Source source;
+  WakeFd wake;
+  ReceiveGate gate;
+  ASSERT_TRUE(wake.ok());
+  ASSERT_TRUE(gate.Init(source.fd(), [&] { source.Drain(); }).ok());
+  gate.set_spin(std::chrono::hours(1));
+  std::atomic<bool> entered{false};
+  ReceiveGate::Result result = ReceiveGate::Result::kBusy;
+  std::thread guest([&] {
+    entered = true;
+    result = gate.Visit(wake.fd(), [] { return false; });
+  });
+  while (!entered) std::this_thread::yield();
+  clockid_t clock;
+  ASSERT_EQ(pthread_getcpuclockid(guest.native_handle(), &clock), 0);
+  auto cpu_ms = [&] {
+    timespec t{};
+    clock_gettime(clock, &t);
+    return t.tv_sec * 1000.0 + t.tv_nsec / 1e6;
+  };
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cpu_ms() < 20 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  const double ran_ms = cpu_ms();
+  wake.Signal();
+  guest.join();
+  EXPECT_EQ(result, ReceiveGate::Result::kWoken);
+  EXPECT_GE(ran_ms, 20) << "the guest slept instead of spinning";
+}
+
+TEST(SpinAdvisorTest, StopsAfterMostlyLongWaitsAndResumesAfterShortOnes) {
+  SpinAdvisor advisor;
+  EXPECT_TRUE(advisor.ShouldSpin());
+  // From the top (8): four long waits leave it at 4, still spinning.
+  for (int i = 0; i < 4; ++i) advisor.Record(false);
+  EXPECT_TRUE(advisor.ShouldSpin());
+  advisor.Record(false);
+  EXPECT_FALSE(advisor.ShouldSpin());
+  // Alternating short and long waits do not bring the spin back.
+  for (int i = 0; i < 10; ++i) {
+    advisor.Record(true);
+    advisor.Record(false);
+    EXPECT_FALSE(advisor.ShouldSpin());
+  }
+  advisor.Record(true);
+  EXPECT_TRUE(advisor.ShouldSpin());
+  // Saturates: many long waits, then as many short ones as from the top.
+  for (int i = 0; i < 100; ++i) advisor.Record(false);
+  for (int i = 0; i < 3; ++i) advisor.Record(true);
+  EXPECT_FALSE(advisor.ShouldSpin());
+  advisor.Record(true);
+  EXPECT_TRUE(advisor.ShouldSpin());
+}
+
+constexpr int64_t kAnHour = int64_t{3600} * 1000 * 1000;
+
+INSTANTIATE_TEST_SUITE_P(SleepOrSpin, ReceiveGateTest,
+                         ::testing::Values(int64_t{0}, kAnHour),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           return info.param == 0 ? "Sleeping" : "Spinning";
+                         });
 
 }  // namespace
 }  // namespace ps
