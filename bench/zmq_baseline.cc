@@ -23,6 +23,10 @@
 // over the request's connection: the difference between the two runs is what
 // that topology costs raw ZeroMQ (the answers cannot carry the requests'
 // TCP acknowledgements, and the other way round).
+// --spin_us=N makes both sides wait as an Ember node's waiting threads do
+// (EMBER_SPIN_US): a receive is tried without blocking, yielding the CPU
+// between tries, for up to N us before it blocks. The default, 0, blocks at
+// once, which is how the targets' baseline was measured.
 // Nobody reads or copies the payload: this is the transport's limit.
 // glibc's malloc gets the settings an Ember node gives it (see
 // --malloc_keep_mb), since ZeroMQ mallocs every message it receives.
@@ -30,7 +34,7 @@
 // Output, one line per case:
 //   RESULT baseline=zmq size=4194304 window=8 GB_s=2.97 msgs_s=708.1
 //          p50_us=11200 p99_us=13100 direction=push replies=same
-//          (one line)
+//          spin_us=0 (one line)
 // GB = 1e9 bytes of payload; latency runs from a message's send to the
 // arrival of its answer.
 //
@@ -40,6 +44,7 @@
 #include <gflags/gflags.h>
 #include <malloc.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -69,6 +74,10 @@ DEFINE_string(replies, "same",
               "same: answers come back over the request's connection; "
               "separate: over a second connection, from a DEALER of the "
               "server's to a ROUTER of the client's (Ember's topology)");
+DEFINE_int32(spin_us, 0,
+             "before blocking in a receive, try it without blocking for up "
+             "to this long, yielding the CPU between tries, as an Ember "
+             "node waits (EMBER_SPIN_US); 0 blocks at once");
 DEFINE_int32(timeout_ms, 10000,
              "give up when a peer stays silent this long (milliseconds)");
 DEFINE_int32(
@@ -129,6 +138,20 @@ void* MakeSocket(void* context, int type) {
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
   zmq_setsockopt(socket, ZMQ_RCVTIMEO, &timeout, sizeof(timeout));
   return socket;
+}
+
+// zmq_msg_recv, blocking, after up to --spin_us of non-blocking tries.
+int ReceiveMsg(zmq_msg_t* msg, void* socket) {
+  if (FLAGS_spin_us > 0) {
+    const Clock::time_point until =
+        Clock::now() + std::chrono::microseconds(FLAGS_spin_us);
+    do {
+      const int rc = zmq_msg_recv(msg, socket, ZMQ_DONTWAIT);
+      if (rc >= 0 || errno != EAGAIN) return rc;
+      sched_yield();
+    } while (Clock::now() < until);
+  }
+  return zmq_msg_recv(msg, socket, 0);
 }
 
 // ---------------------------------------------------------------- server --
@@ -198,7 +221,7 @@ int Serve(int port_fd, int reply_port_fd, size_t max_size) {
   zmq_msg_init(&identity);
   zmq_msg_init(&body);
   while (true) {
-    if (zmq_msg_recv(&identity, socket, 0) < 0 ||
+    if (ReceiveMsg(&identity, socket) < 0 ||
         zmq_msg_recv(&body, socket, 0) < 0) {
       ZmqError("server receive");
       status = 1;
@@ -319,11 +342,12 @@ class Client {
   }
 
   bool Receive(size_t expected) {
-    if (replies_ != socket_ && zmq_msg_recv(&reply_, replies_, 0) < 0) {
+    if (replies_ != socket_ && ReceiveMsg(&reply_, replies_) < 0) {
       ZmqError("client receive");
       return false;
     }
-    if (zmq_msg_recv(&reply_, replies_, 0) < 0) {
+    if ((replies_ != socket_ ? zmq_msg_recv(&reply_, replies_, 0)
+                             : ReceiveMsg(&reply_, replies_)) < 0) {
       ZmqError("client receive");
       return false;
     }
@@ -403,11 +427,11 @@ int RunClient(int port_fd, int reply_port_fd,
           std::printf(
               "RESULT baseline=zmq size=%zu window=%zu GB_s=%.3f "
               "msgs_s=%.1f p50_us=%.1f p99_us=%.1f direction=%s "
-              "replies=%s\n",
+              "replies=%s spin_us=%d\n",
               size, window,
               messages * static_cast<double>(size) / seconds / 1e9,
               messages / seconds, Percentile(lat, 0.50), Percentile(lat, 0.99),
-              direction.c_str(), FLAGS_replies.c_str());
+              direction.c_str(), FLAGS_replies.c_str(), FLAGS_spin_us);
           std::fflush(stdout);
         }
         if (status != 0) break;
@@ -463,6 +487,10 @@ int main(int argc, char* argv[]) {
   }
   if (FLAGS_replies != "same" && FLAGS_replies != "separate") {
     std::fprintf(stderr, "zmq_baseline: --replies must be same or separate\n");
+    return 2;
+  }
+  if (FLAGS_spin_us < 0 || FLAGS_spin_us > 1000000) {
+    std::fprintf(stderr, "zmq_baseline: --spin_us must be in [0, 1000000]\n");
     return 2;
   }
   if (!(FLAGS_seconds > 0) || FLAGS_warmup_seconds < 0 ||

@@ -24,6 +24,12 @@
 # slows a run down, so best against best is a second estimate that a few
 # slow rounds on one side cannot move; when the two estimates disagree, the
 # rounds were too noisy to judge the target.
+# Ember's waiting threads spin before they sleep (EMBER_SPIN_US, see
+# ReceiveGate); raw ZeroMQ's baseline blocks at once, as the targets were
+# set. So the same cases are also run against raw ZeroMQ that spins the same
+# way (zmq_baseline --spin_us, the same value), judged against no target:
+# that second table is Ember's own overhead over the transport, with the
+# waiting strategy taken out.
 # One more line, judged against no target, says what Ember's topology costs
 # raw ZeroMQ itself: 12000 B, window 8, answered over a second TCP connection
 # (zmq_baseline --replies=separate, the way an Ember node answers) over the
@@ -42,6 +48,8 @@
 #   BENCH_WARMUP   warm-up seconds per case (default 1)
 #   BENCH_HANDLE   kv_bench's server handle, sum or empty (default sum)
 #   BENCH_MEMCPY   0 skips the memcpy baseline (default 1)
+#   EMBER_SPIN_US  Ember's spin before sleeping, also given to the spinning
+#                  raw baseline (default 200, Ember's own default)
 #   MEMCPY_ARGS    extra flags for memcpy_baseline, e.g. --table_rows=1000000
 #   CASE_TIMEOUT   hard limit in seconds for one run (default 60)
 #   PYTHON         python with matplotlib for the chart (default: python3,
@@ -63,6 +71,9 @@ BENCH_HANDLE=${BENCH_HANDLE:-sum}
 BENCH_MEMCPY=${BENCH_MEMCPY:-1}
 MEMCPY_ARGS=${MEMCPY_ARGS:-}
 CASE_TIMEOUT=${CASE_TIMEOUT:-60}
+# One value for Ember's runs and the spinning baseline's.
+EMBER_SPIN_US=${EMBER_SPIN_US:-200}
+export EMBER_SPIN_US
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die_usage() {
@@ -96,6 +107,7 @@ if ! is_uint "$ROUNDS" || ((ROUNDS < 3)); then
 fi
 is_number "$BENCH_SECONDS" || die_usage "the measured seconds must be a number, got '$BENCH_SECONDS'"
 is_number "$BENCH_WARMUP" || die_usage "the warm-up seconds must be a number, got '$BENCH_WARMUP'"
+is_uint "$EMBER_SPIN_US" || die_usage "EMBER_SPIN_US must be an integer, got '$EMBER_SPIN_US'"
 if ! is_uint "$CASE_TIMEOUT" || ((CASE_TIMEOUT < 10)); then
   die_usage "CASE_TIMEOUT must be an integer >= 10, got '$CASE_TIMEOUT'"
 fi
@@ -150,13 +162,14 @@ record() {
   printf '  %-22s %-8s %s\n' "$name" "$key" "$value"
 }
 
-# zmq NAME ROUND KEY SIZE WINDOW [REPLIES]
+# zmq NAME ROUND KEY SIZE WINDOW [REPLIES [SPIN_US]]
 zmq() {
-  local name=$1 round=$2 key=$3 size=$4 window=$5 replies=${6:-same} log status
+  local name=$1 round=$2 key=$3 size=$4 window=$5 replies=${6:-same}
+  local spin=${7:-0} log status
   log=$RAW_DIR/$name.round$round.log
   timeout -k 5 "$CASE_TIMEOUT" "$ZMQ_BASELINE" --sizes="$size" \
     --windows="$window" --directions=push --replies="$replies" \
-    --seconds="$BENCH_SECONDS" \
+    --spin_us="$spin" --seconds="$BENCH_SECONDS" \
     --warmup_seconds="$BENCH_WARMUP" >"$log" 2>&1
   status=$?
   record "$name" "$round" "$key" "$log" "$status"
@@ -177,7 +190,7 @@ ember() {
 }
 
 echo "# bench.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown), $(nproc 2>/dev/null || echo '?') cores"
-echo "# build $BUILD_DIR, $ROUNDS rounds, ${BENCH_SECONDS} s measured + ${BENCH_WARMUP} s warm-up per run, 1 server x 1 worker, handle=$BENCH_HANDLE"
+echo "# build $BUILD_DIR, $ROUNDS rounds, ${BENCH_SECONDS} s measured + ${BENCH_WARMUP} s warm-up per run, 1 server x 1 worker, handle=$BENCH_HANDLE, EMBER_SPIN_US=$EMBER_SPIN_US"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -185,11 +198,14 @@ for ((round = 1; round <= ROUNDS; round++)); do
   zmq zmq_4m_w8 "$round" GB_s 4194304 8
   ember ember_dense4m_push "$round" GB_s push dense_4m 8
   ember ember_dense4m_pull "$round" GB_s pull dense_4m 8
+  zmq zmq_4m_w8_spin "$round" GB_s 4194304 8 same "$EMBER_SPIN_US"
   zmq zmq_12k_w8 "$round" msgs_s 12000 8
   ember ember_sparse1000x1 "$round" req_s push sparse_1000x1 8
+  zmq zmq_12k_w8_spin "$round" msgs_s 12000 8 same "$EMBER_SPIN_US"
   zmq zmq_12k_w8_separate "$round" msgs_s 12000 8 separate
   zmq zmq_4k_w1 "$round" p50_us 4096 1
   ember ember_dense4k_w1 "$round" p50_us push dense_4k 1
+  zmq zmq_4k_w1_spin "$round" p50_us 4096 1 same "$EMBER_SPIN_US"
 done
 
 # numbers VALUES...: the numeric arguments (not NA), ascending, one a line.
@@ -221,7 +237,7 @@ per_round_ratios() {
 
 echo "case,metric,ember_median,baseline,baseline_median,ratio_of_medians,ratio,target,met,ember_values,baseline_values,per_round_ratios,best_ratio" >"$CSV"
 # table_line CASE EMBER BASELINE RATIO_OF_MEDIANS RATIO RANGE BEST TARGET MET
-table_line() { printf '%-34s %10s %10s %8s %6s %10s %9s %7s %4s\n' "$@"; }
+table_line() { printf '%-44s %10s %10s %8s %6s %10s %9s %7s %4s\n' "$@"; }
 
 # best HIGHER_IS_BETTER VALUES...: the largest (1) or smallest (0) numeric
 # argument, or n/a.
@@ -258,7 +274,8 @@ row() {
     if (x == "n/a" || y == "n/a" || y + 0 == 0) print "n/a"; else printf "%.3f", x / y }')
   per_round=$(per_round_ratios "$ember_run" "$baseline_run")
   higher=1
-  [[ $op == "<=" ]] && higher=0
+  # Latency: lower is better, with or without a target.
+  [[ $op == "<=" || $metric == p50_us ]] && higher=0
   # shellcheck disable=SC2086
   eb=$(best "$higher" ${VALUES[$ember_run]:-})
   # shellcheck disable=SC2086
@@ -285,6 +302,12 @@ row "dense 4 MB push w8" GB_s ember_dense4m_push "zmq 4194304 B w8 GB_s" zmq_4m_
 row "dense 4 MB pull w8" GB_s ember_dense4m_pull "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 0.9
 row "sparse 1000x1 push w8" req_s ember_sparse1000x1 "zmq 12000 B w8 msgs_s" zmq_12k_w8 ">=" 0.55
 row "4 KB push w1 round trip" p50_us ember_dense4k_w1 "zmq 4096 B w1 p50_us" zmq_4k_w1 "<=" 1.3
+echo "no target: Ember / raw ZeroMQ spinning the same way before it sleeps"
+echo "(zmq_baseline --spin_us=$EMBER_SPIN_US; the 'ember' column is Ember's same runs):"
+row "dense 4 MB push w8, same wait" GB_s ember_dense4m_push "zmq 4194304 B w8 spin GB_s" zmq_4m_w8_spin "" ""
+row "dense 4 MB pull w8, same wait" GB_s ember_dense4m_pull "zmq 4194304 B w8 spin GB_s" zmq_4m_w8_spin "" ""
+row "sparse 1000x1 push w8, same wait" req_s ember_sparse1000x1 "zmq 12000 B w8 spin msgs_s" zmq_12k_w8_spin "" ""
+row "4 KB push w1 round trip, same wait" p50_us ember_dense4k_w1 "zmq 4096 B w1 spin p50_us" zmq_4k_w1_spin "" ""
 echo "topology, no target: raw ZeroMQ answered over a second connection / over"
 echo "the request's connection (the 'ember' column is the former):"
 row "raw 12 KB w8 on 2 connections" msgs_s zmq_12k_w8_separate "zmq 12000 B w8 msgs_s" zmq_12k_w8 "" ""
