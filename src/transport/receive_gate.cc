@@ -111,7 +111,8 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
     }
   }
   if (spin.count() > 0 && result != Result::kStopped) {
-    tls_spin_advisor.Record(Clock::now() - start <= spin);
+    tls_spin_advisor.Record(spin_until != Clock::time_point{},
+                            Clock::now() - start, spin);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -48,25 +48,39 @@ namespace ps {
 
 // Whether a thread's waits are short enough to be worth spinning for: a
 // saturating count of its recent waits, up one for a wait that ended within
-// the spin budget (a spin would catch its message), down one for a wait
-// that did not (a spin would only burn the CPU). Advises spinning while the
-// count is at least half its maximum, so a thread spins while most of its
-// waits are short and stops when they are not: a server whose workers
-// compute for milliseconds between requests, a cluster with more busy
-// threads than CPUs. Waits without a spin count too, so a thread whose
-// waits become short again spins again. Starts out advising a spin. Not
+// the spin budget (a spin catches its message) and down one for a wait that
+// did not (a spin only burns the CPU). Spinning is advised while the count
+// is at least half its maximum, so a thread spins while most of its waits
+// are short and stops when they are not: a server whose workers compute for
+// milliseconds between requests, a cluster with more busy threads than
+// CPUs. A wait that did not spin is longer by the very wake-up a spin saves,
+// so it counts down only when it took over twice the budget. And every
+// kProbe-th wait spins even against the advice, so a thread whose waits
+// became short again finds out. Starts out advising a spin. Not
 // thread-safe: one per thread.
 class SpinAdvisor {
  public:
-  bool ShouldSpin() const { return score_ >= kMax / 2; }
-  void Record(bool ended_within_budget) {
-    score_ = ended_within_budget ? std::min(score_ + 1, kMax)
-                                 : std::max(score_ - 1, 0);
+  // Whether the next wait should spin; counts the wait.
+  bool ShouldSpin() {
+    if (score_ >= kMax / 2) return true;
+    return ++skipped_ % kProbe == 0;
+  }
+  // How the wait ShouldSpin was asked for went: whether it spun, how long
+  // it took, and the spin budget.
+  void Record(bool spun, std::chrono::nanoseconds waited,
+              std::chrono::nanoseconds budget) {
+    if (waited <= budget) {
+      score_ = std::min(score_ + 1, kMax);
+    } else if (spun || waited > 2 * budget) {
+      score_ = std::max(score_ - 1, 0);
+    }
   }
 
  private:
   static constexpr int kMax = 8;
+  static constexpr unsigned kProbe = 8;
   int score_ = kMax;
+  unsigned skipped_ = 0;
 };
 
 class ReceiveGate {

@@ -243,27 +243,66 @@ TEST(ReceiveGateSpinTest, ASpinningGuestRunsWhileItWaits) {
   EXPECT_GE(ran_ms, 20) << "the guest slept instead of spinning";
 }
 
-TEST(SpinAdvisorTest, StopsAfterMostlyLongWaitsAndResumesAfterShortOnes) {
+// Waits of a 100 us budget: short, spun and long, unspun and a little long
+// (as a wake-up makes a short wait), unspun and very long.
+constexpr std::chrono::microseconds kBudget(100), kShort(60), kLong(150),
+    kVeryLong(250);
+
+TEST(SpinAdvisorTest, StopsAfterMostlySpunLongWaits) {
   SpinAdvisor advisor;
-  EXPECT_TRUE(advisor.ShouldSpin());
-  // From the top (8): four long waits leave it at 4, still spinning.
-  for (int i = 0; i < 4; ++i) advisor.Record(false);
-  EXPECT_TRUE(advisor.ShouldSpin());
-  advisor.Record(false);
-  EXPECT_FALSE(advisor.ShouldSpin());
-  // Alternating short and long waits do not bring the spin back.
-  for (int i = 0; i < 10; ++i) {
-    advisor.Record(true);
-    advisor.Record(false);
-    EXPECT_FALSE(advisor.ShouldSpin());
+  // From the top (8): four long spun waits leave it at 4, still spinning.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(advisor.ShouldSpin());
+    advisor.Record(true, kLong, kBudget);
   }
-  advisor.Record(true);
-  EXPECT_TRUE(advisor.ShouldSpin());
-  // Saturates: many long waits, then as many short ones as from the top.
-  for (int i = 0; i < 100; ++i) advisor.Record(false);
-  for (int i = 0; i < 3; ++i) advisor.Record(true);
+  ASSERT_TRUE(advisor.ShouldSpin());
+  advisor.Record(true, kLong, kBudget);
   EXPECT_FALSE(advisor.ShouldSpin());
-  advisor.Record(true);
+}
+
+TEST(SpinAdvisorTest, HalfShortHalfLongKeepsItWhereItIs) {
+  SpinAdvisor advisor;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(advisor.ShouldSpin());
+    advisor.Record(true, kShort, kBudget);
+    ASSERT_TRUE(advisor.ShouldSpin());
+    advisor.Record(true, kLong, kBudget);
+  }
+}
+
+TEST(SpinAdvisorTest, UnspunWaitsCountDownOnlyWhenFarBeyondTheBudget) {
+  SpinAdvisor advisor;
+  for (int i = 0; i < 5; ++i) advisor.Record(true, kLong, kBudget);
+  // Stopped (3). A little too long without the spin: no evidence either way.
+  for (int i = 0; i < 100; ++i) advisor.Record(false, kLong, kBudget);
+  advisor.Record(false, kShort, kBudget);  // 4: spinning again.
+  EXPECT_TRUE(advisor.ShouldSpin());
+  advisor.Record(false, kVeryLong, kBudget);  // 3.
+  EXPECT_FALSE(advisor.ShouldSpin());
+}
+
+TEST(SpinAdvisorTest, EveryEighthWaitSpinsAnywayAndCanBringTheSpinBack) {
+  SpinAdvisor advisor;
+  for (int i = 0; i < 20; ++i) advisor.Record(true, kLong, kBudget);  // 0.
+  int spun = 0;
+  for (int i = 0; i < 80; ++i) {
+    if (advisor.ShouldSpin()) {
+      ++spun;
+      advisor.Record(true, kLong, kBudget);
+    } else {
+      advisor.Record(false, kVeryLong, kBudget);
+    }
+  }
+  EXPECT_EQ(spun, 10);
+  // Probes that catch their message climb back: 4 of them from 0.
+  for (int probes = 0; probes < 4;) {
+    if (advisor.ShouldSpin()) {
+      advisor.Record(true, kShort, kBudget);
+      ++probes;
+    } else {
+      advisor.Record(false, kLong, kBudget);
+    }
+  }
   EXPECT_TRUE(advisor.ShouldSpin());
 }
 
