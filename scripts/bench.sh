@@ -266,6 +266,11 @@ table_line case ember baseline 'med/med' ratio range best/best target met
 row() {
   local name=$1 metric=$2 ember_run=$3 baseline_name=$4 baseline_run=$5 op=$6 target=$7
   local em bm mm per_round ratio met higher eb bb best_ratio
+  # The CSV is comma-separated, unquoted.
+  if [[ $name == *,* ]]; then
+    echo "$NAME: internal error: case name '$name' has a comma" >&2
+    exit 2
+  fi
   # shellcheck disable=SC2086  # the figures are space-separated on purpose
   em=$(median ${VALUES[$ember_run]:-})
   # shellcheck disable=SC2086
@@ -304,10 +309,10 @@ row "sparse 1000x1 push w8" req_s ember_sparse1000x1 "zmq 12000 B w8 msgs_s" zmq
 row "4 KB push w1 round trip" p50_us ember_dense4k_w1 "zmq 4096 B w1 p50_us" zmq_4k_w1 "<=" 1.3
 echo "no target: Ember / raw ZeroMQ spinning the same way before it sleeps"
 echo "(zmq_baseline --spin_us=$EMBER_SPIN_US; the 'ember' column is Ember's same runs):"
-row "dense 4 MB push w8, same wait" GB_s ember_dense4m_push "zmq 4194304 B w8 spin GB_s" zmq_4m_w8_spin "" ""
-row "dense 4 MB pull w8, same wait" GB_s ember_dense4m_pull "zmq 4194304 B w8 spin GB_s" zmq_4m_w8_spin "" ""
-row "sparse 1000x1 push w8, same wait" req_s ember_sparse1000x1 "zmq 12000 B w8 spin msgs_s" zmq_12k_w8_spin "" ""
-row "4 KB push w1 round trip, same wait" p50_us ember_dense4k_w1 "zmq 4096 B w1 spin p50_us" zmq_4k_w1_spin "" ""
+row "dense 4 MB push w8 same-wait" GB_s ember_dense4m_push "zmq 4194304 B w8 spin GB_s" zmq_4m_w8_spin "" ""
+row "dense 4 MB pull w8 same-wait" GB_s ember_dense4m_pull "zmq 4194304 B w8 spin GB_s" zmq_4m_w8_spin "" ""
+row "sparse 1000x1 push w8 same-wait" req_s ember_sparse1000x1 "zmq 12000 B w8 spin msgs_s" zmq_12k_w8_spin "" ""
+row "4 KB push w1 round trip same-wait" p50_us ember_dense4k_w1 "zmq 4096 B w1 spin p50_us" zmq_4k_w1_spin "" ""
 echo "topology, no target: raw ZeroMQ answered over a second connection / over"
 echo "the request's connection (the 'ember' column is the former):"
 row "raw 12 KB w8 on 2 connections" msgs_s zmq_12k_w8_separate "zmq 12000 B w8 msgs_s" zmq_12k_w8 "" ""
