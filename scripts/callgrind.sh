@@ -5,6 +5,8 @@
 # 1 server x 1 worker twice, with N1 and N2 requests; the difference divided
 # by N2 - N1 is the cost of one request, without start-up and shutdown.
 # Kernel work (socket copies) is not counted: callgrind sees user space only.
+# Waiting threads do not spin (EMBER_SPIN_US=0): a spin's polls depend on
+# timing, and would make the counts vary from run to run.
 #
 # usage: scripts/callgrind.sh [BUILD_DIR]      (default: build)
 # env:   N1 (default 50), N2 (default 150)
@@ -35,7 +37,7 @@ run() {  # run PAYLOAD N -> leaves server.out and worker.out in $CG_DIR
   mkdir -p "$CG_DIR"
   # Valgrind serialises threads: give heartbeats room.
   EMBER_HEARTBEAT_TIMEOUT_MS=120000 EMBER_TIMEOUT=600 \
-    EMBER_SCHEDULER=$build/scheduler/ember_scheduler \
+    EMBER_SCHEDULER=$build/scheduler/ember_scheduler EMBER_SPIN_US=0 \
     "$root/scripts/local.sh" 1 1 "$out/wrap.sh" --mode=push \
     --payload="$payload" --window=8 --handle=sum --requests="$n" \
     >"$CG_DIR/log" 2>&1 || { cat "$CG_DIR/log"; exit 1; }
