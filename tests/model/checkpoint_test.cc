@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -411,21 +410,19 @@ TEST_F(CheckpointTest, OverwriteReplacesTheOldShard) {
   EXPECT_EQ(DirectoryEntries(), std::vector<std::string>{"shard-2.ckpt"});
 }
 
-TEST_F(CheckpointTest, LargeShardRoundTripsUnderTwoSeconds) {
+// 200,000 rows of 16 floats, no optimizer slots: a shard too big for any
+// fixed-size buffer round-trips whole. (No time limit: a timed assertion
+// fails on a loaded machine or under a sanitizer; speed is bench/'s job.)
+TEST_F(CheckpointTest, LargeShardRoundTrips) {
   std::mt19937_64 rng(11);
   ModelShard shard;
   std::vector<uint64_t> ids(200000);
   for (uint64_t& id : ids) id = rng();
   shard.tables.push_back(MakeTable("big", 1, 16, 0, std::move(ids), &rng));
-  const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(WriteCheckpoint(path_, shard).ok());
   StatusOr<ModelShard> read = ReadCheckpoint(path_);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
   ASSERT_TRUE(read.ok()) << read.status();
   ExpectSameShard(shard, read.value());
-  EXPECT_LT(seconds, 2.0);
 }
 
 // ---- Damaged and foreign files
