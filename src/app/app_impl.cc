@@ -24,12 +24,14 @@ void AppImpl::StopDelivery() {
   std::unique_ptr<Customer> customer;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    customer_ptr_.store(nullptr, std::memory_order_release);
     customer = std::move(customer_);
   }
   customer.reset();  // Joins the customer thread outside mu_.
 }
 
 Customer* AppImpl::customer() {
+  if (Customer* c = customer_ptr_.load(std::memory_order_acquire)) return c;
   std::lock_guard<std::mutex> lock(mu_);
   if (!customer_) {
     customer_ = std::make_unique<Customer>(
@@ -51,6 +53,7 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler(peer, s);
     });
+    customer_ptr_.store(customer_.get(), std::memory_order_release);
   }
   return customer_.get();
 }

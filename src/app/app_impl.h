@@ -7,6 +7,7 @@
 #ifndef PS_APP_APP_IMPL_H_
 #define PS_APP_APP_IMPL_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -64,7 +65,10 @@ class AppImpl {
   Node* const node_;
 
   std::mutex mu_;
-  std::unique_ptr<Customer> customer_;         // Guarded by mu_ while created.
+  std::unique_ptr<Customer> customer_;  // Guarded by mu_ while created.
+  // customer_.get() once created, read without mu_: every request asks for
+  // the customer several times.
+  std::atomic<Customer*> customer_ptr_{nullptr};
   KVHandler kv_handler_;                       // Guarded by mu_.
   FailureHandler kv_failure_;                  // Guarded by mu_.
   Customer::PeerFailureHandler peer_failure_;  // Guarded by mu_.
