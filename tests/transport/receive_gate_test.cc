@@ -243,8 +243,9 @@ TEST(ReceiveGateSpinTest, ASpinningGuestRunsWhileItWaits) {
   EXPECT_GE(ran_ms, 20) << "the guest slept instead of spinning";
 }
 
-// Waits of a 100 us budget: short, spun and long, unspun and a little long
-// (as a wake-up makes a short wait), unspun and very long.
+// Waits against a 100 us budget: short (within it), long (beyond it but not
+// twice, as a wake-up can make an unspun short wait) and very long (beyond
+// twice).
 constexpr std::chrono::microseconds kBudget(100), kShort(60), kLong(150),
     kVeryLong(250);
 
