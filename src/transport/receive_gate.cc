@@ -89,11 +89,11 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
   // One spin budget per visit: a guest that keeps seeing nothing sleeps.
   const std::chrono::microseconds spin(
       spin_us_.load(std::memory_order_relaxed));
-  Clock::time_point start, spin_until;  // Unset: no spinning.
-  if (spin.count() > 0) {
-    start = Clock::now();
-    if (tls_spin_advisor.ShouldSpin()) spin_until = start + spin;
-  }
+  const bool timed = spin.count() > 0;  // Timed for the advisor.
+  const bool spins = timed && tls_spin_advisor.ShouldSpin();
+  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
+  const Clock::time_point spin_until =
+      spins ? start + spin : Clock::time_point{};  // Unset: no spinning.
   Result result;
   while (true) {
     DrainOnce();
@@ -110,9 +110,8 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
       break;
     }
   }
-  if (spin.count() > 0 && result != Result::kStopped) {
-    tls_spin_advisor.Record(spin_until != Clock::time_point{},
-                            Clock::now() - start, spin);
+  if (timed && result != Result::kStopped) {
+    tls_spin_advisor.Record(spins, Clock::now() - start, spin);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
