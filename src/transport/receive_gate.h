@@ -54,16 +54,26 @@ namespace ps {
 // are short and stops when they are not: a server whose workers compute for
 // milliseconds between requests, a cluster with more busy threads than
 // CPUs. A wait that did not spin is longer by the very wake-up a spin saves,
-// so it counts down only when it took over twice the budget. And every
-// kProbe-th wait spins even against the advice, so a thread whose waits
-// became short again finds out. Starts out advising a spin. Not
-// thread-safe: one per thread.
+// so it counts down only when it took over twice the budget. And a wait
+// now and then spins against the advice (a probe), so a thread whose waits
+// became short again finds out: the 8th wait after the spin stopped, and
+// twice as many waits later after each probe that did not catch its
+// message, up to every 256th; a spun wait within the budget brings the gap
+// back to 8. The gap grows because a probe is not free in a CPU-bound
+// process (4 MB pushes on 2 cores: a probe every 8th wait of the server's
+// cost 16% of the throughput, far more than the probes' own CPU time; our
+// guess is that a CPU with a spinning thread does not look idle to the
+// scheduler, so a thread woken meanwhile queues behind a busy thread on the
+// other CPU). Starts out advising a spin. Not thread-safe: one per thread.
 class SpinAdvisor {
  public:
   // Whether the next wait should spin; counts the wait.
   bool ShouldSpin() {
     if (score_ >= kMax / 2) return true;
-    return ++skipped_ % kProbe == 0;
+    if (++skipped_ < probe_gap_) return false;
+    skipped_ = 0;
+    probing_ = true;
+    return true;
   }
   // How the wait ShouldSpin was asked for went: whether it spun, how long
   // it took, and the spin budget.
@@ -71,16 +81,22 @@ class SpinAdvisor {
               std::chrono::nanoseconds budget) {
     if (waited <= budget) {
       score_ = std::min(score_ + 1, kMax);
-    } else if (spun || waited > 2 * budget) {
-      score_ = std::max(score_ - 1, 0);
+      if (spun) probe_gap_ = kMinProbeGap;
+    } else {
+      if (spun || waited > 2 * budget) score_ = std::max(score_ - 1, 0);
+      if (probing_) probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
     }
+    probing_ = false;
   }
 
  private:
   static constexpr int kMax = 8;
-  static constexpr unsigned kProbe = 8;
+  static constexpr unsigned kMinProbeGap = 8;
+  static constexpr unsigned kMaxProbeGap = 256;
   int score_ = kMax;
-  unsigned skipped_ = 0;
+  unsigned skipped_ = 0;  // Waits not spun since the last probe.
+  unsigned probe_gap_ = kMinProbeGap;
+  bool probing_ = false;  // The wait being recorded is a probe.
 };
 
 class ReceiveGate {

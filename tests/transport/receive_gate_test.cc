@@ -282,28 +282,47 @@ TEST(SpinAdvisorTest, UnspunWaitsCountDownOnlyWhenFarBeyondTheBudget) {
   EXPECT_FALSE(advisor.ShouldSpin());
 }
 
-TEST(SpinAdvisorTest, EveryEighthWaitSpinsAnywayAndCanBringTheSpinBack) {
+// The waits (counted from 1 after the spin stopped) that spin as probes
+// while every wait takes far longer than the budget.
+std::vector<int> ProbesWhileLong(SpinAdvisor* advisor, int waits) {
+  std::vector<int> probes;
+  for (int i = 1; i <= waits; ++i) {
+    const bool spun = advisor->ShouldSpin();
+    if (spun) probes.push_back(i);
+    advisor->Record(spun, kVeryLong, kBudget);
+  }
+  return probes;
+}
+
+TEST(SpinAdvisorTest, ProbesBackOffWhileTheyMissUpToEvery256thWait) {
   SpinAdvisor advisor;
   for (int i = 0; i < 20; ++i) advisor.Record(true, kLong, kBudget);  // 0.
-  int spun = 0;
-  for (int i = 0; i < 80; ++i) {
-    if (advisor.ShouldSpin()) {
-      ++spun;
-      advisor.Record(true, kLong, kBudget);
-    } else {
-      advisor.Record(false, kVeryLong, kBudget);
-    }
+  // Gaps of 8, 16, 32, 64, 128, then 256 for good.
+  EXPECT_EQ(ProbesWhileLong(&advisor, 1300),
+            (std::vector<int>{8, 24, 56, 120, 248, 504, 760, 1016, 1272}));
+}
+
+TEST(SpinAdvisorTest, AProbeThatCatchesItsMessageBringsTheGapBackTo8) {
+  SpinAdvisor advisor;
+  for (int i = 0; i < 20; ++i) advisor.Record(true, kLong, kBudget);  // 0.
+  ASSERT_EQ(ProbesWhileLong(&advisor, 300).size(), 5u);  // Gap now 256.
+  // Short waits that did not spin count up but leave the gap as it is.
+  advisor.Record(false, kShort, kBudget);  // 1.
+  advisor.Record(false, kShort, kBudget);  // 2.
+  int waits = 0;
+  while (!advisor.ShouldSpin()) {
+    advisor.Record(false, kLong, kBudget);  // No change.
+    ++waits;
   }
-  EXPECT_EQ(spun, 10);
-  // Probes that catch their message climb back: 4 of them from 0.
-  for (int probes = 0; probes < 4;) {
-    if (advisor.ShouldSpin()) {
-      advisor.Record(true, kShort, kBudget);
-      ++probes;
-    } else {
-      advisor.Record(false, kLong, kBudget);
-    }
+  EXPECT_EQ(waits, 255 - 52);             // 52 waited since the last probe.
+  advisor.Record(true, kShort, kBudget);  // A catch: 3, gap 8.
+  waits = 0;
+  while (!advisor.ShouldSpin()) {
+    advisor.Record(false, kLong, kBudget);
+    ++waits;
   }
+  EXPECT_EQ(waits, 7);
+  advisor.Record(true, kShort, kBudget);  // 4: spinning again.
   EXPECT_TRUE(advisor.ShouldSpin());
 }
 
