@@ -45,13 +45,19 @@ bool PollFds(pollfd* fds, nfds_t n, Clock::time_point spin_until = {}) {
 ReceiveGate::~ReceiveGate() {
   Stop();
   if (stop_fd_ >= 0) close(stop_fd_);
+  if (owner_wake_fd_ >= 0) close(owner_wake_fd_);
 }
 
 Status ReceiveGate::Init(int source_fd, std::function<void()> drain) {
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (stop_fd_ < 0) {
-    return Status::Internal(std::string("eventfd failed: ") +
-                            std::strerror(errno));
+  owner_wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd_ < 0 || owner_wake_fd_ < 0) {
+    Status s = Status::Internal(std::string("eventfd failed: ") +
+                                std::strerror(errno));
+    if (stop_fd_ >= 0) close(stop_fd_);
+    if (owner_wake_fd_ >= 0) close(owner_wake_fd_);
+    stop_fd_ = owner_wake_fd_ = -1;
+    return s;
   }
   source_fd_ = source_fd;
   drain_ = std::move(drain);
@@ -72,8 +78,64 @@ void ReceiveGate::RunOwner() {
   while (true) {
     DrainOnce();
     if (stopping()) return;
+    switch (ParkWhileGuests()) {
+      case Park::kNoGuest:
+        break;
+      case Park::kParked:
+        continue;  // Guests may have left things: drain before waiting.
+      case Park::kFailed:
+        return;
+    }
     if (!PollFds(fds, 2)) return;
   }
+}
+
+ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
+  pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {owner_wake_fd_, POLLIN, 0}};
+  uint64_t seen = ~uint64_t{0};  // Visits ended when the last park began.
+  bool parked = false;
+  Clock::time_point began{};         // When the last park began,
+  std::chrono::nanoseconds held{0};  // and guest_time_ then.
+  while (!stopping()) {
+    int timeout_ms = kParkMs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (guests_ == 0) return parked ? Park::kParked : Park::kNoGuest;
+      const Clock::time_point now = Clock::now();
+      const std::chrono::nanoseconds guest_time =
+          guest_time_ + (now - guests_since_);
+      // Guests that were there for less than half the last park leave the
+      // source unwatched too long for anyone else's messages: back to it.
+      if (parked && 2 * (guest_time - held) < now - began) {
+        return Park::kParked;
+      }
+      began = now;
+      held = guest_time;
+      if (visits_ended_ == seen) {
+        // A guest has been there all through the last park: sleep until
+        // the last one leaves (it writes owner_wake_fd_).
+        owner_parked_ = true;
+        timeout_ms = -1;
+      }
+      seen = visits_ended_;
+    }
+    int ready = poll(fds, 2, timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      LOG(ERROR) << "poll failed: " << std::strerror(errno);
+      return Park::kFailed;
+    }
+    parked = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      owner_parked_ = false;
+    }
+    if (fds[1].revents != 0) {
+      uint64_t count;
+      ssize_t n = read(owner_wake_fd_, &count, sizeof(count));
+      (void)n;  // EAGAIN: already consumed; nothing else can fail here.
+    }
+  }
+  return parked ? Park::kParked : Park::kNoGuest;
 }
 
 ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
@@ -82,7 +144,7 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping() || stop_fd_ < 0) return Result::kStopped;
-    ++guests_;
+    if (guests_++ == 0) guests_since_ = Clock::now();
   }
   pollfd fds[3] = {
       {source_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
@@ -115,7 +177,17 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (--guests_ == 0) cv_.notify_all();
+    ++visits_ended_;
+    if (--guests_ == 0) {
+      guest_time_ += Clock::now() - guests_since_;
+      cv_.notify_all();
+      if (owner_parked_) {  // Nobody polls the source now: the owner must.
+        owner_parked_ = false;
+        uint64_t one = 1;
+        ssize_t n = write(owner_wake_fd_, &one, sizeof(one));
+        (void)n;  // Only fails (EAGAIN) if the counter is full: still readable.
+      }
+    }
   }
   return result;
 }

@@ -6,10 +6,11 @@
 // such hand-off costs tens of microseconds of a round trip. The gate removes
 // the hand-off for a thread that would only be waiting anyway (a customer's
 // thread with nothing queued, a caller in Wait): that thread waits on the
-// source itself, beside the van's thread, as a guest. Whichever thread wakes
-// first takes the gate, receives everything that has arrived and dispatches
-// it exactly as the van's thread would; a message the guest would handle next
-// anyway is then already on the right thread. Application code never runs
+// source itself, as a guest, and the van's thread stays off the source while
+// guests are there (ParkWhileGuests). Whichever thread wakes first takes the
+// gate, receives everything that has arrived and dispatches it exactly as the
+// van's thread would; a message the guest would handle next anyway is then
+// already on the right thread. Application code never runs
 // under the gate: a guest leaves the gate before it handles its message, and
 // the van's own thread never runs application code at all.
 //
@@ -125,7 +126,8 @@ class ReceiveGate {
   }
 
   // The van's own receive loop: drains and waits until Stop(), then drains
-  // once more and returns.
+  // once more and returns. While a guest is visiting, the owner does not
+  // wait on the source (see ParkWhileGuests).
   void RunOwner();
 
   // A guest visit: drains, then waits (spinning first, see set_spin) on the
@@ -141,9 +143,38 @@ class ReceiveGate {
 
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
 
+  // Whether the owner sleeps until the last guest leaves (a guest has been
+  // waiting for a whole park); for tests and diagnostics.
+  bool owner_parked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return owner_parked_;
+  }
+
  private:
   // Drains under the gate's lock; false if this thread already holds a gate.
   bool DrainOnce();
+
+  // The owner's wait while guests visit: a guest polls the source and
+  // drains it for everyone, so the owner stays off it instead of being
+  // woken by every message only to find the guest has drained it, or to
+  // take the message first and hand it to the guest's thread. On 2 cores,
+  // against the owner waiting on the source throughout (alternating runs,
+  // medians of 6-8 rounds): a sparse push went 14% faster, a 4 KB round
+  // trip 19% shorter, a 4 MB push no different beyond the noise. The owner
+  // looks again every kParkMs, which bounds how long a message for another
+  // thread waits while guests come and go; if the guests were in the gate
+  // for less than half of a park, it goes back to the source, so a thread
+  // that visits now and then does not delay everyone else's messages
+  // (kParkMs is 4: with 1, the owner's timer woke it as often as 4 MB
+  // messages came, and the 4 MB push was 3-8% slower). When no
+  // visit ended during a park (a guest waiting for long, e.g. an idle
+  // server's thread), it sleeps until the last guest leaves and wakes it.
+  // Returns kNoGuest at once when no guest visits, kParked once none is
+  // left (or too seldom there) or the gate is stopping, kFailed if polling
+  // failed.
+  enum class Park { kNoGuest, kParked, kFailed };
+  Park ParkWhileGuests();
+  static constexpr int kParkMs = 4;
 
   int source_fd_ = -1;
   int stop_fd_ = -1;  // An eventfd, written once by Stop(), never read.
@@ -154,7 +185,14 @@ class ReceiveGate {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  int guests_ = 0;  // Guarded by mu_.
+  int guests_ = 0;             // Guarded by mu_.
+  uint64_t visits_ended_ = 0;  // Guarded by mu_.
+  // Time with a guest in the gate, up to guests_since_ (when guests_ last
+  // became nonzero); guarded by mu_.
+  std::chrono::nanoseconds guest_time_{0};
+  std::chrono::steady_clock::time_point guests_since_;
+  bool owner_parked_ = false;  // Until a guest wakes it; guarded by mu_.
+  int owner_wake_fd_ = -1;     // An eventfd: the last guest wakes the owner.
 };
 
 }  // namespace ps

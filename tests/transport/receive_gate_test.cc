@@ -62,6 +62,12 @@ class Source {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return taken_.size() >= n; });
   }
+  // WaitTaken, giving up after 20 s: false if fewer were taken by then.
+  bool WaitTakenBounded(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20),
+                        [&] { return taken_.size() >= n; });
+  }
 
   size_t taken() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -205,6 +211,80 @@ TEST_P(ReceiveGateTest, OwnerAndGuestsTogetherLoseNothing) {
   std::vector<int> taken = source_.taken_items();
   ASSERT_EQ(taken.size(), kItems);
   for (size_t i = 0; i < kItems; ++i) ASSERT_EQ(taken[i], static_cast<int>(i));
+}
+
+// While a guest waits on the source the owner stays off it; a guest that
+// has waited through a whole park puts the owner to sleep until the last
+// guest leaves, and that guest wakes it: what arrives afterwards, with no
+// guest left, is taken by the owner.
+TEST_P(ReceiveGateTest, TheLastGuestToLeaveWakesASleepingOwner) {
+  std::thread owner([this] { gate_.RunOwner(); });
+  const std::thread::id owner_id = owner.get_id();
+  std::atomic<bool> entered{false};
+  ReceiveGate::Result result = ReceiveGate::Result::kBusy;
+  std::thread guest([&] {
+    entered = true;
+    result = gate_.Visit(wake_.fd(), [] { return false; });
+  });
+  while (!entered) std::this_thread::yield();
+  // The owner learns of the guest when the source next wakes it: push until
+  // it sleeps (whoever takes these; the guest never leaves on them).
+  int pushed = 0;
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!gate_.owner_parked() && std::chrono::steady_clock::now() < give_up) {
+    if (source_.taken() == static_cast<size_t>(pushed)) source_.Push(pushed++);
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(gate_.owner_parked()) << "the owner kept waking up";
+  wake_.Signal();
+  guest.join();
+  EXPECT_EQ(result, ReceiveGate::Result::kWoken);
+  ASSERT_TRUE(source_.WaitTakenBounded(pushed));
+  source_.Push(pushed);
+  EXPECT_TRUE(source_.WaitTakenBounded(pushed + 1))
+      << "the owner was not woken";
+  gate_.Stop();
+  owner.join();
+  ASSERT_EQ(source_.takers().size(), static_cast<size_t>(pushed + 1));
+  EXPECT_EQ(source_.takers().back(), owner_id);
+}
+
+// A guest that took its message and went off to handle it does not strand
+// what arrives meanwhile for others: the owner, off the source while the
+// guest waited, looks again within a park and takes it.
+TEST_P(ReceiveGateTest, WhatArrivesWhileTheGuestIsAwayIsTakenByTheOwner) {
+  std::thread owner([this] { gate_.RunOwner(); });
+  const std::thread::id owner_id = owner.get_id();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool handled = false;  // Guarded by mu: the guest has left and "handles".
+  bool release = false;  // Guarded by mu.
+  std::thread guest([&] {
+    EXPECT_EQ(gate_.Visit(wake_.fd(), [this] { return source_.taken() >= 1; }),
+              ReceiveGate::Result::kDone);
+    std::unique_lock<std::mutex> lock(mu);
+    handled = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });  // Handling, for long.
+  });
+  source_.Push(0);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return handled; });
+  }
+  source_.Push(1);
+  EXPECT_TRUE(source_.WaitTakenBounded(2)) << "item 1 was stranded";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  guest.join();
+  gate_.Stop();
+  owner.join();
+  ASSERT_EQ(source_.takers().size(), 2u);
+  EXPECT_EQ(source_.takers()[1], owner_id);
 }
 
 // A spinning guest runs while it waits (its thread's CPU clock advances), a
