@@ -129,7 +129,7 @@ ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
       std::lock_guard<std::mutex> lock(mu_);
       owner_parked_ = false;
     }
-    if (fds[1].revents != 0) {
+    if (ready > 0 && fds[1].revents != 0) {  // Not stale from an EINTR.
       uint64_t count;
       ssize_t n = read(owner_wake_fd_, &count, sizeof(count));
       (void)n;  // EAGAIN: already consumed; nothing else can fail here.
