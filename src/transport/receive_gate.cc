@@ -96,11 +96,14 @@ ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
   bool parked = false;
   Clock::time_point began{};         // When the last park began,
   std::chrono::nanoseconds held{0};  // and guest_time_ then.
-  while (!stopping()) {
+  while (true) {
     int timeout_ms = kParkMs;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (guests_ == 0) return parked ? Park::kParked : Park::kNoGuest;
+      owner_parked_ = false;  // Awake now, however it was woken.
+      if (stopping() || guests_ == 0) {
+        return parked ? Park::kParked : Park::kNoGuest;
+      }
       const Clock::time_point now = Clock::now();
       const std::chrono::nanoseconds guest_time =
           guest_time_ + (now - guests_since_);
@@ -125,17 +128,12 @@ ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
       return Park::kFailed;
     }
     parked = true;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      owner_parked_ = false;
-    }
     if (ready > 0 && fds[1].revents != 0) {  // Not stale from an EINTR.
       uint64_t count;
       ssize_t n = read(owner_wake_fd_, &count, sizeof(count));
       (void)n;  // EAGAIN: already consumed; nothing else can fail here.
     }
   }
-  return parked ? Park::kParked : Park::kNoGuest;
 }
 
 ReceiveGate::Result ReceiveGate::Visit(int wake_fd,

@@ -58,12 +58,9 @@ class Source {
     cv_.notify_all();
   }
 
-  void WaitTaken(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return taken_.size() >= n; });
-  }
-  // WaitTaken, giving up after 20 s: false if fewer were taken by then.
-  bool WaitTakenBounded(size_t n) {
+  // Waits until `n` were taken, giving up after 20 s: false if fewer were
+  // taken by then.
+  bool WaitTaken(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, std::chrono::seconds(20),
                         [&] { return taken_.size() >= n; });
@@ -240,10 +237,9 @@ TEST_P(ReceiveGateTest, TheLastGuestToLeaveWakesASleepingOwner) {
   wake_.Signal();
   guest.join();
   EXPECT_EQ(result, ReceiveGate::Result::kWoken);
-  ASSERT_TRUE(source_.WaitTakenBounded(pushed));
+  ASSERT_TRUE(source_.WaitTaken(pushed));
   source_.Push(pushed);
-  EXPECT_TRUE(source_.WaitTakenBounded(pushed + 1))
-      << "the owner was not woken";
+  EXPECT_TRUE(source_.WaitTaken(pushed + 1)) << "the owner was not woken";
   gate_.Stop();
   owner.join();
   ASSERT_EQ(source_.takers().size(), static_cast<size_t>(pushed + 1));
@@ -274,7 +270,7 @@ TEST_P(ReceiveGateTest, WhatArrivesWhileTheGuestIsAwayIsTakenByTheOwner) {
     cv.wait(lock, [&] { return handled; });
   }
   source_.Push(1);
-  EXPECT_TRUE(source_.WaitTakenBounded(2)) << "item 1 was stranded";
+  EXPECT_TRUE(source_.WaitTaken(2)) << "item 1 was stranded";
   {
     std::lock_guard<std::mutex> lock(mu);
     release = true;
