@@ -45,19 +45,13 @@ bool PollFds(pollfd* fds, nfds_t n, Clock::time_point spin_until = {}) {
 ReceiveGate::~ReceiveGate() {
   Stop();
   if (stop_fd_ >= 0) close(stop_fd_);
-  if (owner_wake_fd_ >= 0) close(owner_wake_fd_);
 }
 
 Status ReceiveGate::Init(int source_fd, std::function<void()> drain) {
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  owner_wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (stop_fd_ < 0 || owner_wake_fd_ < 0) {
-    Status s = Status::Internal(std::string("eventfd failed: ") +
-                                std::strerror(errno));
-    if (stop_fd_ >= 0) close(stop_fd_);
-    if (owner_wake_fd_ >= 0) close(owner_wake_fd_);
-    stop_fd_ = owner_wake_fd_ = -1;
-    return s;
+  if (stop_fd_ < 0) {
+    return Status::Internal(std::string("eventfd failed: ") +
+                            std::strerror(errno));
   }
   source_fd_ = source_fd;
   drain_ = std::move(drain);
@@ -91,48 +85,45 @@ void ReceiveGate::RunOwner() {
 }
 
 ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
-  pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {owner_wake_fd_, POLLIN, 0}};
-  uint64_t seen = ~uint64_t{0};  // Visits ended when the last park began.
+  pollfd stop = {stop_fd_, POLLIN, 0};
   bool parked = false;
-  Clock::time_point began{};         // When the last park began,
-  std::chrono::nanoseconds held{0};  // and guest_time_ then.
   while (true) {
-    int timeout_ms = kParkMs;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      owner_parked_ = false;  // Awake now, however it was woken.
+      parking_ = false;
       if (stopping() || guests_ == 0) {
         return parked ? Park::kParked : Park::kNoGuest;
       }
+      // Whether to park is decided afresh for every window of kParkMs or
+      // more, from the visits that ended in it and the share of it with a
+      // guest in the gate (see ParkWhileGuests' comment in the header).
       const Clock::time_point now = Clock::now();
       const std::chrono::nanoseconds guest_time =
           guest_time_ + (now - guests_since_);
-      // Guests that were there for less than half the last park leave the
-      // source unwatched too long for anyone else's messages: back to it.
-      if (parked && 2 * (guest_time - held) < now - began) {
-        return Park::kParked;
+      const std::chrono::duration<double> window = now - window_since_;
+      if (window >= std::chrono::milliseconds(kParkMs)) {
+        const double visits =
+            static_cast<double>(visits_ended_ - window_visits_);
+        const double rate = visits / window.count();
+        const double present =
+            std::chrono::duration<double>(guest_time - window_guest_time_) /
+            window;
+        park_worth_ = visits >= kParkMinVisits && present >= kParkMinPresent &&
+                      (rate >= kParkRate || present >= kParkAlwaysPresent);
+        window_since_ = now;
+        window_visits_ = visits_ended_;
+        window_guest_time_ = guest_time;
       }
-      began = now;
-      held = guest_time;
-      if (visits_ended_ == seen) {
-        // A guest has been there all through the last park: sleep until
-        // the last one leaves (it writes owner_wake_fd_).
-        owner_parked_ = true;
-        timeout_ms = -1;
-      }
-      seen = visits_ended_;
+      if (!park_worth_) return parked ? Park::kParked : Park::kNoGuest;
+      parking_ = true;
     }
-    int ready = poll(fds, 2, timeout_ms);
-    if (ready < 0 && errno != EINTR) {
+    if (poll(&stop, 1, kParkMs) < 0 && errno != EINTR) {
       LOG(ERROR) << "poll failed: " << std::strerror(errno);
+      std::lock_guard<std::mutex> lock(mu_);
+      parking_ = false;
       return Park::kFailed;
     }
     parked = true;
-    if (ready > 0 && fds[1].revents != 0) {  // Not stale from an EINTR.
-      uint64_t count;
-      ssize_t n = read(owner_wake_fd_, &count, sizeof(count));
-      (void)n;  // EAGAIN: already consumed; nothing else can fail here.
-    }
   }
 }
 
@@ -179,12 +170,6 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
     if (--guests_ == 0) {
       guest_time_ += Clock::now() - guests_since_;
       cv_.notify_all();
-      if (owner_parked_) {  // Nobody polls the source now: the owner must.
-        owner_parked_ = false;
-        uint64_t one = 1;
-        ssize_t n = write(owner_wake_fd_, &one, sizeof(one));
-        (void)n;  // Only fails (EAGAIN) if the counter is full: still readable.
-      }
     }
   }
   return result;
