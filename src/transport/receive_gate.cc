@@ -98,13 +98,12 @@ ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
       // more, from the visits that ended in it and the share of it with a
       // guest in the gate (see ParkWhileGuests' comment in the header).
       const Clock::time_point now = Clock::now();
-      const std::chrono::nanoseconds guest_time =
-          guest_time_ + (now - guests_since_);
       const std::chrono::duration<double> window = now - window_since_;
       if (window >= std::chrono::milliseconds(kParkMs)) {
-        const double visits =
-            static_cast<double>(visits_ended_ - window_visits_);
-        const double rate = visits / window.count();
+        const std::chrono::nanoseconds guest_time =
+            guest_time_ + (now - guests_since_);
+        const uint64_t visits = visits_ended_ - window_visits_;
+        const double rate = static_cast<double>(visits) / window.count();
         const double present =
             std::chrono::duration<double>(guest_time - window_guest_time_) /
             window;

@@ -126,8 +126,8 @@ class ReceiveGate {
   }
 
   // The van's own receive loop: drains and waits until Stop(), then drains
-  // once more and returns. While a guest is visiting, the owner does not
-  // wait on the source (see ParkWhileGuests).
+  // once more and returns. While guests visit, the owner may stay off the
+  // source (see ParkWhileGuests).
   void RunOwner();
 
   // A guest visit: drains, then waits (spinning first, see set_spin) on the
@@ -186,7 +186,7 @@ class ReceiveGate {
   enum class Park { kNoGuest, kParked, kFailed };
   Park ParkWhileGuests();
   static constexpr int kParkMs = 4;
-  static constexpr double kParkMinVisits = 2;
+  static constexpr uint64_t kParkMinVisits = 2;
   static constexpr double kParkMinPresent = 0.5;
   static constexpr double kParkRate = 2000;  // Visits per second.
   static constexpr double kParkAlwaysPresent = 0.9;

@@ -216,14 +216,13 @@ TEST_P(ReceiveGateTest, OwnerAndGuestsTogetherLoseNothing) {
 TEST_P(ReceiveGateTest,
        AGuestAlwaysThereKeepsTheOwnerOffTheSourceWhileItTakes) {
   std::thread owner([this] { gate_.RunOwner(); });
-  std::atomic<size_t> want{1};    // The guest's visits end when this many
-  std::atomic<bool> stay{false};  // were taken, or never once `stay`.
+  std::atomic<bool> stay{false};  // The guest's visits never end once set.
   std::atomic<bool> quit{false};
   std::thread guest([&] {
+    size_t want = 1;  // A visit ends when this many were taken.
     while (!quit) {
-      size_t target = want;
       ReceiveGate::Result r = gate_.Visit(
-          wake_.fd(), [&] { return !stay && source_.taken() >= target; });
+          wake_.fd(), [&] { return !stay && source_.taken() >= want; });
       if (r == ReceiveGate::Result::kWoken) wake_.Consume();
       if (r == ReceiveGate::Result::kStopped) return;
       if (!stay) want = source_.taken() + 1;
@@ -254,8 +253,8 @@ TEST_P(ReceiveGateTest,
 }
 
 // A guest that took its message and went off to handle it does not strand
-// what arrives meanwhile for others: the owner, off the source while the
-// guest waited, looks again within a park and takes it.
+// what arrives meanwhile for others: the owner, whether or not it parked
+// while the guest waited, is back on the source within a park and takes it.
 TEST_P(ReceiveGateTest, WhatArrivesWhileTheGuestIsAwayIsTakenByTheOwner) {
   std::thread owner([this] { gate_.RunOwner(); });
   const std::thread::id owner_id = owner.get_id();
