@@ -23,7 +23,12 @@
 # figures are printed beside it. On a shared machine interference only ever
 # slows a run down, so best against best is a second estimate that a few
 # slow rounds on one side cannot move; when the two estimates disagree, the
-# rounds were too noisy to judge the target.
+# rounds were too noisy to judge the target. How sure the judgement is comes
+# from the per-round ratios too: their k-th smallest and k-th largest are a
+# confidence interval for the median that assumes nothing about the noise
+# but that rounds are independent (at least 90%: 5 rounds give 94%, 9 give
+# 96%), and 'settled' says whether that interval meets the target, misses it
+# or straddles it (open). The chart draws the interval as an error bar.
 # Ember's waiting threads spin before they sleep (EMBER_SPIN_US, see
 # ReceiveGate); raw ZeroMQ's baseline blocks at once, as the targets were
 # set. So the same cases are also run against raw ZeroMQ that spins the same
@@ -43,7 +48,7 @@
 # Environment (flags win):
 #   BUILD_DIR      build tree (default: build in the repository)
 #   OUT_DIR        output directory (default: bench-out)
-#   ROUNDS         rounds, at least 3 (default 3)
+#   ROUNDS         rounds, at least 3 (default 5: fewer give no interval)
 #   BENCH_SECONDS  measured seconds per case (default 3)
 #   BENCH_WARMUP   warm-up seconds per case (default 1)
 #   BENCH_HANDLE   kv_bench's server handle, sum or empty (default sum)
@@ -64,7 +69,7 @@ NAME=bench.sh
 
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 OUT_DIR=${OUT_DIR:-bench-out}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 BENCH_SECONDS=${BENCH_SECONDS:-3}
 BENCH_WARMUP=${BENCH_WARMUP:-1}
 BENCH_HANDLE=${BENCH_HANDLE:-sum}
@@ -222,6 +227,40 @@ median() {
 
 trim() { local -a words; read -r -a words <<<"$1"; echo "${words[*]}"; }
 
+# interval VALUES...: a distribution-free confidence interval for the median
+# of the numeric arguments, assuming they are independent: the k-th smallest
+# and the k-th largest, with k as large as keeps the coverage,
+# 1 - 2 P(Binomial(n, 1/2) < k), at least 90%. Prints "LO HI COVERAGE", or
+# "n/a n/a n/a" with fewer than 5 values (even k = 1 covers only 87.5% of
+# 4). 5 values give 93.8% (k = 1), 9 give 96.1% (k = 2), 15 give 96.5% (k = 4).
+interval() {
+  numbers "$@" |
+    awk '{v[NR] = $1} END {
+      n = NR; best = 0; cov = 0
+      # tail = P(Binomial(n, 1/2) < k), built up term by term.
+      term = 1; for (i = 0; i < n; i++) term /= 2
+      tail = 0
+      for (k = 1; 2 * k <= n; k++) {
+        tail += term; term = term * (n - k + 1) / k
+        c = 1 - 2 * tail
+        if (c < 0.9) break
+        best = k; cov = c
+      }
+      if (best == 0) { print "n/a n/a n/a"; exit }
+      printf "%.3f %.3f %.3f\n", v[best], v[n + 1 - best], cov }'
+}
+
+# settled LO HI OP TARGET: whether the interval meets the target (met), misses
+# it (missed) or straddles it (open); n/a without an interval, - without a
+# target.
+settled() {
+  awk -v lo="$1" -v hi="$2" -v op="$3" -v t="$4" 'BEGIN {
+    if (op == "") print "-"
+    else if (lo == "n/a") print "n/a"
+    else if (op == ">=") print (lo + 0 >= t + 0 ? "met" : (hi + 0 < t + 0 ? "missed" : "open"))
+    else print (hi + 0 <= t + 0 ? "met" : (lo + 0 > t + 0 ? "missed" : "open")) }'
+}
+
 # per_round_ratios EMBER BASELINE: ember/baseline, round by round.
 per_round_ratios() {
   local -a e b
@@ -235,9 +274,10 @@ per_round_ratios() {
   echo "${out[*]}"
 }
 
-echo "case,metric,ember_median,baseline,baseline_median,ratio_of_medians,ratio,target,met,ember_values,baseline_values,per_round_ratios,best_ratio" >"$CSV"
+echo "case,metric,ember_median,baseline,baseline_median,ratio_of_medians,ratio,target,met,ember_values,baseline_values,per_round_ratios,best_ratio,interval_low,interval_high,interval_coverage,settled" >"$CSV"
 # table_line CASE EMBER BASELINE RATIO_OF_MEDIANS RATIO RANGE BEST TARGET MET
-table_line() { printf '%-44s %10s %10s %8s %6s %10s %9s %7s %4s\n' "$@"; }
+#            INTERVAL SETTLED
+table_line() { printf '%-44s %10s %10s %8s %6s %10s %9s %7s %4s %15s %7s\n' "$@"; }
 
 # best HIGHER_IS_BETTER VALUES...: the largest (1) or smallest (0) numeric
 # argument, or n/a.
@@ -260,12 +300,16 @@ echo "Ember / raw ZeroMQ, 1 server x 1 worker, medians of $ROUNDS rounds"
 echo "(ratio: the median of the per-round ratios, each round's Ember run against"
 echo "the baseline run just before it, which is what 'met' judges; the ratio of"
 echo "the medians, the range of the per-round ratios and the ratio of the best"
-echo "figures, best/best, are shown beside it)"
-table_line case ember baseline 'med/med' ratio range best/best target met
+echo "figures, best/best, are shown beside it). 'interval' is a distribution-free"
+echo "confidence interval for the median per-round ratio (order statistics, at"
+echo "least 90%; n/a under 5 rounds) and 'settled' judges the target by it:"
+echo "met, missed, or open when the interval straddles the target."
+table_line case ember baseline 'med/med' ratio range best/best target met \
+  interval settled
 # row CASE METRIC EMBER_RUN BASELINE_DESCRIPTION BASELINE_RUN OP TARGET
 row() {
   local name=$1 metric=$2 ember_run=$3 baseline_name=$4 baseline_run=$5 op=$6 target=$7
-  local em bm mm per_round ratio met higher eb bb best_ratio
+  local em bm mm per_round ratio met higher eb bb best_ratio lo hi cov verdict ci
   # The CSV is comma-separated, unquoted.
   if [[ $name == *,* ]]; then
     echo "$NAME: internal error: case name '$name' has a comma" >&2
@@ -296,12 +340,19 @@ row() {
     else if (op == ">=") print (r + 0 >= t + 0 ? "yes" : "no")
     else print (r + 0 <= t + 0 ? "yes" : "no") }')
   # shellcheck disable=SC2086
+  read -r lo hi cov <<<"$(interval $per_round)"
+  verdict=$(settled "$lo" "$hi" "$op" "$target")
+  ci=n/a
+  [[ $lo == n/a ]] ||
+    ci=$(awk -v l="$lo" -v h="$hi" -v c="$cov" 'BEGIN {
+      printf "%.2f-%.2f %.0f%%", l, h, c * 100 }')
+  # shellcheck disable=SC2086
   table_line "$name ($metric)" "$em" "$bm" "$mm" "$ratio" "$(span $per_round)" \
-    "$best_ratio" "${op:--}$target" "$met"
-  printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" "$metric" "$em" \
-    "$baseline_name" "$bm" "$mm" "$ratio" "$op$target" "$met" \
+    "$best_ratio" "${op:--}$target" "$met" "$ci" "$verdict"
+  printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" \
+    "$metric" "$em" "$baseline_name" "$bm" "$mm" "$ratio" "$op$target" "$met" \
     "$(trim "${VALUES[$ember_run]:-}")" "$(trim "${VALUES[$baseline_run]:-}")" \
-    "$per_round" "$best_ratio" >>"$CSV"
+    "$per_round" "$best_ratio" "$lo" "$hi" "$cov" "$verdict" >>"$CSV"
 }
 row "dense 4 MB push w8" GB_s ember_dense4m_push "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 1.0
 row "dense 4 MB pull w8" GB_s ember_dense4m_pull "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 0.9
@@ -357,19 +408,30 @@ import matplotlib.pyplot as plt
 
 with open(os.environ["CSV"], newline="") as f:
     rows = list(csv.DictReader(f))
-labels, ratios, targets, colors = [], [], [], []
+labels, ratios, targets, colors, errors = [], [], [], [], [[], []]
 rows = [r for r in rows if r["target"][:2] in (">=", "<=")]
 for r in rows:
     better = "lower is better" if r["target"].startswith("<=") else "higher is better"
     labels.append(f'{r["case"]}\n{r["metric"]}, {better}')
     ratio = float(r["ratio"]) if r["ratio"] != "n/a" else 0.0
     ratios.append(ratio)
+    # The confidence interval for the median, as an error bar (none under 5
+    # rounds).
+    if r["interval_low"] != "n/a" and r["ratio"] != "n/a":
+        errors[0].append(max(0.0, ratio - float(r["interval_low"])))
+        errors[1].append(max(0.0, float(r["interval_high"]) - ratio))
+    else:
+        errors[0].append(0.0)
+        errors[1].append(0.0)
     targets.append(float(r["target"][2:]))
     colors.append({"yes": "tab:green", "no": "tab:red"}.get(r["met"], "tab:gray"))
 fig, ax = plt.subplots(figsize=(9, 4.5))
 x = range(len(rows))
 ax.bar(x, ratios, color=colors)
-ax.scatter(x, targets, marker="_", s=900, color="black", zorder=3, label="target")
+ax.errorbar(x, ratios, yerr=errors, fmt="none", ecolor="dimgray", capsize=5,
+            label="confidence interval for the median (>= 90%)")
+ax.scatter(x, targets, marker="_", s=900, color="tab:blue", linewidths=3,
+           zorder=3, label="target")
 for i, ratio in enumerate(ratios):
     ax.annotate(f"{ratio:.2f}", (i, ratio), ha="center", va="bottom")
 ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
