@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <unordered_set>
 #include <utility>
 
@@ -14,6 +15,9 @@ namespace {
 // this many bytes (at least one row). The unused tail of the last chunk is
 // then under 2 MiB: below 0.2% of a table of a gigabyte.
 constexpr size_t kChunkBytes = size_t{2} << 20;
+// Full chunks are carved from regions of this many bytes (at least one
+// chunk).
+constexpr size_t kRegionBytes = size_t{64} << 20;
 // The first chunk starts with this many rows and doubles up to a full chunk.
 constexpr size_t kFirstChunkRows = 16;
 constexpr size_t kInitialIndexCapacity = 16;
@@ -154,7 +158,8 @@ void EmbeddingTable::GrowArena() {
   const size_t full_rows = size_t{1} << chunk_shift_;
   if (chunks_.empty()) {
     first_chunk_rows_ = std::min(kFirstChunkRows, full_rows);
-    chunks_.emplace_back(new float[first_chunk_rows_ * row_floats_]);
+    first_chunk_.reset(new float[first_chunk_rows_ * row_floats_]);
+    chunks_.push_back(first_chunk_.get());
     row_capacity_ = first_chunk_rows_;
     return;
   }
@@ -163,22 +168,54 @@ void EmbeddingTable::GrowArena() {
     // one full chunk: at most 2 MiB, in amortised O(1) per row.
     const size_t rows = std::min(first_chunk_rows_ * 2, full_rows);
     std::unique_ptr<float[]> bigger(new float[rows * row_floats_]);
-    std::memcpy(bigger.get(), chunks_[0].get(),
+    std::memcpy(bigger.get(), first_chunk_.get(),
                 num_rows_ * row_floats_ * sizeof(float));
-    chunks_[0] = std::move(bigger);
+    first_chunk_ = std::move(bigger);
+    chunks_[0] = first_chunk_.get();
     first_chunk_rows_ = rows;
     row_capacity_ = rows;
     return;
   }
-  chunks_.emplace_back(new float[full_rows * row_floats_]);
+  chunks_.push_back(NewFullChunk());
   row_capacity_ += full_rows;
 }
 
+float* EmbeddingTable::NewFullChunk() {
+  const size_t chunk_bytes =
+      (size_t{1} << chunk_shift_) * row_floats_ * sizeof(float);
+  if (regions_.empty() || regions_.back().size() - region_used_ < chunk_bytes) {
+    // A region's untouched tail is address space only; a huge page becomes
+    // resident when rows are first written into it.
+    const size_t chunks = std::max<size_t>(1, kRegionBytes / chunk_bytes);
+    regions_.emplace_back(chunks * chunk_bytes);
+    region_used_ = 0;
+  }
+  float* chunk = reinterpret_cast<float*>(
+      static_cast<char*>(regions_.back().data()) + region_used_);
+  region_used_ += chunk_bytes;
+  return chunk;
+}
+
 void EmbeddingTable::Rehash(size_t capacity) {
-  std::unique_ptr<IndexEntry[]> old = std::move(index_);
+  const IndexEntry* const old = index_;
+  // Keeps the old index's memory until it has been copied.
+  std::unique_ptr<IndexEntry[]> old_small = std::move(index_small_);
+  HugePageMemory old_large = std::move(index_large_);
   const size_t old_capacity = index_capacity_;
-  index_.reset(new IndexEntry[capacity]);
-  for (size_t i = 0; i < capacity; ++i) index_[i] = IndexEntry{0, 0, kEmptyRow};
+  const size_t bytes = capacity * sizeof(IndexEntry);
+  if (bytes >= HugePageMemory::kHugePageBytes) {
+    index_large_ = HugePageMemory(bytes);
+    index_ = static_cast<IndexEntry*>(index_large_.data());
+    for (size_t i = 0; i < capacity; ++i) {
+      new (&index_[i]) IndexEntry{0, 0, kEmptyRow};
+    }
+  } else {
+    index_small_.reset(new IndexEntry[capacity]);
+    index_ = index_small_.get();
+    for (size_t i = 0; i < capacity; ++i) {
+      index_[i] = IndexEntry{0, 0, kEmptyRow};
+    }
+  }
   index_capacity_ = capacity;
   index_mask_ = capacity - 1;
   for (size_t i = 0; i < old_capacity; ++i) {
