@@ -7,7 +7,8 @@
 //
 //   embedding_bench [--rows=2000000] [--dims=8,64] [--optimizers=sgd,adagrad]
 //                   [--batch=1000] [--ids=uniform|zipf] [--zipf_exponent=1.1]
-//                   [--seconds=1 | --iterations=N] [--memory_rows=10000000]
+//                   [--seconds=0.5 | --iterations=N] [--rounds=5]
+//                   [--memory_rows=10000000]
 //
 // Every table is filled with --rows rows first (IDs are 64-bit hashes of row
 // numbers 0..rows-1), so the measured calls find existing rows; the key
@@ -23,8 +24,15 @@
 //          raw_bytes_per_row=.. memory_over_raw=.. create_rows_s=..
 //   RESULT op=pull dim=8 optimizer=sgd rows=.. batch=.. ids=uniform
 //          rows_s=.. baseline=gather baseline_rows_s=.. ratio=..
+//          ratio_min=.. ratio_max=.. rounds=.. ratios=..,..
 //   RESULT op=push ... baseline=scatter_add baseline_rows_s=.. ratio=..
-// ratio = Ember / baseline (1 would be as fast as the bare loop). The memory
+// ratio = Ember / baseline (1 would be as fast as the bare loop). Each case
+// runs --rounds rounds with the table and the flat array both in memory;
+// every round measures Ember and the baseline one after the other,
+// alternating which goes first, so a slow phase of the machine hits both.
+// rows_s and baseline_rows_s are medians over the rounds, ratio is the
+// median of the per-round ratios, ratio_min / ratio_max their range and
+// ratios the per-round ratios (scripts/bench.sh reads them). The memory
 // line's resident figures are the growth of the process's RSS
 // (/proc/self/statm) while the table was built, measured before any other
 // case runs.
@@ -49,6 +57,7 @@
 #include "model/embedding_table.h"
 #include "model/initializer.h"
 #include "model/optimizer.h"
+#include "util/huge_pages.h"
 
 DEFINE_uint64(rows, 2000000, "rows in each measured table");
 DEFINE_string(dims, "8,64", "row widths in floats, comma-separated");
@@ -58,10 +67,15 @@ DEFINE_string(optimizers, "sgd,adagrad",
 DEFINE_uint64(batch, 1000, "IDs per Lookup / ApplyGradients call");
 DEFINE_string(ids, "uniform", "key distribution: uniform or zipf");
 DEFINE_double(zipf_exponent, 1.1, "zipf: exponent s of P(rank) ~ rank^-s");
-DEFINE_double(seconds, 1, "measured duration of each figure, in seconds");
+DEFINE_double(seconds, 0.5,
+              "measured duration of each figure in each round, in seconds");
 DEFINE_uint64(iterations, 0,
-              "if > 0: run exactly this many batches per figure instead of "
-              "--seconds");
+              "if > 0: run exactly this many batches per figure and round "
+              "instead of --seconds");
+DEFINE_int32(rounds, 5,
+             "rounds per case; each measures Ember and its baseline in turn "
+             "(alternating which goes first), with the table and the flat "
+             "array both in memory");
 DEFINE_uint64(stream_keys, 4000000,
               "length of the key stream drawn once and cycled (long enough "
               "that its rows do not fit in cache)");
@@ -209,6 +223,62 @@ double Measure(size_t stream_length, size_t batch,
   return static_cast<double>(done) * batch / seconds;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string Joined(const std::vector<double>& v) {
+  std::string out;
+  char buf[32];
+  for (double x : v) {
+    std::snprintf(buf, sizeof(buf), "%.3f", x);
+    if (!out.empty()) out += ',';
+    out += buf;
+  }
+  return out;
+}
+
+// One operation's rounds: Ember's and the baseline's rates, and their ratio
+// round by round.
+class Rounds {
+ public:
+  void Add(bool ember_first, const std::function<double()>& ember,
+           const std::function<double()>& baseline) {
+    double e, b;
+    if (ember_first) {
+      e = ember();
+      b = baseline();
+    } else {
+      b = baseline();
+      e = ember();
+    }
+    ember_.push_back(e);
+    baseline_.push_back(b);
+    ratios_.push_back(e / b);
+  }
+
+  // rows_s and baseline_rows_s are medians over the rounds; ratio is the
+  // median of the per-round ratios, ratio_min and ratio_max their range,
+  // ratios the per-round ratios themselves, comma-separated.
+  void Print(const char* op, int dim, const std::string& optimizer, size_t rows,
+             size_t batch, const char* dist, const char* baseline) const {
+    std::printf(
+        "RESULT op=%s dim=%d optimizer=%s rows=%zu batch=%zu ids=%s "
+        "rows_s=%.0f baseline=%s baseline_rows_s=%.0f ratio=%.3f "
+        "ratio_min=%.3f ratio_max=%.3f rounds=%zu ratios=%s\n",
+        op, dim, optimizer.c_str(), rows, batch, dist, Median(ember_), baseline,
+        Median(baseline_), Median(ratios_),
+        *std::min_element(ratios_.begin(), ratios_.end()),
+        *std::max_element(ratios_.begin(), ratios_.end()), ratios_.size(),
+        Joined(ratios_).c_str());
+  }
+
+ private:
+  std::vector<double> ember_, baseline_, ratios_;
+};
+
 void MemoryLine(size_t rows) {
   const int dim = 16;
   const size_t before = ResidentBytes();
@@ -250,51 +320,64 @@ void RunCase(int dim, const std::string& optimizer_name,
   std::vector<float> grads(batch * dim, 1e-4f);
   const size_t row_bytes = dim * sizeof(float);
 
-  const double pull = Measure(stream.size(), batch, [&](size_t first) {
-    CHECK(table->Lookup(&ids[first], batch, out.data()).ok());
-    Clobber(out.data());
-  });
-  const double push = Measure(stream.size(), batch, [&](size_t first) {
-    const ps::Status s =
-        table->ApplyGradients(&ids[first], batch, grads.data());
-    CHECK(s.ok()) << s;
-  });
-  CHECK_EQ(table->size(), rows) << "the measured calls created rows";
-  table.reset();
-
   // The baseline: the same rows as one flat array (filled, so every page is
-  // real), the same key stream.
-  std::vector<float> flat(rows * dim);
-  for (size_t i = 0; i < flat.size(); ++i) flat[i] = 1e-3f * (i % 101);
-  const double gather = Measure(stream.size(), batch, [&](size_t first) {
-    const uint32_t* keys = &stream[first];
-    for (size_t i = 0; i < batch; ++i) {
-      std::memcpy(&out[i * dim], &flat[static_cast<size_t>(keys[i]) * dim],
-                  row_bytes);
-    }
-    Clobber(out.data());
-  });
-  const double scatter = Measure(stream.size(), batch, [&](size_t first) {
-    const uint32_t* keys = &stream[first];
-    for (size_t i = 0; i < batch; ++i) {
-      float* row = &flat[static_cast<size_t>(keys[i]) * dim];
-      const float* g = &grads[i * dim];
-      for (int j = 0; j < dim; ++j) row[j] += g[j];
-    }
-    Clobber(flat.data());
-  });
+  // real), the same key stream, in the kind of memory the table keeps its
+  // rows in (HugePageMemory), so that the two differ by the table's own
+  // work, not by the page size.
+  const size_t flat_floats = rows * dim;
+  ps::HugePageMemory flat_memory(flat_floats * sizeof(float));
+  float* flat = static_cast<float*>(flat_memory.data());
+  for (size_t i = 0; i < flat_floats; ++i) flat[i] = 1e-3f * (i % 101);
+
+  auto pull = [&] {
+    return Measure(stream.size(), batch, [&](size_t first) {
+      CHECK(table->Lookup(&ids[first], batch, out.data()).ok());
+      Clobber(out.data());
+    });
+  };
+  auto push = [&] {
+    return Measure(stream.size(), batch, [&](size_t first) {
+      const ps::Status s =
+          table->ApplyGradients(&ids[first], batch, grads.data());
+      CHECK(s.ok()) << s;
+    });
+  };
+  auto gather = [&] {
+    return Measure(stream.size(), batch, [&](size_t first) {
+      const uint32_t* keys = &stream[first];
+      for (size_t i = 0; i < batch; ++i) {
+        std::memcpy(&out[i * dim], &flat[static_cast<size_t>(keys[i]) * dim],
+                    row_bytes);
+      }
+      Clobber(out.data());
+    });
+  };
+  auto scatter = [&] {
+    return Measure(stream.size(), batch, [&](size_t first) {
+      const uint32_t* keys = &stream[first];
+      for (size_t i = 0; i < batch; ++i) {
+        float* row = &flat[static_cast<size_t>(keys[i]) * dim];
+        const float* g = &grads[i * dim];
+        for (int j = 0; j < dim; ++j) row[j] += g[j];
+      }
+      Clobber(flat);
+    });
+  };
+
+  // Rounds of Ember and baseline in turn, so that the machine's slow phases
+  // hit both alike; each round's ratio is Ember over the baseline run beside
+  // it.
+  Rounds pulls, pushes;
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    const bool ember_first = round % 2 == 0;
+    pulls.Add(ember_first, pull, gather);
+    pushes.Add(ember_first, push, scatter);
+  }
+  CHECK_EQ(table->size(), rows) << "the measured calls created rows";
 
   const char* dist = FLAGS_ids.c_str();
-  std::printf(
-      "RESULT op=pull dim=%d optimizer=%s rows=%zu batch=%zu ids=%s "
-      "rows_s=%.0f baseline=gather baseline_rows_s=%.0f ratio=%.3f\n",
-      dim, optimizer_name.c_str(), rows, batch, dist, pull, gather,
-      pull / gather);
-  std::printf(
-      "RESULT op=push dim=%d optimizer=%s rows=%zu batch=%zu ids=%s "
-      "rows_s=%.0f baseline=scatter_add baseline_rows_s=%.0f ratio=%.3f\n",
-      dim, optimizer_name.c_str(), rows, batch, dist, push, scatter,
-      push / scatter);
+  pulls.Print("pull", dim, optimizer_name, rows, batch, dist, "gather");
+  pushes.Print("push", dim, optimizer_name, rows, batch, dist, "scatter_add");
   std::fflush(stdout);
 }
 
@@ -324,6 +407,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown optimizer '%s'\n", name.c_str());
       return 1;
     }
+  }
+  if (FLAGS_rounds < 1) {
+    std::fprintf(stderr, "need --rounds >= 1\n");
+    return 1;
   }
   if (FLAGS_rows < 1 || FLAGS_rows > 0xFFFFFFFEull || FLAGS_batch < 1 ||
       FLAGS_stream_keys < FLAGS_batch) {

@@ -39,7 +39,11 @@
 # raw ZeroMQ itself: 12000 B, window 8, answered over a second TCP connection
 # (zmq_baseline --replies=separate, the way an Ember node answers) over the
 # same answered on the request's connection, in the same rounds. Then it
-# runs the memcpy / gather / scatter-add baseline once.
+# runs the memcpy / gather / scatter-add baseline once, and the embedding
+# target: a table of EMBED_ROWS rows of dim 64 with Adagrad, pull and
+# push + update against a plain gather / scatter-add over a flat array of
+# the same rows (embedding_bench, ROUNDS rounds in one process; target: at
+# least 0.5, within 2x), judged the same way.
 #
 # Writes to the output directory: bench_results.csv (the ratio table, with
 # every round's values), bench_ratios.png (when python3 has matplotlib),
@@ -56,6 +60,8 @@
 #   EMBER_SPIN_US  Ember's spin before sleeping, also given to the spinning
 #                  raw baseline (default 200, Ember's own default)
 #   MEMCPY_ARGS    extra flags for memcpy_baseline, e.g. --table_rows=1000000
+#   EMBED_ROWS     rows of the embedding table case (default 10000000, about
+#                  8 GB with its flat baseline; 0 skips the case)
 #   CASE_TIMEOUT   hard limit in seconds for one run (default 60)
 #   PYTHON         python with matplotlib for the chart (default: python3,
 #                  then /usr/bin/python3)
@@ -74,6 +80,7 @@ BENCH_SECONDS=${BENCH_SECONDS:-3}
 BENCH_WARMUP=${BENCH_WARMUP:-1}
 BENCH_HANDLE=${BENCH_HANDLE:-sum}
 BENCH_MEMCPY=${BENCH_MEMCPY:-1}
+EMBED_ROWS=${EMBED_ROWS:-10000000}
 MEMCPY_ARGS=${MEMCPY_ARGS:-}
 CASE_TIMEOUT=${CASE_TIMEOUT:-60}
 # One value for Ember's runs and the spinning baseline's.
@@ -121,9 +128,10 @@ fi
 KV_BENCH=$BUILD_DIR/bench/kv_bench
 ZMQ_BASELINE=$BUILD_DIR/bench/zmq_baseline
 MEMCPY_BASELINE=$BUILD_DIR/bench/memcpy_baseline
+EMBEDDING_BENCH=$BUILD_DIR/bench/embedding_bench
 LOCAL_SH=$ROOT/scripts/local.sh
 missing=0
-for program in "$KV_BENCH" "$ZMQ_BASELINE" "$MEMCPY_BASELINE" "$BUILD_DIR/scheduler/ember_scheduler"; do
+for program in "$KV_BENCH" "$ZMQ_BASELINE" "$MEMCPY_BASELINE" "$EMBEDDING_BENCH" "$BUILD_DIR/scheduler/ember_scheduler"; do
   if [[ ! -x $program ]]; then
     echo "$NAME: $program is missing" >&2
     missing=1
@@ -384,6 +392,53 @@ if ((BENCH_MEMCPY)); then
     FAILED=1
   fi
   echo "wrote $MEMCPY_TXT"
+fi
+
+# The embedding target: server-side pull and push + update of an embedding
+# table (dim 64, Adagrad) within 2x of a plain gather / scatter-add over a
+# flat array of the same rows, measured in rounds within one process
+# (embedding_bench), judged like the rows above.
+if ((EMBED_ROWS > 0)); then
+  echo
+  echo "embedding table (dim 64, $EMBED_ROWS rows, Adagrad, $ROUNDS rounds) / plain"
+  echo "gather or scatter-add over a flat array of the same rows (embedding_bench):"
+  table_line case ember baseline 'med/med' ratio range best/best target met \
+    interval settled
+  timeout -k 5 "$((CASE_TIMEOUT * 5))" "$EMBEDDING_BENCH" --rows="$EMBED_ROWS" \
+    --dims=64 --optimizers=adagrad --memory_rows=0 --rounds="$ROUNDS" \
+    >"$RAW_DIR/embedding_bench.log" 2>&1
+  status=$?
+  embed_lines=$(grep -o 'RESULT op=.*' "$RAW_DIR/embedding_bench.log")
+  if ((status != 0)) || [[ -z $embed_lines ]]; then
+    echo "$NAME: embedding_bench failed (exit status $status); see $RAW_DIR/embedding_bench.log" >&2
+    FAILED=1
+  fi
+  while read -r line; do
+    [[ -n $line ]] || continue
+    op=$(field "$line" op)
+    em=$(field "$line" rows_s)
+    bm=$(field "$line" baseline_rows_s)
+    ratio=$(field "$line" ratio)
+    per_round=$(field "$line" ratios | tr ',' ' ')
+    name="embedding $op dim 64 adagrad"
+    mm=$(awk -v x="$em" -v y="$bm" 'BEGIN { if (y + 0 == 0) print "n/a"; else printf "%.3f", x / y }')
+    met=$(awk -v r="$ratio" 'BEGIN { print (r + 0 >= 0.5 ? "yes" : "no") }')
+    # shellcheck disable=SC2086  # the ratios are space-separated on purpose
+    read -r lo hi cov <<<"$(interval $per_round)"
+    verdict=$(settled "$lo" "$hi" ">=" 0.5)
+    ci=n/a
+    [[ $lo == n/a ]] ||
+      ci=$(awk -v l="$lo" -v h="$hi" -v c="$cov" 'BEGIN {
+        printf "%.2f-%.2f %.0f%%", l, h, c * 100 }')
+    # shellcheck disable=SC2086
+    table_line "$name (rows_s)" "$em" "$bm" "$mm" "$ratio" "$(span $per_round)" \
+      n/a ">=0.5" "$met" "$ci" "$verdict"
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" \
+      rows_s "$em" "flat-array $(field "$line" baseline) rows_s" "$bm" "$mm" \
+      "$ratio" ">=0.5" "$met" "" "" "$(trim "$per_round")" n/a "$lo" "$hi" \
+      "$cov" "$verdict" >>"$CSV"
+  done <<<"$embed_lines"
+  echo "added to $CSV"
 fi
 
 # The first python with matplotlib: $PYTHON, python3 on PATH, the system's
