@@ -197,34 +197,37 @@ float* EmbeddingTable::NewFullChunk() {
 }
 
 void EmbeddingTable::Rehash(size_t capacity) {
-  const IndexEntry* const old = index_;
-  // Keeps the old index's memory until it has been copied.
-  std::unique_ptr<IndexEntry[]> old_small = std::move(index_small_);
-  HugePageMemory old_large = std::move(index_large_);
-  const size_t old_capacity = index_capacity_;
+  // The new index is built aside and swapped in at the end, so a failed
+  // allocation (std::bad_alloc) leaves the table as it was.
+  std::unique_ptr<IndexEntry[]> small;
+  HugePageMemory large;
+  IndexEntry* fresh;
   const size_t bytes = capacity * sizeof(IndexEntry);
   if (bytes >= HugePageMemory::kHugePageBytes) {
-    index_large_ = HugePageMemory(bytes);
-    index_ = static_cast<IndexEntry*>(index_large_.data());
+    large = HugePageMemory(bytes);
+    fresh = static_cast<IndexEntry*>(large.data());
     for (size_t i = 0; i < capacity; ++i) {
-      new (&index_[i]) IndexEntry{0, 0, kEmptyRow};
+      new (&fresh[i]) IndexEntry{0, 0, kEmptyRow};
     }
   } else {
-    index_small_.reset(new IndexEntry[capacity]);
-    index_ = index_small_.get();
-    for (size_t i = 0; i < capacity; ++i) {
-      index_[i] = IndexEntry{0, 0, kEmptyRow};
-    }
+    small.reset(new IndexEntry[capacity]);
+    fresh = small.get();
+    for (size_t i = 0; i < capacity; ++i)
+      fresh[i] = IndexEntry{0, 0, kEmptyRow};
   }
-  index_capacity_ = capacity;
-  index_mask_ = capacity - 1;
-  for (size_t i = 0; i < old_capacity; ++i) {
-    const IndexEntry& entry = old[i];
+  const size_t mask = capacity - 1;
+  for (size_t i = 0; i < index_capacity_; ++i) {
+    const IndexEntry& entry = index_[i];
     if (entry.row == kEmptyRow) continue;
-    size_t slot = HashId(EntryId(entry)) & index_mask_;
-    while (index_[slot].row != kEmptyRow) slot = (slot + 1) & index_mask_;
-    index_[slot] = entry;
+    size_t slot = HashId(EntryId(entry)) & mask;
+    while (fresh[slot].row != kEmptyRow) slot = (slot + 1) & mask;
+    fresh[slot] = entry;
   }
+  index_small_ = std::move(small);
+  index_large_ = std::move(large);
+  index_ = fresh;
+  index_capacity_ = capacity;
+  index_mask_ = mask;
 }
 
 void EmbeddingTable::Reserve(size_t rows) {
