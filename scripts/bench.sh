@@ -455,6 +455,7 @@ if [[ -n $CHART_PYTHON ]]; then
   if CSV="$CSV" PNG="$PNG" ROUNDS="$ROUNDS" "$CHART_PYTHON" - <<'EOF'
 import csv
 import os
+import textwrap
 
 import matplotlib
 
@@ -467,7 +468,7 @@ labels, ratios, targets, colors, errors = [], [], [], [], [[], []]
 rows = [r for r in rows if r["target"][:2] in (">=", "<=")]
 for r in rows:
     better = "lower is better" if r["target"].startswith("<=") else "higher is better"
-    labels.append(f'{r["case"]}\n{r["metric"]}, {better}')
+    labels.append(textwrap.fill(r["case"], 20) + f'\n{r["metric"]}\n{better}')
     ratio = float(r["ratio"]) if r["ratio"] != "n/a" else 0.0
     ratios.append(ratio)
     # The confidence interval for the median, as an error bar (none under 5
@@ -480,7 +481,7 @@ for r in rows:
         errors[1].append(0.0)
     targets.append(float(r["target"][2:]))
     colors.append({"yes": "tab:green", "no": "tab:red"}.get(r["met"], "tab:gray"))
-fig, ax = plt.subplots(figsize=(9, 4.5))
+fig, ax = plt.subplots(figsize=(max(9, 1.9 * len(rows)), 5))
 x = range(len(rows))
 ax.bar(x, ratios, color=colors)
 ax.errorbar(x, ratios, yerr=errors, fmt="none", ecolor="dimgray", capsize=5,
@@ -492,9 +493,11 @@ for i, ratio in enumerate(ratios):
 ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
 ax.set_xticks(list(x))
 ax.set_xticklabels(labels, fontsize=8)
-ax.set_ylabel("Ember / raw ZeroMQ")
-ax.set_title(f"Ember vs raw ZeroMQ, 1 server x 1 worker, medians of {os.environ['ROUNDS']} rounds")
-ax.legend()
+ax.set_ylabel("Ember / baseline")
+ax.set_title("Ember against raw ZeroMQ (1 server x 1 worker) and a plain gather / "
+             f"scatter-add (embedding), medians of {os.environ['ROUNDS']} rounds",
+             fontsize=10)
+ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 fig.tight_layout()
 fig.savefig(os.environ["PNG"], dpi=120)
 EOF
