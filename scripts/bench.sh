@@ -314,21 +314,55 @@ echo "least 90%; n/a under 5 rounds) and 'settled' judges the target by it:"
 echo "met, missed, or open when the interval straddles the target."
 table_line case ember baseline 'med/med' ratio range best/best target met \
   interval settled
-# row CASE METRIC EMBER_RUN BASELINE_DESCRIPTION BASELINE_RUN OP TARGET
-row() {
-  local name=$1 metric=$2 ember_run=$3 baseline_name=$4 baseline_run=$5 op=$6 target=$7
-  local em bm mm per_round ratio met higher eb bb best_ratio lo hi cov verdict ci
+# quotient X Y: X / Y to 3 decimals, or n/a.
+quotient() {
+  awk -v x="$1" -v y="$2" 'BEGIN {
+    if (x == "n/a" || y == "n/a" || y + 0 == 0) print "n/a"; else printf "%.3f", x / y }'
+}
+
+# emit_row CASE METRIC EMBER BASELINE_DESCRIPTION BASELINE RATIO PER_ROUND BEST
+#          OP TARGET EMBER_VALUES BASELINE_VALUES: judges RATIO (and the
+# interval of the space-separated PER_ROUND ratios) against OP TARGET, prints
+# the table line and appends the CSV line.
+emit_row() {
+  local name=$1 metric=$2 em=$3 baseline_name=$4 bm=$5 ratio=$6 per_round=$7
+  local best_ratio=$8 op=$9 target=${10} ember_values=${11} baseline_values=${12}
+  local met lo hi cov verdict ci
   # The CSV is comma-separated, unquoted.
   if [[ $name == *,* ]]; then
     echo "$NAME: internal error: case name '$name' has a comma" >&2
     exit 2
   fi
+  met=$(awk -v r="$ratio" -v op="$op" -v t="$target" 'BEGIN {
+    if (r == "n/a") print "n/a"
+    else if (op == "") print "-"
+    else if (op == ">=") print (r + 0 >= t + 0 ? "yes" : "no")
+    else print (r + 0 <= t + 0 ? "yes" : "no") }')
+  # shellcheck disable=SC2086  # the ratios are space-separated on purpose
+  read -r lo hi cov <<<"$(interval $per_round)"
+  verdict=$(settled "$lo" "$hi" "$op" "$target")
+  ci=n/a
+  [[ $lo == n/a ]] ||
+    ci=$(awk -v l="$lo" -v h="$hi" -v c="$cov" 'BEGIN {
+      printf "%.2f-%.2f %.0f%%", l, h, c * 100 }')
+  # shellcheck disable=SC2086
+  table_line "$name ($metric)" "$em" "$bm" "$(quotient "$em" "$bm")" "$ratio" \
+    "$(span $per_round)" "$best_ratio" "${op:--}$target" "$met" "$ci" "$verdict"
+  printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" \
+    "$metric" "$em" "$baseline_name" "$bm" "$(quotient "$em" "$bm")" "$ratio" \
+    "$op$target" "$met" "$(trim "$ember_values")" "$(trim "$baseline_values")" \
+    "$(trim "$per_round")" "$best_ratio" "$lo" "$hi" "$cov" "$verdict" >>"$CSV"
+}
+
+# row CASE METRIC EMBER_RUN BASELINE_DESCRIPTION BASELINE_RUN OP TARGET: a
+# case of the rounds above.
+row() {
+  local name=$1 metric=$2 ember_run=$3 baseline_name=$4 baseline_run=$5 op=$6 target=$7
+  local em bm per_round ratio higher eb bb
   # shellcheck disable=SC2086  # the figures are space-separated on purpose
   em=$(median ${VALUES[$ember_run]:-})
   # shellcheck disable=SC2086
   bm=$(median ${VALUES[$baseline_run]:-})
-  mm=$(awk -v x="$em" -v y="$bm" 'BEGIN {
-    if (x == "n/a" || y == "n/a" || y + 0 == 0) print "n/a"; else printf "%.3f", x / y }')
   per_round=$(per_round_ratios "$ember_run" "$baseline_run")
   higher=1
   # Latency: lower is better, with or without a target.
@@ -337,30 +371,12 @@ row() {
   eb=$(best "$higher" ${VALUES[$ember_run]:-})
   # shellcheck disable=SC2086
   bb=$(best "$higher" ${VALUES[$baseline_run]:-})
-  best_ratio=$(awk -v x="$eb" -v y="$bb" 'BEGIN {
-    if (x == "n/a" || y == "n/a" || y + 0 == 0) print "n/a"; else printf "%.3f", x / y }')
   # shellcheck disable=SC2086
   ratio=$(median $per_round)
   [[ $ratio == n/a ]] || ratio=$(awk -v r="$ratio" 'BEGIN { printf "%.3f", r }')
-  met=$(awk -v r="$ratio" -v op="$op" -v t="$target" 'BEGIN {
-    if (r == "n/a") print "n/a"
-    else if (op == "") print "-"
-    else if (op == ">=") print (r + 0 >= t + 0 ? "yes" : "no")
-    else print (r + 0 <= t + 0 ? "yes" : "no") }')
-  # shellcheck disable=SC2086
-  read -r lo hi cov <<<"$(interval $per_round)"
-  verdict=$(settled "$lo" "$hi" "$op" "$target")
-  ci=n/a
-  [[ $lo == n/a ]] ||
-    ci=$(awk -v l="$lo" -v h="$hi" -v c="$cov" 'BEGIN {
-      printf "%.2f-%.2f %.0f%%", l, h, c * 100 }')
-  # shellcheck disable=SC2086
-  table_line "$name ($metric)" "$em" "$bm" "$mm" "$ratio" "$(span $per_round)" \
-    "$best_ratio" "${op:--}$target" "$met" "$ci" "$verdict"
-  printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" \
-    "$metric" "$em" "$baseline_name" "$bm" "$mm" "$ratio" "$op$target" "$met" \
-    "$(trim "${VALUES[$ember_run]:-}")" "$(trim "${VALUES[$baseline_run]:-}")" \
-    "$per_round" "$best_ratio" "$lo" "$hi" "$cov" "$verdict" >>"$CSV"
+  emit_row "$name" "$metric" "$em" "$baseline_name" "$bm" "$ratio" \
+    "$per_round" "$(quotient "$eb" "$bb")" "$op" "$target" \
+    "${VALUES[$ember_run]:-}" "${VALUES[$baseline_run]:-}"
 }
 row "dense 4 MB push w8" GB_s ember_dense4m_push "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 1.0
 row "dense 4 MB pull w8" GB_s ember_dense4m_pull "zmq 4194304 B w8 GB_s" zmq_4m_w8 ">=" 0.9
@@ -416,27 +432,10 @@ if ((EMBED_ROWS > 0)); then
   while read -r line; do
     [[ -n $line ]] || continue
     op=$(field "$line" op)
-    em=$(field "$line" rows_s)
-    bm=$(field "$line" baseline_rows_s)
-    ratio=$(field "$line" ratio)
-    per_round=$(field "$line" ratios | tr ',' ' ')
-    name="embedding $op dim 64 adagrad"
-    mm=$(awk -v x="$em" -v y="$bm" 'BEGIN { if (y + 0 == 0) print "n/a"; else printf "%.3f", x / y }')
-    met=$(awk -v r="$ratio" 'BEGIN { print (r + 0 >= 0.5 ? "yes" : "no") }')
-    # shellcheck disable=SC2086  # the ratios are space-separated on purpose
-    read -r lo hi cov <<<"$(interval $per_round)"
-    verdict=$(settled "$lo" "$hi" ">=" 0.5)
-    ci=n/a
-    [[ $lo == n/a ]] ||
-      ci=$(awk -v l="$lo" -v h="$hi" -v c="$cov" 'BEGIN {
-        printf "%.2f-%.2f %.0f%%", l, h, c * 100 }')
-    # shellcheck disable=SC2086
-    table_line "$name (rows_s)" "$em" "$bm" "$mm" "$ratio" "$(span $per_round)" \
-      n/a ">=0.5" "$met" "$ci" "$verdict"
-    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$name" \
-      rows_s "$em" "flat-array $(field "$line" baseline) rows_s" "$bm" "$mm" \
-      "$ratio" ">=0.5" "$met" "" "" "$(trim "$per_round")" n/a "$lo" "$hi" \
-      "$cov" "$verdict" >>"$CSV"
+    emit_row "embedding $op dim 64 adagrad" rows_s "$(field "$line" rows_s)" \
+      "flat-array $(field "$line" baseline) rows_s" \
+      "$(field "$line" baseline_rows_s)" "$(field "$line" ratio)" \
+      "$(field "$line" ratios | tr ',' ' ')" n/a ">=" 0.5 "" ""
   done <<<"$embed_lines"
   echo "added to $CSV"
 fi

@@ -206,14 +206,12 @@ void EmbeddingTable::Rehash(size_t capacity) {
   if (bytes >= HugePageMemory::kHugePageBytes) {
     large = HugePageMemory(bytes);
     fresh = static_cast<IndexEntry*>(large.data());
-    for (size_t i = 0; i < capacity; ++i) {
-      new (&fresh[i]) IndexEntry{0, 0, kEmptyRow};
-    }
   } else {
     small.reset(new IndexEntry[capacity]);
     fresh = small.get();
-    for (size_t i = 0; i < capacity; ++i)
-      fresh[i] = IndexEntry{0, 0, kEmptyRow};
+  }
+  for (size_t i = 0; i < capacity; ++i) {
+    new (&fresh[i]) IndexEntry{0, 0, kEmptyRow};
   }
   const size_t mask = capacity - 1;
   for (size_t i = 0; i < index_capacity_; ++i) {
