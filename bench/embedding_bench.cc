@@ -8,6 +8,7 @@
 //   embedding_bench [--rows=2000000] [--dims=8,64] [--optimizers=sgd,adagrad]
 //                   [--batch=1000] [--ids=uniform|zipf] [--zipf_exponent=1.1]
 //                   [--seconds=0.5 | --iterations=N] [--rounds=5]
+//                   [--slice_batches=16]
 //                   [--memory_rows=10000000]
 //
 // Every table is filled with --rows rows first (IDs are 64-bit hashes of row
@@ -27,9 +28,11 @@
 //          ratio_min=.. ratio_max=.. rounds=.. ratios=..,..
 //   RESULT op=push ... baseline=scatter_add baseline_rows_s=.. ratio=..
 // ratio = Ember / baseline (1 would be as fast as the bare loop). Each case
-// runs --rounds rounds with the table and the flat array both in memory;
-// every round measures Ember and the baseline one after the other,
-// alternating which goes first, so a slow phase of the machine hits both.
+// runs --rounds rounds with the table and the flat array both in memory.
+// Within a round Ember and the baseline take turns of --slice_batches
+// batches each (a few milliseconds) over the same keys, alternating which
+// goes first, until each has run --seconds; so the machine's slow phases,
+// which here last from a fraction of a second to minutes, hit both alike.
 // rows_s and baseline_rows_s are medians over the rounds, ratio is the
 // median of the per-round ratios, ratio_min / ratio_max their range and
 // ratios the per-round ratios (scripts/bench.sh reads them). The memory
@@ -68,14 +71,19 @@ DEFINE_uint64(batch, 1000, "IDs per Lookup / ApplyGradients call");
 DEFINE_string(ids, "uniform", "key distribution: uniform or zipf");
 DEFINE_double(zipf_exponent, 1.1, "zipf: exponent s of P(rank) ~ rank^-s");
 DEFINE_double(seconds, 0.5,
-              "measured duration of each figure in each round, in seconds");
+              "measured time of Ember and of the baseline in each round, in "
+              "seconds");
 DEFINE_uint64(iterations, 0,
               "if > 0: run exactly this many batches per figure and round "
               "instead of --seconds");
 DEFINE_int32(rounds, 5,
-             "rounds per case; each measures Ember and its baseline in turn "
-             "(alternating which goes first), with the table and the flat "
-             "array both in memory");
+             "rounds per case; each measures Ember and its baseline in turn, "
+             "slice by slice, with the table and the flat array both in "
+             "memory");
+DEFINE_uint64(slice_batches, 16,
+              "batches of Ember, then of the baseline, in each turn of a "
+              "round: short enough that both see the same phases of the "
+              "machine");
 DEFINE_uint64(stream_keys, 4000000,
               "length of the key stream drawn once and cycled (long enough "
               "that its rows do not fit in cache)");
@@ -196,31 +204,57 @@ std::vector<uint32_t> MakeKeyStream(size_t rows, size_t length) {
   return keys;
 }
 
-// Runs `batch_fn(first_key_index)` over consecutive batches of the stream for
-// --seconds (or --iterations batches), after a short warm-up; returns rows/s.
-double Measure(size_t stream_length, size_t batch,
-               const std::function<void(size_t)>& batch_fn) {
+// Ember's and the baseline's rates in rows/s, measured side by side.
+struct Rates {
+  double ember;
+  double baseline;
+};
+
+// Runs Ember's and the baseline's batch functions (`fn(first_key_index)`)
+// in turn over consecutive batches of the stream: a slice of --slice_batches
+// batches of one, then the same batches of the other, alternating which goes
+// first from slice to slice, until each has run --seconds (or --iterations
+// batches), after a short warm-up of each. Each side's time is summed over
+// its own slices only, so the two rates see the same phases of the machine.
+Rates MeasureInTurn(size_t stream_length, size_t batch,
+                    const std::function<void(size_t)>& ember,
+                    const std::function<void(size_t)>& baseline) {
   const size_t batches_in_stream = stream_length / batch;
-  size_t next = 0;
-  auto run_one = [&] {
-    batch_fn(next * batch);
-    next = (next + 1) % batches_in_stream;
-  };
-  for (int i = 0; i < 20; ++i) run_one();
-  const Clock::time_point start = Clock::now();
-  uint64_t done = 0;
-  double seconds = 0;
-  if (FLAGS_iterations > 0) {
-    for (; done < FLAGS_iterations; ++done) run_one();
-    seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  } else {
-    while (true) {
-      for (int i = 0; i < 8; ++i, ++done) run_one();
-      seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (seconds >= FLAGS_seconds) break;
+  const size_t slice = std::max<uint64_t>(1, FLAGS_slice_batches);
+  auto run = [&](const std::function<void(size_t)>& fn, size_t first_batch,
+                 size_t count) {
+    const Clock::time_point start = Clock::now();
+    for (size_t i = 0; i < count; ++i) {
+      fn(((first_batch + i) % batches_in_stream) * batch);
     }
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  run(ember, 0, 20);
+  run(baseline, 0, 20);
+  size_t next = 0;
+  uint64_t done = 0;
+  double ember_seconds = 0, baseline_seconds = 0;
+  for (bool ember_first = true;; ember_first = !ember_first) {
+    size_t count = slice;
+    if (FLAGS_iterations > 0) {
+      if (done >= FLAGS_iterations) break;
+      count = std::min<uint64_t>(count, FLAGS_iterations - done);
+    } else if (ember_seconds >= FLAGS_seconds &&
+               baseline_seconds >= FLAGS_seconds) {
+      break;
+    }
+    if (ember_first) {
+      ember_seconds += run(ember, next, count);
+      baseline_seconds += run(baseline, next, count);
+    } else {
+      baseline_seconds += run(baseline, next, count);
+      ember_seconds += run(ember, next, count);
+    }
+    next = (next + count) % batches_in_stream;
+    done += count;
   }
-  return static_cast<double>(done) * batch / seconds;
+  const double rows = static_cast<double>(done) * batch;
+  return {rows / ember_seconds, rows / baseline_seconds};
 }
 
 double Median(std::vector<double> v) {
@@ -244,19 +278,10 @@ std::string Joined(const std::vector<double>& v) {
 // round by round.
 class Rounds {
  public:
-  void Add(bool ember_first, const std::function<double()>& ember,
-           const std::function<double()>& baseline) {
-    double e, b;
-    if (ember_first) {
-      e = ember();
-      b = baseline();
-    } else {
-      b = baseline();
-      e = ember();
-    }
-    ember_.push_back(e);
-    baseline_.push_back(b);
-    ratios_.push_back(e / b);
+  void Add(const Rates& rates) {
+    ember_.push_back(rates.ember);
+    baseline_.push_back(rates.baseline);
+    ratios_.push_back(rates.ember / rates.baseline);
   }
 
   // rows_s and baseline_rows_s are medians over the rounds; ratio is the
@@ -329,49 +354,39 @@ void RunCase(int dim, const std::string& optimizer_name,
   float* flat = static_cast<float*>(flat_memory.data());
   for (size_t i = 0; i < flat_floats; ++i) flat[i] = 1e-3f * (i % 101);
 
-  auto pull = [&] {
-    return Measure(stream.size(), batch, [&](size_t first) {
-      CHECK(table->Lookup(&ids[first], batch, out.data()).ok());
-      Clobber(out.data());
-    });
+  auto pull = [&](size_t first) {
+    CHECK(table->Lookup(&ids[first], batch, out.data()).ok());
+    Clobber(out.data());
   };
-  auto push = [&] {
-    return Measure(stream.size(), batch, [&](size_t first) {
-      const ps::Status s =
-          table->ApplyGradients(&ids[first], batch, grads.data());
-      CHECK(s.ok()) << s;
-    });
+  auto push = [&](size_t first) {
+    const ps::Status s =
+        table->ApplyGradients(&ids[first], batch, grads.data());
+    CHECK(s.ok()) << s;
   };
-  auto gather = [&] {
-    return Measure(stream.size(), batch, [&](size_t first) {
-      const uint32_t* keys = &stream[first];
-      for (size_t i = 0; i < batch; ++i) {
-        std::memcpy(&out[i * dim], &flat[static_cast<size_t>(keys[i]) * dim],
-                    row_bytes);
-      }
-      Clobber(out.data());
-    });
+  auto gather = [&](size_t first) {
+    const uint32_t* keys = &stream[first];
+    for (size_t i = 0; i < batch; ++i) {
+      std::memcpy(&out[i * dim], &flat[static_cast<size_t>(keys[i]) * dim],
+                  row_bytes);
+    }
+    Clobber(out.data());
   };
-  auto scatter = [&] {
-    return Measure(stream.size(), batch, [&](size_t first) {
-      const uint32_t* keys = &stream[first];
-      for (size_t i = 0; i < batch; ++i) {
-        float* row = &flat[static_cast<size_t>(keys[i]) * dim];
-        const float* g = &grads[i * dim];
-        for (int j = 0; j < dim; ++j) row[j] += g[j];
-      }
-      Clobber(flat);
-    });
+  auto scatter = [&](size_t first) {
+    const uint32_t* keys = &stream[first];
+    for (size_t i = 0; i < batch; ++i) {
+      float* row = &flat[static_cast<size_t>(keys[i]) * dim];
+      const float* g = &grads[i * dim];
+      for (int j = 0; j < dim; ++j) row[j] += g[j];
+    }
+    Clobber(flat);
   };
 
-  // Rounds of Ember and baseline in turn, so that the machine's slow phases
-  // hit both alike; each round's ratio is Ember over the baseline run beside
-  // it.
+  // Rounds, each measuring Ember and the baseline in turn, slice by slice;
+  // each round's ratio is Ember's rate over the baseline's in that round.
   Rounds pulls, pushes;
   for (int round = 0; round < FLAGS_rounds; ++round) {
-    const bool ember_first = round % 2 == 0;
-    pulls.Add(ember_first, pull, gather);
-    pushes.Add(ember_first, push, scatter);
+    pulls.Add(MeasureInTurn(stream.size(), batch, pull, gather));
+    pushes.Add(MeasureInTurn(stream.size(), batch, push, scatter));
   }
   CHECK_EQ(table->size(), rows) << "the measured calls created rows";
 
