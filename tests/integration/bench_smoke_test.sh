@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The benchmark programs still run and still print what scripts/bench.sh
-# reads: zmq_baseline in both answer topologies, and kv_bench through
-# local.sh (sparse and dense payloads, both server handles, a 2 x 2 cluster).
+# reads: zmq_baseline in both answer topologies, kv_bench through local.sh
+# (sparse and dense payloads, both server handles, a 2 x 2 cluster), and
+# embedding_bench on small tables.
 # Runs are a fraction of a second each and no figure is judged: this checks
 # that the programs work, not how fast they are.
-# usage: bench_smoke_test.sh ZMQ_BASELINE KV_BENCH LOCAL_SH
+# usage: bench_smoke_test.sh ZMQ_BASELINE KV_BENCH LOCAL_SH EMBEDDING_BENCH
 set -u
-zmq_baseline=$1 kv_bench=$2 localsh=$3
+zmq_baseline=$1 kv_bench=$2 localsh=$3 embedding_bench=$4
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 failed=0
@@ -89,6 +90,33 @@ kv "dense pull, empty handle" 1 1 --mode=pull --payload=dense_4k --window=1 \
   --handle=empty
 kv "dense push-pull, 2 x 2" 2 2 --mode=pushpull --payload=dense_256k \
   --window=8 --handle=sum
+
+# Two small tables, 3 rounds of 4 batches of each side in turns of 2: the
+# memory line, a table line per table, and a pull and a push line per table
+# with three per-round ratios each.
+timeout -k 5 60 "$embedding_bench" --rows=5000 --dims=8 \
+  --optimizers=sgd,adagrad --memory_rows=20000 --rounds=3 --iterations=4 \
+  --slice_batches=2 --batch=100 --stream_keys=2000 >"$out" 2>&1
+status=$?
+if ((status != 0)); then
+  cat "$out"
+  echo "bench_smoke_test: FAIL: embedding_bench exited with $status"
+  failed=1
+elif (($(grep -c '^RESULT memory ' "$out") != 1 ||
+  $(grep -c '^RESULT table ' "$out") != 2)); then
+  cat "$out"
+  echo "bench_smoke_test: FAIL: embedding_bench: expected 1 memory and 2 table lines"
+  failed=1
+else
+  sed -i '/^RESULT \(memory\|table\) /d' "$out"
+  check "embedding_bench" 4 op dim=8 optimizer rows=5000 rows_s baseline \
+    baseline_rows_s ratio ratio_min ratio_max rounds=3 \
+    'ratios=[0-9.]+,[0-9.]+,[0-9.]+'
+fi
+if timeout -k 5 30 "$embedding_bench" --rows=100 --rounds=0 >"$out" 2>&1; then
+  echo "bench_smoke_test: FAIL: embedding_bench accepted --rounds=0"
+  failed=1
+fi
 
 if ((failed)); then exit 1; fi
 echo "bench_smoke_test: PASS"
