@@ -397,6 +397,7 @@ import matplotlib.pyplot as plt
 
 with open(os.environ["CSV"], newline="") as f:
     rows = list(csv.DictReader(f))
+VERDICT_COLORS = {"met": "tab:green", "missed": "tab:red", "open": "tab:orange"}
 labels, ratios, targets, colors, errors = [], [], [], [], [[], []]
 rows = [r for r in rows if r["target"][:2] in (">=", "<=")]
 for r in rows:
@@ -413,7 +414,11 @@ for r in rows:
         errors[0].append(0.0)
         errors[1].append(0.0)
     targets.append(float(r["target"][2:]))
-    colors.append({"yes": "tab:green", "no": "tab:red"}.get(r["met"], "tab:gray"))
+    # Coloured by the verdict of the interval; by the median where there is
+    # none (under 5 rounds).
+    verdict = r["settled"] if r["settled"] in ("met", "missed", "open") else \
+        {"yes": "met", "no": "missed"}.get(r["met"], "n/a")
+    colors.append(VERDICT_COLORS.get(verdict, "tab:gray"))
 fig, ax = plt.subplots(figsize=(max(9, 1.9 * len(rows)), 5))
 x = range(len(rows))
 ax.bar(x, ratios, color=colors)
@@ -421,8 +426,13 @@ ax.errorbar(x, ratios, yerr=errors, fmt="none", ecolor="dimgray", capsize=5,
             label="confidence interval for the median (>= 90%)")
 ax.scatter(x, targets, marker="_", s=900, color="tab:blue", linewidths=3,
            zorder=3, label="target")
+# The value beside the bar's top, clear of the target mark and the error bar.
 for i, ratio in enumerate(ratios):
-    ax.annotate(f"{ratio:.2f}", (i, ratio), ha="center", va="bottom")
+    ax.annotate(f"{ratio:.2f}", (i + 0.08, ratio), ha="left", va="center",
+                fontsize=9, bbox=dict(boxstyle="round,pad=0.15", fc="white",
+                                      ec="none", alpha=0.8))
+for verdict, color in VERDICT_COLORS.items():
+    ax.bar([0], [0], color=color, label=f"settled: {verdict}")
 ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
 ax.set_xticks(list(x))
 ax.set_xticklabels(labels, fontsize=8)
@@ -430,7 +440,7 @@ ax.set_ylabel("Ember / baseline")
 ax.set_title("Ember against raw ZeroMQ (1 server x 1 worker) and a plain gather / "
              f"scatter-add (embedding), medians of {os.environ['ROUNDS']} rounds",
              fontsize=10)
-ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, markerscale=0.4)
 fig.tight_layout()
 fig.savefig(os.environ["PNG"], dpi=120)
 EOF
