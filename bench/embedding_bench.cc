@@ -220,7 +220,7 @@ Rates MeasureInTurn(size_t stream_length, size_t batch,
                     const std::function<void(size_t)>& ember,
                     const std::function<void(size_t)>& baseline) {
   const size_t batches_in_stream = stream_length / batch;
-  const size_t slice = std::max<uint64_t>(1, FLAGS_slice_batches);
+  const size_t slice = FLAGS_slice_batches;
   auto run = [&](const std::function<void(size_t)>& fn, size_t first_batch,
                  size_t count) {
     const Clock::time_point start = Clock::now();
@@ -423,8 +423,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (FLAGS_rounds < 1) {
-    std::fprintf(stderr, "need --rounds >= 1\n");
+  if (FLAGS_rounds < 1 || FLAGS_slice_batches < 1) {
+    std::fprintf(stderr, "need --rounds >= 1 and --slice_batches >= 1\n");
     return 1;
   }
   if (FLAGS_rows < 1 || FLAGS_rows > 0xFFFFFFFEull || FLAGS_batch < 1 ||

@@ -113,10 +113,12 @@ else
     baseline_rows_s ratio ratio_min ratio_max rounds=3 \
     'ratios=[0-9.]+,[0-9.]+,[0-9.]+'
 fi
-if timeout -k 5 30 "$embedding_bench" --rows=100 --rounds=0 >"$out" 2>&1; then
-  echo "bench_smoke_test: FAIL: embedding_bench accepted --rounds=0"
-  failed=1
-fi
+for bad in --rounds=0 --slice_batches=0; do
+  if timeout -k 5 30 "$embedding_bench" --rows=100 "$bad" >"$out" 2>&1; then
+    echo "bench_smoke_test: FAIL: embedding_bench accepted $bad"
+    failed=1
+  fi
+done
 
 if ((failed)); then exit 1; fi
 echo "bench_smoke_test: PASS"
