@@ -267,11 +267,7 @@ emit_row() {
     echo "$NAME: internal error: case name '$name' has a comma" >&2
     exit 2
   fi
-  met=$(awk -v r="$ratio" -v op="$op" -v t="$target" 'BEGIN {
-    if (r == "n/a") print "n/a"
-    else if (op == "") print "-"
-    else if (op == ">=") print (r + 0 >= t + 0 ? "yes" : "no")
-    else print (r + 0 <= t + 0 ? "yes" : "no") }')
+  met=$(meets "$ratio" "$op" "$target")
   # shellcheck disable=SC2086  # the ratios are space-separated on purpose
   read -r lo hi cov <<<"$(interval $per_round)"
   verdict=$(settled "$lo" "$hi" "$op" "$target")

@@ -40,6 +40,16 @@ interval() {
       printf "%.3f %.3f %.3f\n", v[best], v[n + 1 - best], cov }'
 }
 
+# meets RATIO OP TARGET: whether the median RATIO meets the target (yes or
+# no); n/a without a ratio, - without a target.
+meets() {
+  awk -v r="$1" -v op="$2" -v t="$3" 'BEGIN {
+    if (r == "n/a") print "n/a"
+    else if (op == "") print "-"
+    else if (op == ">=") print (r + 0 >= t + 0 ? "yes" : "no")
+    else print (r + 0 <= t + 0 ? "yes" : "no") }'
+}
+
 # settled LO HI OP TARGET: whether the interval meets the target (met), misses
 # it (missed) or straddles it (open); n/a without an interval, - without a
 # target.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench_stats.sh on hand-made inputs whose answers are worked out by
 # hand: medians, the order-statistic confidence interval for the median and
-# its coverage at the sample sizes bench.sh uses, the verdict on a target,
-# and the small helpers beside them.
+# its coverage at the sample sizes bench.sh uses, the median's and the
+# interval's verdicts on a target, and the small helpers beside them.
 # usage: bench_stats_test.sh [BENCH_STATS_SH]
 set -u
 # shellcheck source=scripts/bench_stats.sh
@@ -52,6 +52,14 @@ expect "at most, interval above" missed "$(settled 1.4 1.6 '<=' 1.3)"
 expect "at most, interval across" open "$(settled 1.2 1.4 '<=' 1.3)"
 expect "no interval" n/a "$(settled n/a n/a '>=' 1.0)"
 expect "no target" - "$(settled 0.5 0.7 '' '')"
+
+expect "median at least, above" yes "$(meets 1.2 '>=' 1.0)"
+expect "median at least, on the target" yes "$(meets 1.0 '>=' 1.0)"
+expect "median at least, below" no "$(meets 0.9 '>=' 1.0)"
+expect "median at most, below" yes "$(meets 0.5 '<=' 1.3)"
+expect "median at most, above" no "$(meets 1.4 '<=' 1.3)"
+expect "median without a ratio" n/a "$(meets n/a '>=' 1.0)"
+expect "median without a target" - "$(meets 0.5 '' '')"
 
 expect "best, higher is better" 7 "$(best 1 3 NA 7 5)"
 expect "best, lower is better" 3 "$(best 0 3 NA 7 5)"
