@@ -43,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "add_to.h"
 #include "ps/ps.h"
 
 DEFINE_string(mode, "push", "push, pull or pushpull");
@@ -159,22 +160,6 @@ size_t FloatsPerKey(const Config& config, int num_servers) {
 
 // ---------------------------------------------------------------- server --
 
-// The servers' request handle. Runs on the server's app thread only.
-// dst[0..n) += src[0..n), four floats at a time (GCC's -O2 does not
-// vectorise the plain loop: the arrays might overlap).
-void AddTo(float* dst, const float* src, size_t n) {
-  typedef float V4 __attribute__((vector_size(16)));
-  size_t j = 0;
-  for (; j + 4 <= n; j += 4) {
-    V4 a, b;
-    std::memcpy(&a, dst + j, sizeof(a));
-    std::memcpy(&b, src + j, sizeof(b));
-    a += b;
-    std::memcpy(dst + j, &a, sizeof(a));
-  }
-  for (; j < n; ++j) dst[j] += src[j];
-}
-
 // Sparse key -> row number: open addressing with linear probing over a
 // power-of-two array, sized for the run's keys at load <= 1/2, so a lookup
 // is a multiply, a shift and (nearly always) one cache line; no allocation
@@ -246,6 +231,7 @@ class RowIndex {
   size_t size_ = 0;
 };
 
+// The servers' request handle. Runs on the server's app thread only.
 class BenchHandle {
  public:
   BenchHandle(const Config& config, int num_servers, int num_workers)

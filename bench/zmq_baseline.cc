@@ -3,7 +3,7 @@
 //
 //   zmq_baseline [--sizes=4096,12000,262144,4194304] [--windows=8,1]
 //                [--directions=push] [--seconds=2] [--warmup_seconds=0.5]
-//                [--replies=same]
+//                [--replies=same] [--spin_us=0] [--server_sums]
 //
 // The program forks before any ZeroMQ context exists. The child is the
 // server: a ROUTER bound to tcp://127.0.0.1:* (a port the kernel picks,
@@ -27,14 +27,18 @@
 // (EMBER_SPIN_US): a receive is tried without blocking, yielding the CPU
 // between tries, for up to N us before it blocks. The default, 0, blocks at
 // once, which is how the targets' baseline was measured.
-// Nobody reads or copies the payload: this is the transport's limit.
+// --server_sums makes the server add every pushed payload, as floats, into
+// a store of its own before it answers: the arithmetic of kv_bench's summing
+// handle (bench/add_to.h), so that Ember with that handle can also be
+// compared with raw ZeroMQ doing the same work. Without it nobody reads or
+// copies the payload: this is the transport's limit.
 // glibc's malloc gets the settings an Ember node gives it (see
 // --malloc_keep_mb), since ZeroMQ mallocs every message it receives.
 //
 // Output, one line per case:
 //   RESULT baseline=zmq size=4194304 window=8 GB_s=2.97 msgs_s=708.1
 //          p50_us=11200 p99_us=13100 direction=push replies=same
-//          spin_us=0 (one line)
+//          spin_us=0 server_sums=0 (one line)
 // GB = 1e9 bytes of payload; latency runs from a message's send to the
 // arrival of its answer.
 //
@@ -62,6 +66,8 @@
 #include <string>
 #include <vector>
 
+#include "add_to.h"
+
 DEFINE_string(sizes, "4096,12000,262144,4194304",
               "payload sizes in bytes, comma-separated");
 DEFINE_string(windows, "8,1", "messages in flight, comma-separated");
@@ -74,6 +80,10 @@ DEFINE_string(replies, "same",
               "same: answers come back over the request's connection; "
               "separate: over a second connection, from a DEALER of the "
               "server's to a ROUTER of the client's (Ember's topology)");
+DEFINE_bool(server_sums, false,
+            "the server adds every pushed payload, as floats, into a store "
+            "of its own (kv_bench's summing handle's arithmetic) before it "
+            "answers; pull answers are unchanged");
 DEFINE_int32(spin_us, 0,
              "before blocking in a receive, try it without blocking for up "
              "to this long, yielding the CPU between tries, as an Ember "
@@ -198,6 +208,8 @@ void* BindAndPublish(void* context, int type, int port_fd) {
 int Serve(int port_fd, int reply_port_fd, size_t max_size) {
   // The payload of pull answers: allocated and touched once.
   std::vector<char> payload(max_size, 'x');
+  // --server_sums: what pushed payloads are added into.
+  std::vector<float> store(FLAGS_server_sums ? max_size / sizeof(float) : 0);
   void* context = zmq_ctx_new();
   void* socket = BindAndPublish(context, ZMQ_ROUTER, port_fd);
   if (socket == nullptr) return 1;
@@ -246,6 +258,12 @@ int Serve(int port_fd, int reply_port_fd, size_t max_size) {
       rc = zmq_msg_send(&reply, out, 0);
       if (rc < 0) zmq_msg_close(&reply);
     } else {
+      if (FLAGS_server_sums) {
+        AddTo(store.data(), static_cast<const float*>(zmq_msg_data(&body)),
+              std::min(size / sizeof(float), store.size()));
+        // The store is never read: keep the compiler from dropping the adds.
+        asm volatile("" : : "r"(store.data()) : "memory");
+      }
       rc = zmq_send(out, &received, kAckBytes, 0);
     }
     if (rc < 0) {
@@ -426,11 +444,12 @@ int RunClient(int port_fd, int reply_port_fd,
           std::printf(
               "RESULT baseline=zmq size=%zu window=%zu GB_s=%.3f "
               "msgs_s=%.1f p50_us=%.1f p99_us=%.1f direction=%s "
-              "replies=%s spin_us=%d\n",
+              "replies=%s spin_us=%d server_sums=%d\n",
               size, window,
               messages * static_cast<double>(size) / seconds / 1e9,
               messages / seconds, Percentile(lat, 0.50), Percentile(lat, 0.99),
-              direction.c_str(), FLAGS_replies.c_str(), FLAGS_spin_us);
+              direction.c_str(), FLAGS_replies.c_str(), FLAGS_spin_us,
+              FLAGS_server_sums ? 1 : 0);
           std::fflush(stdout);
         }
         if (status != 0) break;

@@ -35,6 +35,12 @@
 # way (zmq_baseline --spin_us, the same value), judged against no target:
 # that second table is Ember's own overhead over the transport, with the
 # waiting strategy taken out.
+# With the summing handle, Ember's server adds every pushed value into its
+# store, which raw ZeroMQ's server does not. So the 4 MB push is also run
+# against raw ZeroMQ whose server adds each payload into a store with the
+# same loop (zmq_baseline --server_sums), judged against no target: Ember's
+# overhead with the server's arithmetic taken out; and that baseline against
+# the plain one says what the adding itself costs on this machine.
 # One more line, judged against no target, says what Ember's topology costs
 # raw ZeroMQ itself: 12000 B, window 8, answered over a second TCP connection
 # (zmq_baseline --replies=separate, the way an Ember node answers) over the
@@ -177,14 +183,14 @@ record() {
   printf '  %-22s %-8s %s\n' "$name" "$key" "$value"
 }
 
-# zmq NAME ROUND KEY SIZE WINDOW [REPLIES [SPIN_US]]
+# zmq NAME ROUND KEY SIZE WINDOW [REPLIES [SPIN_US [SERVER_SUMS]]]
 zmq() {
   local name=$1 round=$2 key=$3 size=$4 window=$5 replies=${6:-same}
-  local spin=${7:-0} log status
+  local spin=${7:-0} sums=${8:-false} log status
   log=$RAW_DIR/$name.round$round.log
   timeout -k 5 "$CASE_TIMEOUT" "$ZMQ_BASELINE" --sizes="$size" \
     --windows="$window" --directions=push --replies="$replies" \
-    --spin_us="$spin" --seconds="$BENCH_SECONDS" \
+    --spin_us="$spin" --server_sums="$sums" --seconds="$BENCH_SECONDS" \
     --warmup_seconds="$BENCH_WARMUP" >"$log" 2>&1
   status=$?
   record "$name" "$round" "$key" "$log" "$status"
@@ -212,6 +218,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
   echo "round $round/$ROUNDS"
   zmq zmq_4m_w8 "$round" GB_s 4194304 8
   ember ember_dense4m_push "$round" GB_s push dense_4m 8
+  if [[ $BENCH_HANDLE == sum ]]; then
+    zmq zmq_4m_w8_sum "$round" GB_s 4194304 8 same 0 true
+  fi
   ember ember_dense4m_pull "$round" GB_s pull dense_4m 8
   zmq zmq_4m_w8_spin "$round" GB_s 4194304 8 same "$EMBER_SPIN_US"
   zmq zmq_12k_w8 "$round" msgs_s 12000 8
@@ -318,6 +327,13 @@ row "dense 4 MB push w8 same-wait" GB_s ember_dense4m_push "zmq 4194304 B w8 spi
 row "dense 4 MB pull w8 same-wait" GB_s ember_dense4m_pull "zmq 4194304 B w8 spin GB_s" zmq_4m_w8_spin "" ""
 row "sparse 1000x1 push w8 same-wait" req_s ember_sparse1000x1 "zmq 12000 B w8 spin msgs_s" zmq_12k_w8_spin "" ""
 row "4 KB push w1 round trip same-wait" p50_us ember_dense4k_w1 "zmq 4096 B w1 spin p50_us" zmq_4k_w1_spin "" ""
+if [[ $BENCH_HANDLE == sum ]]; then
+  echo "no target: Ember with the summing handle / raw ZeroMQ whose server adds"
+  echo "each pushed 4 MB into a store the same way (zmq_baseline --server_sums):"
+  row "dense 4 MB push w8 same-work" GB_s ember_dense4m_push "zmq 4194304 B w8 sums GB_s" zmq_4m_w8_sum "" ""
+  echo "and what that adding costs raw ZeroMQ (the 'ember' column is raw ZeroMQ adding):"
+  row "raw 4 MB push w8 adding" GB_s zmq_4m_w8_sum "zmq 4194304 B w8 GB_s" zmq_4m_w8 "" ""
+fi
 echo "topology, no target: raw ZeroMQ answered over a second connection / over"
 echo "the request's connection (the 'ember' column is the former):"
 row "raw 12 KB w8 on 2 connections" msgs_s zmq_12k_w8_separate "zmq 12000 B w8 msgs_s" zmq_12k_w8 "" ""

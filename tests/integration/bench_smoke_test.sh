@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark programs still run and still print what scripts/bench.sh
-# reads: zmq_baseline in both answer topologies, kv_bench through local.sh
-# (sparse and dense payloads, both server handles, a 2 x 2 cluster), and
-# embedding_bench on small tables.
+# reads: zmq_baseline in both answer topologies, spinning and with its server
+# adding the payloads, kv_bench through local.sh (sparse and dense payloads,
+# both server handles, a 2 x 2 cluster), and embedding_bench on small tables.
 # Runs are a fraction of a second each and no figure is judged: this checks
 # that the programs work, not how fast they are.
 # usage: bench_smoke_test.sh ZMQ_BASELINE KV_BENCH LOCAL_SH EMBEDDING_BENCH
@@ -37,22 +37,22 @@ check() {
   echo "bench_smoke_test: ok: $what"
 }
 
-# The spinning baseline answers over the request's connection only, as
-# bench.sh runs it.
-for args in "same 0" "separate 0" "same 200"; do
-  read -r replies spin <<<"$args"
+# The spinning baseline, and the one whose server adds the payloads, answer
+# over the request's connection only, as bench.sh runs them.
+for args in "same 0 0" "separate 0 0" "same 200 0" "same 0 1"; do
+  read -r replies spin sums <<<"$args"
   timeout -k 5 60 "$zmq_baseline" --sizes=4096,12000 --windows=1,8 \
     --directions=push,pull --replies="$replies" --spin_us="$spin" \
-    --seconds=0.2 --warmup_seconds=0.05 >"$out" 2>&1
+    --server_sums="$sums" --seconds=0.2 --warmup_seconds=0.05 >"$out" 2>&1
   status=$?
-  what="zmq_baseline --replies=$replies --spin_us=$spin"
+  what="zmq_baseline --replies=$replies --spin_us=$spin --server_sums=$sums"
   if ((status != 0)); then
     cat "$out"
     echo "bench_smoke_test: FAIL: $what exited with $status"
     failed=1
   else
     check "$what" 8 GB_s msgs_s p50_us p99_us "replies=$replies" \
-      "spin_us=$spin"
+      "spin_us=$spin" "server_sums=$sums"
   fi
 done
 
