@@ -230,8 +230,10 @@ bool Customer::CoReceive() {
 
 Status Customer::Wait(int timestamp) {
   WakeFd* wake = WakeFd::ForThisThread();
-  // One such waiter at a time, and only for the one request open; any other
-  // waits on the tracker.
+  // One such waiter at a time (others wait on the tracker), whether or not
+  // other requests are open: with several in flight the caller receives
+  // their responses too, handling them as the van's thread would, instead of
+  // being woken by that thread for each of its own.
   if (wake != nullptr && tls_receiving_for == nullptr &&
       tracker_.SetWaker(wake, timestamp)) {
     node_->van()->CoReceive(

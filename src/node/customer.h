@@ -95,8 +95,8 @@ class Customer {
   Route Admit(const Meta& meta, bool may_claim);
   void Deliver(Message&& msg, Route route);
 
-  // Waits for request `timestamp` of this customer's tracker. When it is
-  // the only request open, the caller waits inside Van::CoReceive, so the
+  // Waits for request `timestamp` of this customer's tracker. Unless another
+  // thread already does so, the caller waits inside Van::CoReceive, so the
   // response it waits for is handled on its own thread if it receives it.
   Status Wait(int timestamp);
   // Called when `peer` is declared dead: its requests fail on this thread.

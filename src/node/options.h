@@ -66,8 +66,8 @@ struct Options {
   // returned at once. See Node::StartVan.
   int malloc_keep_mb = 256;
 
-  // How long a thread that waits inside the van (a caller waiting for its
-  // one open request, a server's customer thread between requests) polls
+  // How long a thread that waits inside the van (a caller waiting for a
+  // request, a server's customer thread between requests) polls
   // without blocking before it sleeps, in microseconds (EMBER_SPIN_US; 0
   // sleeps at once). It yields the CPU between polls. See ReceiveGate.
   int spin_us = 200;

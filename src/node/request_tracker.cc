@@ -86,6 +86,7 @@ std::vector<int> RequestTracker::FailAll(const Status& status) {
 void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
   open_.erase(timestamp);
   if (waker_ != nullptr && !waker_fired_ &&
+      (waker_for_ < 0 || waker_for_ == timestamp) &&
       std::this_thread::get_id() != waker_thread_) {
     waker_fired_ = true;
     wake_now_ = true;
@@ -107,13 +108,12 @@ void RequestTracker::NotifyAndUnlock(std::unique_lock<std::mutex>* lock) {
   if (waker != nullptr) waker->Signal();
 }
 
-bool RequestTracker::SetWaker(WakeFd* waker, int only_open) {
+bool RequestTracker::SetWaker(WakeFd* waker, int awaited) {
   std::lock_guard<std::mutex> lock(mu_);
   if (waker_ != nullptr) return false;
-  if (only_open >= 0 && (open_.size() != 1 || !open_.count(only_open))) {
-    return false;
-  }
+  if (awaited >= 0 && !open_.count(awaited)) return false;
   waker_ = waker;
+  waker_for_ = awaited;
   waker_thread_ = std::this_thread::get_id();
   waker_fired_ = false;
   return true;

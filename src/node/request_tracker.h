@@ -61,13 +61,14 @@ class RequestTracker {
   Status Wait(int timestamp, int64_t timeout_ms = -1);
 
   // For a waiter that sleeps in poll(2) rather than on this tracker (see
-  // Customer::Wait): the first completion after SetWaker by a thread other
-  // than the caller signals `waker` (borrowed until ClearWaker). ClearWaker
-  // ends that and says whether it was signalled (then the caller must
-  // Consume it). One waker at a time: SetWaker returns false (and sets
-  // nothing) while another is set, and also when `only_open` >= 0 and is
-  // not the one request open.
-  bool SetWaker(WakeFd* waker, int only_open = -1);
+  // Customer::Wait): once request `awaited` completes after SetWaker, by a
+  // thread other than the caller, `waker` (borrowed until ClearWaker) is
+  // signalled; with `awaited` < 0, the first completion of any request
+  // does. Completions of other requests signal nothing. ClearWaker ends that
+  // and says whether it was signalled (then the caller must Consume it).
+  // One waker at a time: SetWaker returns false (and sets nothing) while
+  // another is set, and also when `awaited` >= 0 is not open.
+  bool SetWaker(WakeFd* waker, int awaited = -1);
   bool ClearWaker();
 
   bool IsOpen(int timestamp) const;
@@ -94,6 +95,7 @@ class RequestTracker {
   WakeFd* waker_ = nullptr;
   std::thread::id waker_thread_;
   bool waker_fired_ = false;
+  int waker_for_ = -1;     // The request awaited; < 0: any.
   bool wake_now_ = false;  // Set by CompleteLocked for NotifyAndUnlock.
 };
 

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <deque>
 #include <future>
 #include <map>
+#include <memory>
 #include <random>
 
 #include "ps/ps.h"
@@ -196,6 +199,63 @@ TEST_F(KVAppTest, OneAtATimeBurstsAndCallbacksInterleaveCorrectly) {
   }
 }
 
+// Two threads of one worker each keep a window of requests in flight and
+// wait for the oldest, some with callbacks. One waiting caller at a time
+// receives inside the van with the others still open (Customer::Wait): it
+// handles the other thread's responses too, and is woken only by its own
+// request's completion elsewhere (a callback's, on the app thread). Every
+// push is applied once, every callback runs before its Wait returns.
+TEST_F(KVAppTest, WindowsOfRequestsFromTwoThreadsCompleteExactly) {
+  Form(2, 1);
+  KVWorker<float>* kv = Worker(0);
+  std::vector<Key> keys = RandomKeys(50, 9);
+  std::vector<float> ones(keys.size(), 1.0f);
+  constexpr int kWindow = 8;
+  constexpr int kRequests = 300;
+  std::atomic<int> calls{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      // Timestamp, and the flag its callback sets (none: no callback).
+      std::deque<std::pair<int, std::shared_ptr<std::atomic<bool>>>> open;
+      auto oldest = [&] {
+        const Status status = kv->WaitStatus(open.front().first);
+        EXPECT_TRUE(status.ok()) << status;
+        if (open.front().second) {
+          EXPECT_TRUE(open.front().second->load()) << "callback after Wait";
+        }
+        open.pop_front();
+      };
+      for (int i = 0; i < kRequests; ++i) {
+        if (open.size() == kWindow) oldest();
+        std::shared_ptr<std::atomic<bool>> called;
+        int ts;
+        if ((i + t) % 3 == 0) {
+          called = std::make_shared<std::atomic<bool>>(false);
+          ts = kv->Push(keys, ones, {}, 0, [&calls, called] {
+            calls++;
+            called->store(true);
+          });
+        } else {
+          ts = kv->Push(keys, ones);
+        }
+        open.emplace_back(ts, called);
+      }
+      while (!open.empty()) oldest();
+    });
+  }
+  for (auto& t : threads) t.join();
+  int with_callbacks = 0;
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < kRequests; ++i) with_callbacks += (i + t) % 3 == 0;
+  }
+  EXPECT_EQ(calls.load(), with_callbacks);
+  std::vector<float> out;
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
+  ASSERT_EQ(out.size(), keys.size());
+  for (float v : out) ASSERT_EQ(v, 2.0f * kRequests);
+}
+
 TEST_F(KVAppTest, EmptyRequestCompletesAtOnce) {
   Form(2, 1);
   KVWorker<float>* kv = Worker(0);
@@ -330,8 +390,8 @@ TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
   DropClusterWithoutBarrier();
 }
 
-// The caller usually waits inside the van here (its request is the only one
-// open) when the server is declared dead: the failure, handled on the
+// The caller usually waits inside the van here (no other thread does) when
+// the server is declared dead: the failure, handled on the
 // worker's app thread, must wake it. Either order must end in the failure.
 TEST_F(KVAppTest, ACallerWaitingInsideTheVanIsWokenByAFailure) {
   Form(2, 1);

@@ -370,22 +370,34 @@ TEST(RequestTrackerTest, TheWakerIsWrittenOnceAndOnlyFromOtherThreads) {
   EXPECT_EQ(t.Wait(c, 0).code(), Code::kUnavailable);
 }
 
-// With `only_open`, the waker is set only while that request is the one
-// open (Customer::Wait waits inside the van only then).
-TEST(RequestTrackerTest, TheWakerForOneRequestIsSetOnlyWhileItIsTheOneOpen) {
+// A waker for one request is set only while that request is open, and only
+// that request's completion on another thread signals it, however many
+// others are open (Customer::Wait waits inside the van with several
+// requests in flight).
+TEST(RequestTrackerTest, TheWakerForOneRequestIsSignalledByThatRequestOnly) {
   RequestTracker t;
   WakeFd wake;
   ASSERT_TRUE(wake.ok());
   int a = t.NewRequest();
   EXPECT_FALSE(t.SetWaker(&wake, a + 1)) << "not open";
   int b = t.NewRequest();
+  int c = t.NewRequest();
   t.Expect(a, {8});
   t.Expect(b, {8});
-  EXPECT_FALSE(t.SetWaker(&wake, a)) << "b is open too";
-  EXPECT_TRUE(t.OnResponse(b, 8, Status::OK()));
-  ASSERT_TRUE(t.SetWaker(&wake, a));
-  EXPECT_FALSE(t.ClearWaker());
-  EXPECT_TRUE(t.OnResponse(a, 8, Status::OK()));
+  t.Expect(c, {8});
+  ASSERT_TRUE(t.SetWaker(&wake, a)) << "b and c are open too";
+  std::thread others([&] {
+    EXPECT_TRUE(t.OnResponse(b, 8, Status::OK()));
+    t.Fail(c, Status::Unavailable("gone"));
+  });
+  others.join();
+  pollfd pfd = {wake.fd(), POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0) << "signalled by another request";
+  std::thread completer([&] { EXPECT_TRUE(t.OnResponse(a, 8, Status::OK())); });
+  completer.join();
+  EXPECT_TRUE(t.ClearWaker());
+  wake.Consume();
+  EXPECT_EQ(poll(&pfd, 1, 0), 0) << "a second write";
   EXPECT_FALSE(t.SetWaker(&wake, a)) << "a has completed";
 }
 
