@@ -40,7 +40,9 @@
 # against raw ZeroMQ whose server adds each payload into a store with the
 # same loop (zmq_baseline --server_sums), judged against no target: Ember's
 # overhead with the server's arithmetic taken out; and that baseline against
-# the plain one says what the adding itself costs on this machine.
+# the plain one says what the adding itself costs on this machine. It runs
+# just after Ember's 4 MB push, so each round's same-work ratio pairs Ember
+# with the run after it, not before.
 # One more line, judged against no target, says what Ember's topology costs
 # raw ZeroMQ itself: 12000 B, window 8, answered over a second TCP connection
 # (zmq_baseline --replies=separate, the way an Ember node answers) over the
