@@ -47,8 +47,9 @@
 # ZeroMQ whose server adds each payload into a store with the same loop
 # (zmq_baseline --server_sums), and prints, judged against no target: the
 # summing push against plain raw ZeroMQ; against raw ZeroMQ adding (Ember's
-# overhead with the server's arithmetic in both; that baseline runs just
-# after Ember's run, so this pairs Ember with the run after it); and raw
+# overhead with the server's arithmetic in both; that baseline runs after
+# Ember's summing run, just after it by default, so this pairs Ember with a
+# run after it); and raw
 # ZeroMQ adding against plain raw ZeroMQ (what the adding itself costs on
 # this machine). --handle=sum judges the targets with the summing handle
 # instead (then the summing push is the judged run).
