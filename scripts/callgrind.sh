@@ -43,7 +43,7 @@ instructions() { awk '/^summary:/ {print $2}' "$1"; }
 
 run() {  # run PAYLOAD WINDOW HANDLE N -> leaves server.out and worker.out in $CG_DIR
   local payload=$1 window=$2 handle=$3 n=$4
-  export CG_DIR=$out/$payload-$handle-$n
+  export CG_DIR=$out/$payload-w$window-$handle-$n
   mkdir -p "$CG_DIR"
   # Valgrind serialises threads: give heartbeats room.
   EMBER_HEARTBEAT_TIMEOUT_MS=120000 EMBER_TIMEOUT=600 \
@@ -53,6 +53,7 @@ run() {  # run PAYLOAD WINDOW HANDLE N -> leaves server.out and worker.out in $C
     >"$CG_DIR/log" 2>&1 || { cat "$CG_DIR/log"; exit 1; }
 }
 
+declare -A ir  # role -> instructions per request
 printf '%-22s %-6s %18s %18s\n' case handle worker_Ir/request server_Ir/request
 # PAYLOAD:WINDOW; the 4 KB push one at a time is the round trip's case.
 for case in sparse_1000x1:8 dense_4m:8 dense_4k:1; do
@@ -60,10 +61,9 @@ for case in sparse_1000x1:8 dense_4m:8 dense_4k:1; do
   for handle in $handles; do
     run "$payload" "$window" "$handle" "$n1"
     run "$payload" "$window" "$handle" "$n2"
-    declare -A ir=()
     for role in worker server; do
-      a=$(instructions "$out/$payload-$handle-$n1/$role.out")
-      b=$(instructions "$out/$payload-$handle-$n2/$role.out")
+      a=$(instructions "$out/$payload-w$window-$handle-$n1/$role.out")
+      b=$(instructions "$out/$payload-w$window-$handle-$n2/$role.out")
       ir[$role]=$(((b - a) / (n2 - n1)))
     done
     printf '%-22s %-6s %18s %18s\n' "push $payload w$window" "$handle" "${ir[worker]}" "${ir[server]}"
