@@ -469,16 +469,28 @@ void RunServer(const Config& config) {
 
 // ---------------------------------------------------------------- worker --
 
-// One key per server: candidate keys are probed (each server answers with
-// its rank) until every server owns one. Returns them sorted.
+// One key per server: candidate keys from the start of every server's key
+// range are probed (each server answers with its rank) until every server
+// owns one; under range placement the first round finds them, under spread
+// placement a few rounds do. Returns them sorted.
 ps::StatusOr<ps::SArray<ps::Key>> DenseKeys(ps::KVWorker<float>* kv,
                                             int num_servers) {
-  const size_t probe_keys = 64 * static_cast<size_t>(num_servers);
+  constexpr size_t kPerRange = 64;
+  const std::vector<ps::Range>& ranges =
+      ps::Postoffice::Get()->GetServerKeyRanges();
+  if (ranges.size() != static_cast<size_t>(num_servers)) {
+    return ps::Status::Internal("GetServerKeyRanges() has " +
+                                std::to_string(ranges.size()) + " ranges");
+  }
+  const size_t probe_keys = kPerRange * static_cast<size_t>(num_servers);
   std::vector<ps::Key> owned(num_servers, ps::kMaxKey);
   int found = 0;
   for (int round = 0; round < 64 && found < num_servers; ++round) {
     ps::SArray<ps::Key> keys(probe_keys);
-    for (size_t i = 0; i < probe_keys; ++i) keys[i] = round * probe_keys + i;
+    for (size_t i = 0; i < probe_keys; ++i) {
+      keys[i] =
+          ranges[i / kPerRange].begin() + round * kPerRange + i % kPerRange;
+    }
     ps::SArray<float> ranks;
     PS_RETURN_IF_ERROR(
         kv->WaitStatus(kv->ZPull(keys, &ranks, nullptr, kProbeCmd)));

@@ -1,6 +1,7 @@
-// ring_balance: measures how evenly the key ring spreads keys, how many keys
-// move when a server joins, and what Assign costs per key. Prints one
-// machine-readable "RESULT ..." line per figure.
+// ring_balance: how evenly the key ring and the model layer's keys spread
+// over the servers, how much of the key space a membership change moves,
+// and what slicing a sorted batch costs per key. Prints one machine-readable
+// "RESULT ..." line per figure.
 #include <gflags/gflags.h>
 
 #include <algorithm>
@@ -10,142 +11,111 @@
 #include <random>
 #include <vector>
 
+#include "model/model_protocol.h"
 #include "partition/key_ring.h"
+#include "partition/slicer.h"
 
 DEFINE_int32(servers, 8, "number of servers");
 DEFINE_int32(keys, 1000000, "number of keys");
-DEFINE_int32(virtual_nodes, ps::KeyRing::kDefaultVirtualNodes,
-             "virtual nodes per server");
 DEFINE_uint64(seed, 1, "seed of the uniformly random keys");
 
 namespace {
 
-// ps-lite's numbering: server rank r has node id 8 + 2 * r.
+using u128 = unsigned __int128;
+
 std::vector<int> ServerIds(int num_servers) {
   std::vector<int> ids;
   for (int r = 0; r < num_servers; ++r) ids.push_back(8 + 2 * r);
   return ids;
 }
 
-std::vector<uint64_t> UniformKeys(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint64_t> keys(n);
-  for (uint64_t& k : keys) k = rng();
-  return keys;
-}
-
-std::vector<uint64_t> DenseKeys(size_t n) {
-  std::vector<uint64_t> keys(n);
-  for (size_t i = 0; i < n; ++i) keys[i] = i;
-  return keys;
-}
-
 double MaxOverMean(const ps::KeyRing& ring, const std::vector<uint64_t>& keys) {
-  std::vector<uint16_t> owner(keys.size());
   std::vector<size_t> counts(ring.num_servers(), 0);
-  ring.Assign(keys.data(), keys.size(), owner.data(), counts.data());
-  const double mean = static_cast<double>(keys.size()) /
-                      static_cast<double>(ring.num_servers());
-  return static_cast<double>(*std::max_element(counts.begin(), counts.end())) /
-         mean;
+  for (uint64_t k : keys) ++counts[ring.OwnerIndex(k)];
+  const double mean = static_cast<double>(keys.size()) / ring.num_servers();
+  return *std::max_element(counts.begin(), counts.end()) / mean;
 }
 
-void ReportBalance(int num_servers, const std::vector<uint64_t>& uniform,
-                   const std::vector<uint64_t>& dense) {
-  const ps::KeyRing ring(ServerIds(num_servers), FLAGS_virtual_nodes, 1);
-  std::printf(
-      "RESULT max_over_mean=%.3f dist=uniform servers=%d keys=%zu "
-      "vnodes=%d\n",
-      MaxOverMean(ring, uniform), num_servers, uniform.size(),
-      FLAGS_virtual_nodes);
-  std::printf(
-      "RESULT max_over_mean=%.3f dist=dense servers=%d keys=%zu "
-      "vnodes=%d\n",
-      MaxOverMean(ring, dense), num_servers, dense.size(), FLAGS_virtual_nodes);
-}
-
-void ReportMoves(int num_servers, const std::vector<uint64_t>& keys) {
-  const ps::KeyRing before(ServerIds(num_servers), FLAGS_virtual_nodes, 1);
-  const ps::KeyRing after(ServerIds(num_servers + 1), FLAGS_virtual_nodes, 2);
-  const int new_server = after.server_ids().back();
-  size_t moved = 0;
-  bool only_to_new = true;
-  for (uint64_t key : keys) {
-    const int old_owner = before.Owner(key);
-    const int new_owner = after.Owner(key);
-    if (old_owner != new_owner) {
-      ++moved;
-      if (new_owner != new_server) only_to_new = false;
-    }
+// The fraction of the key space whose owner differs between two rings.
+double MovedFraction(const ps::KeyRing& a, const ps::KeyRing& b) {
+  std::vector<uint64_t> cuts = a.begins();
+  cuts.insert(cuts.end(), b.begins().begin(), b.begins().end());
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  u128 moved = 0;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    const u128 end = i + 1 < cuts.size() ? u128{cuts[i + 1]} : u128{1} << 64;
+    if (a.Owner(cuts[i]) != b.Owner(cuts[i])) moved += end - cuts[i];
   }
-  std::printf("RESULT moved_fraction=%.4f ideal=%.4f servers=%d->%d keys=%zu\n",
-              static_cast<double>(moved) / static_cast<double>(keys.size()),
-              1.0 / (num_servers + 1), num_servers, num_servers + 1,
-              keys.size());
-  std::printf("RESULT moved_to_new_server_only=%d\n", only_to_new ? 1 : 0);
-}
-
-void ReportBuildTime(int num_servers) {
-  constexpr int kRounds = 20;
-  double best_us = 1e30;
-  for (int i = 0; i < kRounds; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    const ps::KeyRing ring(ServerIds(num_servers), FLAGS_virtual_nodes, 1);
-    const auto end = std::chrono::steady_clock::now();
-    best_us = std::min(
-        best_us,
-        std::chrono::duration<double, std::micro>(end - start).count());
-  }
-  std::printf("RESULT build_us=%.1f servers=%d vnodes=%d\n", best_us,
-              num_servers, FLAGS_virtual_nodes);
-}
-
-void ReportAssignCost(int num_servers, std::vector<uint64_t> keys) {
-  // Workers hand the slicer sorted key batches, so time that case.
-  std::sort(keys.begin(), keys.end());
-  const ps::KeyRing ring(ServerIds(num_servers), FLAGS_virtual_nodes, 1);
-  std::vector<uint16_t> owner(keys.size());
-  std::vector<size_t> counts(ring.num_servers());
-  constexpr int kRounds = 5;
-  double best_ns = 1e30;
-  size_t checksum = 0;
-  for (int i = 0; i < kRounds; ++i) {
-    std::fill(counts.begin(), counts.end(), 0);
-    const auto start = std::chrono::steady_clock::now();
-    ring.Assign(keys.data(), keys.size(), owner.data(), counts.data());
-    const auto end = std::chrono::steady_clock::now();
-    best_ns = std::min(
-        best_ns, std::chrono::duration<double, std::nano>(end - start).count());
-    checksum += counts[0] + owner[keys.size() / 2];
-  }
-  std::printf("RESULT assign_ns_per_key=%.2f keys=%zu servers=%d\n",
-              best_ns / static_cast<double>(keys.size()), keys.size(),
-              num_servers);
-  // Keeps the timed work observable.
-  if (checksum == 0) std::fprintf(stderr, "checksum 0\n");
+  return static_cast<double>(moved) / 18446744073709551616.0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("Balance and cost of the consistent-hash key ring.");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  if (FLAGS_servers < 1 || FLAGS_servers >= 65535 || FLAGS_keys < 1 ||
-      FLAGS_virtual_nodes < 1) {
-    std::fprintf(stderr,
-                 "need 1 <= --servers < 65535, --keys >= 1, "
-                 "--virtual_nodes >= 1\n");
+  if (FLAGS_servers < 1 || FLAGS_servers > 4096 || FLAGS_keys < 1) {
+    std::fprintf(stderr, "need 1 <= --servers <= 4096 and --keys >= 1\n");
     return 1;
   }
-  const size_t n = static_cast<size_t>(FLAGS_keys);
-  const std::vector<uint64_t> uniform = UniformKeys(n, FLAGS_seed);
-  const std::vector<uint64_t> dense = DenseKeys(n);
+  const int n = FLAGS_servers;
+  const ps::KeyRing ring = ps::KeyRing::EvenSplit(ServerIds(n), 1).value();
+  std::mt19937_64 rng(FLAGS_seed);
+  std::vector<uint64_t> uniform(FLAGS_keys), rows(FLAGS_keys);
+  for (auto& k : uniform) k = rng();
+  const uint32_t table = ps::model::TableId("embedding");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = ps::model::RowKey(table, i);
+  }
+  std::printf(
+      "RESULT figure=balance keys=uniform servers=%d max_over_mean=%.4f\n", n,
+      MaxOverMean(ring, uniform));
+  std::printf(
+      "RESULT figure=balance keys=model_rows_0..N servers=%d "
+      "max_over_mean=%.4f\n",
+      n, MaxOverMean(ring, rows));
+  const ps::KeyRing spread =
+      ps::KeyRing::EvenSplit(ServerIds(n), 1, ps::Placement::kSpread).value();
+  std::vector<uint64_t> small(FLAGS_keys);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = i;
+  std::printf(
+      "RESULT figure=balance keys=0..N_spread servers=%d "
+      "max_over_mean=%.4f\n",
+      n, MaxOverMean(spread, small));
 
-  ReportBalance(FLAGS_servers, uniform, dense);
-  ReportMoves(FLAGS_servers, uniform);
-  ReportAssignCost(FLAGS_servers, uniform);
-  if (FLAGS_servers != 64) ReportBalance(64, uniform, dense);
-  ReportBuildTime(FLAGS_servers);
-  if (FLAGS_servers != 64) ReportBuildTime(64);
+  const ps::KeyRing added = ring.AddServer(9999, 2).value();
+  std::printf(
+      "RESULT figure=add servers=%d moved=%.4f minimal=%.4f "
+      "max_over_mean=%.4f\n",
+      n, MovedFraction(ring, added), 1.0 / (n + 1),
+      MaxOverMean(added, uniform));
+  if (n > 1) {
+    const ps::KeyRing removed = ring.RemoveServer(8, 2).value();
+    std::printf(
+        "RESULT figure=remove servers=%d moved=%.4f minimal=%.4f "
+        "max_over_mean=%.4f\n",
+        n, MovedFraction(ring, removed), 1.0 / n,
+        MaxOverMean(removed, uniform));
+  }
+
+  std::vector<uint64_t> sorted = uniform;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  for (ps::Placement p : {ps::Placement::kRange, ps::Placement::kSpread}) {
+    const ps::KeyRing r = ps::KeyRing::EvenSplit(ServerIds(n), 1, p).value();
+    ps::SlicePlan plan;
+    const int reps = 20;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) {
+      if (!ps::SliceKeys(r, sorted.data(), sorted.size(), &plan).ok()) return 1;
+    }
+    const double ns = std::chrono::duration<double, std::nano>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+    std::printf(
+        "RESULT figure=slice placement=%s servers=%d keys=%zu "
+        "ns_per_key=%.3f\n",
+        ps::PlacementName(p), n, sorted.size(), ns / reps / sorted.size());
+  }
   return 0;
 }

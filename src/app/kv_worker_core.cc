@@ -1,9 +1,10 @@
 // The worker's side of key-value requests: validation, slicing by the key
-// ring, sending one message per server, and reassembling pulled values in
-// the order of the request's keys.
+// ring (partition/slicer.h), sending one message per server, and placing
+// pulled values in the order of the request's keys.
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
 #include "partition/key_ring.h"
+#include "partition/slicer.h"
 #include "ps/internal/kv_core.h"
 
 namespace ps {
@@ -53,13 +55,6 @@ SArray<V> UninitializedArray(size_t n) {
   SArray<V> array;
   array.reset(new V[n], n, [](V* p) { delete[] p; });
   return array;
-}
-
-// The error for keys[i] not above keys[i - 1].
-Status Unsorted(const Key* keys, size_t i) {
-  return Status::InvalidArgument(
-      "keys must be sorted and unique; key " + std::to_string(i) + " (" +
-      std::to_string(keys[i]) + ") follows " + std::to_string(keys[i - 1]));
 }
 
 // One key's values: the common sizes get a copy the compiler inlines.
@@ -115,36 +110,32 @@ class KVWorkerCore::Impl {
   struct Pending {
     bool pull = false;
     SArray<Key> keys;
-    std::vector<uint16_t> owner;    // Server rank of every key (empty
-                                    // when the ring has one server).
-    std::vector<size_t> counts;     // Keys per server rank.
-    std::vector<RawKVs> responses;  // By server rank.
+    // Where the keys went: segments (range placement) or a server index per
+    // key (spread placement, or the application's own slicer); keys per
+    // server index.
+    SlicePlan plan;
+    // The server id of every server index (shared with the ring).
+    std::shared_ptr<const std::vector<int>> ids;
+    std::vector<RawKVs> responses;  // By server index.
     PullSink sink;
     Callback cb;
     CallbackToken cb_token;  // Held while cb is set.
   };
 
-  // Where each server's keys and values lie in a request (indices into the
-  // keys, byte offsets into the values), by server rank.
-  struct SliceBounds {
-    std::vector<size_t> first, last;  // first == n: the server has no keys.
-    std::vector<size_t> val_begin, val_bytes;
-    // The request's shape: a push with values, with lens, and the bytes of
-    // every key's values when there are no lens.
-    bool has_vals = false;
-    bool has_lens = false;
-    size_t bytes_per_key = 0;
-  };
-
   RequestTracker* tracker() { return app_->customer()->tracker(); }
   Status Validate(bool push, const RawKVs& kvs) const;
   Status CheckShape(bool push, const RawKVs& kvs) const;
-  // One pass over the keys: checks they are sorted and unique (and lens),
-  // fills p->owner (only with several servers) and p->counts, and the
-  // bounds of every server's slice.
-  Status Scan(const KeyRing& ring, bool push, const RawKVs& kvs, Pending* p,
-              SliceBounds* b) const;
-  StatusOr<std::shared_ptr<const KeyRing>> Ring();
+  // Checks a push's lens (none negative, adding up to the values) and, for
+  // range placement, fills the byte offset of every segment's values
+  // (seg_vals has segments + 1 entries).
+  Status ValueOffsets(bool push, const RawKVs& kvs, const SlicePlan& plan,
+                      std::vector<size_t>* seg_vals) const;
+  // The messages of a sliced request, by server index: views of the
+  // caller's arrays where a server's keys are one run, gathered copies
+  // otherwise.
+  void BuildSlices(bool push, const RawKVs& kvs, const SlicePlan& plan,
+                   const std::vector<size_t>& seg_vals,
+                   std::vector<std::pair<int, RawKVs>>* slices) const;
   void Dispatch(int ts, bool push, bool pull, int cmd, int priority,
                 uint64_t epoch, Pending pending,
                 std::vector<std::pair<int, RawKVs>> slices);
@@ -165,44 +156,19 @@ class KVWorkerCore::Impl {
 
   std::mutex mu_;
   std::unordered_map<int, Pending> pending_;  // Guarded by mu_.
-  std::shared_ptr<const KeyRing> ring_;       // Guarded by mu_.
 };
 
-// Submit checks the same in Scan, in the pass that slices; a request the
-// application sliced itself is checked here.
+// Submit checks the same while slicing; a request the application sliced
+// itself is checked here.
 Status KVWorkerCore::Impl::Validate(bool push, const RawKVs& kvs) const {
   const size_t n = kvs.keys.size();
   for (size_t i = 1; i < n; ++i) {
-    if (kvs.keys[i - 1] >= kvs.keys[i]) return Unsorted(kvs.keys.data(), i);
+    if (kvs.keys[i - 1] >= kvs.keys[i]) return UnsortedKeys(kvs.keys.data(), i);
   }
   PS_RETURN_IF_ERROR(CheckShape(push, kvs));
-  if (!push || kvs.lens.empty()) return Status::OK();
-  size_t total = 0;
-  for (int len : kvs.lens) {
-    if (len < 0) return Status::InvalidArgument("negative length in lens");
-    total += static_cast<size_t>(len);
-  }
-  const size_t nvals = kvs.vals.size() / value_bytes_;
-  if (total != nvals) {
-    return Status::InvalidArgument("lens add up to " + std::to_string(total) +
-                                   " values, got " + std::to_string(nvals));
-  }
-  return Status::OK();
-}
-
-StatusOr<std::shared_ptr<const KeyRing>> KVWorkerCore::Impl::Ring() {
-  RingInfo info = app_->node()->ring_info();
-  if (info.server_ids.empty()) {
-    return Status::Aborted("the node has no key ring (call ps::Start first)");
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!ring_ || ring_->epoch() != info.epoch) {
-    int vnodes = info.virtual_nodes > 0 ? info.virtual_nodes
-                                        : KeyRing::kDefaultVirtualNodes;
-    ring_ =
-        std::make_shared<const KeyRing>(info.server_ids, vnodes, info.epoch);
-  }
-  return ring_;
+  SlicePlan none;
+  none.per_key = true;
+  return ValueOffsets(push, kvs, none, nullptr);
 }
 
 // The shape checks of a push that do not look at every key: lens against
@@ -227,178 +193,190 @@ Status KVWorkerCore::Impl::CheckShape(bool push, const RawKVs& kvs) const {
   return Status::OK();
 }
 
-Status KVWorkerCore::Impl::Scan(const KeyRing& ring, bool push,
-                                const RawKVs& kvs, Pending* p,
-                                SliceBounds* b) const {
+Status KVWorkerCore::Impl::ValueOffsets(bool push, const RawKVs& kvs,
+                                        const SlicePlan& plan,
+                                        std::vector<size_t>* seg_vals) const {
   const size_t n = kvs.keys.size();
-  const size_t num_servers = ring.num_servers();
-  b->has_vals = push && !kvs.vals.empty();
-  b->has_lens = push && !kvs.lens.empty();
-  b->bytes_per_key =
-      b->has_vals && !b->has_lens && n > 0 ? kvs.vals.size() / n : 0;
-  const bool has_lens = b->has_lens;
-  const size_t bytes_per_key = b->bytes_per_key;
-  const Key* keys = kvs.keys.data();
-  const int* lens = has_lens ? kvs.lens.data() : nullptr;
-  p->counts.assign(num_servers, 0);
-  b->first.assign(num_servers, n);
-  b->last.assign(num_servers, 0);
-  b->val_begin.assign(num_servers, 0);
-  b->val_bytes.assign(num_servers, 0);
-  size_t bad = 0;         // The first key out of order, if any (0: none).
-  bool negative = false;  // A negative entry in lens.
-  size_t offset = 0;      // Value bytes so far.
-  if (num_servers == 1) {
-    // One server owns everything: no lookups, and no owner per key (a
-    // single response is taken as it is).
-    for (size_t i = 1; i < n; ++i) {
-      if (keys[i - 1] >= keys[i]) {
-        bad = i;
-        break;
-      }
+  const bool has_vals = push && !kvs.vals.empty();
+  const bool has_lens = push && !kvs.lens.empty();
+  const size_t nseg = plan.per_key ? 0 : plan.segments.size();
+  if (seg_vals != nullptr) seg_vals->assign(nseg + 1, 0);
+  if (!has_lens) {
+    const size_t bytes_per_key = has_vals && n > 0 ? kvs.vals.size() / n : 0;
+    for (size_t g = 0; g < nseg; ++g) {
+      (*seg_vals)[g] = plan.segments[g].begin * bytes_per_key;
     }
-    if (has_lens) {
-      for (size_t i = 0; i < n; ++i) {
-        negative |= lens[i] < 0;
-        offset += static_cast<size_t>(lens[i]) * value_bytes_;
-      }
-    } else {
-      offset = bytes_per_key * n;
-    }
-    if (n > 0) {
-      p->counts[0] = n;
-      b->first[0] = 0;
-      b->last[0] = n - 1;
-      b->val_bytes[0] = offset;
-    }
-  } else {
-    p->owner.resize(n);
-    uint16_t* owner = p->owner.data();
-    size_t* counts = p->counts.data();
-    for (size_t i = 0; i < n; ++i) {
-      const Key key = keys[i];
-      if (i > 0 && keys[i - 1] >= key) {
-        bad = i;
-        break;
-      }
-      const uint16_t s = static_cast<uint16_t>(ring.OwnerIndex(key));
-      owner[i] = s;
-      ++counts[s];
-      size_t bytes = bytes_per_key;
-      if (has_lens) {
-        negative |= lens[i] < 0;
-        bytes = static_cast<size_t>(lens[i]) * value_bytes_;
-      }
-      if (b->first[s] == n) {
-        b->first[s] = i;
-        b->val_begin[s] = offset;
-      }
-      b->last[s] = i;
-      b->val_bytes[s] += bytes;
-      offset += bytes;
-    }
+    if (seg_vals != nullptr) (*seg_vals)[nseg] = n * bytes_per_key;
+    return Status::OK();
   }
-  if (bad != 0) return Unsorted(keys, bad);
+  const int* lens = kvs.lens.data();
+  bool negative = false;
+  size_t total = 0;  // values
+  size_t g = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (g < nseg && plan.segments[g].begin == i) {
+      (*seg_vals)[g++] = total * value_bytes_;
+    }
+    negative |= lens[i] < 0;
+    total += static_cast<size_t>(lens[i]);
+  }
+  if (seg_vals != nullptr) (*seg_vals)[nseg] = total * value_bytes_;
   if (negative) return Status::InvalidArgument("negative length in lens");
-  if (has_lens && offset != kvs.vals.size()) {
-    return Status::InvalidArgument(
-        "lens add up to " + std::to_string(offset / value_bytes_) +
-        " values, got " + std::to_string(kvs.vals.size() / value_bytes_));
+  const size_t nvals = kvs.vals.size() / value_bytes_;
+  if (total != nvals) {
+    return Status::InvalidArgument("lens add up to " + std::to_string(total) +
+                                   " values, got " + std::to_string(nvals));
   }
   return Status::OK();
+}
+
+void KVWorkerCore::Impl::BuildSlices(
+    bool push, const RawKVs& kvs, const SlicePlan& plan,
+    const std::vector<size_t>& seg_vals,
+    std::vector<std::pair<int, RawKVs>>* slices) const {
+  const size_t n = kvs.keys.size();
+  const size_t num_servers = plan.counts.size();
+  const bool has_vals = push && !kvs.vals.empty();
+  const bool has_lens = push && !kvs.lens.empty();
+  slices->reserve(num_servers);
+  if (!plan.per_key) {
+    // One message per server: its segment as views, or its segments
+    // copied one after the other when it has several.
+    std::vector<RawKVs*> out(num_servers, nullptr);
+    for (size_t srv = 0; srv < num_servers; ++srv) {
+      if (plan.counts[srv] == 0) continue;
+      slices->emplace_back(static_cast<int>(srv), RawKVs());
+    }
+    for (auto& slice : *slices) out[slice.first] = &slice.second;
+    std::vector<size_t> key_at(num_servers, 0), val_at(num_servers, 0);
+    for (size_t g = 0; g < plan.segments.size(); ++g) {
+      const KeySegment& seg = plan.segments[g];
+      const size_t srv = static_cast<size_t>(seg.server);
+      RawKVs& o = *out[srv];
+      if (plan.segments_of[srv] == 1) {
+        o.keys = kvs.keys.segment(seg.begin, seg.end);
+        if (has_vals) o.vals = kvs.vals.segment(seg_vals[g], seg_vals[g + 1]);
+        if (has_lens) o.lens = kvs.lens.segment(seg.begin, seg.end);
+        continue;
+      }
+      if (o.keys.empty()) {
+        // Its first segment: size the arrays for all of them.
+        size_t val_bytes = 0;
+        for (size_t h = g; h < plan.segments.size(); ++h) {
+          if (plan.segments[h].server == seg.server) {
+            val_bytes += seg_vals[h + 1] - seg_vals[h];
+          }
+        }
+        o.keys = UninitializedArray<Key>(plan.counts[srv]);
+        if (has_vals) o.vals = UninitializedArray<char>(val_bytes);
+        if (has_lens) o.lens = UninitializedArray<int>(plan.counts[srv]);
+      }
+      const size_t count = seg.end - seg.begin;
+      std::memcpy(o.keys.data() + key_at[srv], kvs.keys.data() + seg.begin,
+                  count * sizeof(Key));
+      if (has_lens) {
+        std::memcpy(o.lens.data() + key_at[srv], kvs.lens.data() + seg.begin,
+                    count * sizeof(int));
+      }
+      if (has_vals) {
+        const size_t bytes = seg_vals[g + 1] - seg_vals[g];
+        std::memcpy(o.vals.data() + val_at[srv], kvs.vals.data() + seg_vals[g],
+                    bytes);
+        val_at[srv] += bytes;
+      }
+      key_at[srv] += count;
+    }
+    return;
+  }
+  // A server index per key: one server taking everything gets views, the
+  // others get their keys, values and lens gathered in one pass.
+  struct Cursor {
+    Key* keys = nullptr;
+    char* vals = nullptr;
+    int* lens = nullptr;
+  };
+  std::vector<Cursor> gather(num_servers);
+  const size_t bytes_per_key =
+      has_vals && !has_lens && n > 0 ? kvs.vals.size() / n : 0;
+  std::vector<size_t> val_bytes(num_servers, 0);
+  if (has_vals) {
+    for (size_t i = 0; i < n; ++i) {
+      val_bytes[plan.owner[i]] +=
+          has_lens ? static_cast<size_t>(kvs.lens[i]) * value_bytes_
+                   : bytes_per_key;
+    }
+  }
+  bool any_gather = false;
+  for (size_t srv = 0; srv < num_servers; ++srv) {
+    if (plan.counts[srv] == 0) continue;
+    slices->emplace_back(static_cast<int>(srv), RawKVs());
+    RawKVs& o = slices->back().second;
+    if (plan.counts[srv] == n) {
+      o.keys = kvs.keys;
+      if (has_vals) o.vals = kvs.vals;
+      if (has_lens) o.lens = kvs.lens;
+      continue;
+    }
+    any_gather = true;
+    Cursor& c = gather[srv];
+    o.keys = UninitializedArray<Key>(plan.counts[srv]);
+    c.keys = o.keys.data();
+    if (has_vals) {
+      o.vals = UninitializedArray<char>(val_bytes[srv]);
+      c.vals = o.vals.data();
+    }
+    if (has_lens) {
+      o.lens = UninitializedArray<int>(plan.counts[srv]);
+      c.lens = o.lens.data();
+    }
+  }
+  if (!any_gather) return;
+  const Key* keys = kvs.keys.data();
+  const char* vals = has_vals ? kvs.vals.data() : nullptr;
+  const int* lens = has_lens ? kvs.lens.data() : nullptr;
+  const uint16_t* owner = plan.owner.data();
+  Cursor* cursors = gather.data();
+  for (size_t i = 0; i < n; ++i) {
+    Cursor& c = cursors[owner[i]];
+    const size_t bytes =
+        has_lens ? static_cast<size_t>(lens[i]) * value_bytes_ : bytes_per_key;
+    *c.keys++ = keys[i];
+    if (has_vals) {
+      CopyValue(c.vals, vals, bytes);
+      c.vals += bytes;
+      vals += bytes;
+    }
+    if (has_lens) *c.lens++ = lens[i];
+  }
 }
 
 int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
                                const RawKVs& kvs, PullSink sink, Callback cb) {
   int ts = tracker()->NewRequest();
   Status s = CheckShape(push, kvs);
-  auto ring = Ring();
-  if (s.ok() && !ring.ok()) s = ring.status();
+  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  if (s.ok() && !ring) {
+    s = Status::Aborted("the node has no key ring (call ps::Start first)");
+  }
   Pending p;
-  SliceBounds bounds;
-  if (s.ok()) s = Scan(*ring.value(), push, kvs, &p, &bounds);
+  std::vector<size_t> seg_vals;
+  if (s.ok()) s = SliceKeys(*ring, kvs.keys.data(), kvs.keys.size(), &p.plan);
+  if (s.ok()) s = ValueOffsets(push, kvs, p.plan, &seg_vals);
   if (!s.ok()) {
     tracker()->Fail(ts, s);
     return ts;
   }
-  const KeyRing& r = *ring.value();
-  const size_t n = kvs.keys.size();
-  const size_t num_servers = r.num_servers();
+  std::vector<std::pair<int, RawKVs>> slices;
+  BuildSlices(push, kvs, p.plan, seg_vals, &slices);
+  const std::vector<int>& ids = ring->server_ids();
+  for (auto& slice : slices) slice.first = ids[slice.first];
   p.pull = pull;
   p.keys = kvs.keys;
+  p.ids = std::shared_ptr<const std::vector<int>>(ring, &ring->server_ids());
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
-  const bool has_vals = bounds.has_vals;
-  const bool has_lens = bounds.has_lens;
-  const size_t bytes_per_key = bounds.bytes_per_key;
-  const std::vector<size_t>& first = bounds.first;
-  const std::vector<size_t>& last = bounds.last;
-  const std::vector<size_t>& val_begin = bounds.val_begin;
-  const std::vector<size_t>& val_bytes = bounds.val_bytes;
-  // A server whose keys are one contiguous run gets views of the caller's
-  // arrays (no copy); the others get their keys, values and lens gathered
-  // in one more pass, into arrays allocated once at their final size.
-  std::vector<std::pair<int, RawKVs>> slices;
-  slices.reserve(num_servers);
-  struct Cursor {
-    Key* keys = nullptr;  // nullptr: this server is not gathered.
-    char* vals = nullptr;
-    int* lens = nullptr;
-  };
-  std::vector<Cursor> gather(num_servers);
-  bool any_gather = false;
-  for (size_t srv = 0; srv < num_servers; ++srv) {
-    if (p.counts[srv] == 0) continue;
-    slices.emplace_back(static_cast<int>(srv), RawKVs());
-    RawKVs& out = slices.back().second;
-    if (last[srv] - first[srv] + 1 == p.counts[srv]) {
-      out.keys = kvs.keys.segment(first[srv], last[srv] + 1);
-      if (has_vals) {
-        out.vals =
-            kvs.vals.segment(val_begin[srv], val_begin[srv] + val_bytes[srv]);
-      }
-      if (has_lens) out.lens = kvs.lens.segment(first[srv], last[srv] + 1);
-      continue;
-    }
-    any_gather = true;
-    Cursor& c = gather[srv];
-    out.keys = UninitializedArray<Key>(p.counts[srv]);
-    c.keys = out.keys.data();
-    if (has_vals) {
-      out.vals = UninitializedArray<char>(val_bytes[srv]);
-      c.vals = out.vals.data();
-    }
-    if (has_lens) {
-      out.lens = UninitializedArray<int>(p.counts[srv]);
-      c.lens = out.lens.data();
-    }
-  }
-  if (any_gather) {
-    const Key* keys = kvs.keys.data();
-    const char* vals = has_vals ? kvs.vals.data() : nullptr;
-    const int* lens = has_lens ? kvs.lens.data() : nullptr;
-    const uint16_t* owner = p.owner.data();
-    Cursor* cursors = gather.data();
-    for (size_t i = 0; i < n; ++i) {
-      Cursor& c = cursors[owner[i]];
-      const size_t bytes = has_lens
-                               ? static_cast<size_t>(lens[i]) * value_bytes_
-                               : bytes_per_key;
-      if (c.keys != nullptr) {
-        *c.keys++ = keys[i];
-        if (has_vals) {
-          CopyValue(c.vals, vals, bytes);
-          c.vals += bytes;
-        }
-        if (has_lens) *c.lens++ = lens[i];
-      }
-      vals += has_vals ? bytes : 0;
-    }
-  }
-  std::vector<int> ids = r.server_ids();
-  for (auto& slice : slices) slice.first = ids[slice.first];
-  Dispatch(ts, push, pull, cmd, priority, r.epoch(), std::move(p),
+  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), std::move(p),
            std::move(slices));
   return ts;
 }
@@ -408,18 +386,21 @@ int KVWorkerCore::Impl::SubmitSliced(
     std::vector<std::pair<bool, RawKVs>> sliced, PullSink sink, Callback cb) {
   int ts = tracker()->NewRequest();
   Status s = Validate(push, kvs);
-  std::vector<int> ids = app_->node()->server_ids();
-  if (s.ok() && sliced.size() != ids.size()) {
+  auto ids =
+      std::make_shared<const std::vector<int>>(app_->node()->server_ids());
+  if (s.ok() && sliced.size() != ids->size()) {
     s = Status::InvalidArgument("the slicer made " +
                                 std::to_string(sliced.size()) + " slices for " +
-                                std::to_string(ids.size()) + " servers");
+                                std::to_string(ids->size()) + " servers");
   }
   const size_t n = kvs.keys.size();
   Pending p;
   p.pull = pull;
   p.keys = kvs.keys;
-  p.owner.assign(n, UINT16_MAX);
-  p.counts.assign(ids.size(), 0);
+  p.ids = ids;
+  p.plan.per_key = true;
+  p.plan.owner.assign(n, UINT16_MAX);
+  p.plan.counts.assign(ids->size(), 0);
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
@@ -436,13 +417,13 @@ int KVWorkerCore::Impl::SubmitSliced(
             ", which the request lacks, in slice " + std::to_string(r));
         break;
       }
-      p.owner[pos - kvs.keys.begin()] = static_cast<uint16_t>(r);
+      p.plan.owner[pos - kvs.keys.begin()] = static_cast<uint16_t>(r);
     }
-    p.counts[r] = sk.size();
-    slices.emplace_back(ids[r], std::move(sliced[r].second));
+    p.plan.counts[r] = sk.size();
+    slices.emplace_back((*ids)[r], std::move(sliced[r].second));
   }
   for (size_t i = 0; s.ok() && i < n; ++i) {
-    if (p.owner[i] == UINT16_MAX) {
+    if (p.plan.owner[i] == UINT16_MAX) {
       s = Status::InvalidArgument("the slicer left out key " +
                                   std::to_string(kvs.keys[i]));
     }
@@ -451,7 +432,8 @@ int KVWorkerCore::Impl::SubmitSliced(
     tracker()->Fail(ts, s);
     return ts;
   }
-  Dispatch(ts, push, pull, cmd, priority, app_->node()->ring_info().epoch,
+  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  Dispatch(ts, push, pull, cmd, priority, ring ? ring->epoch() : 0,
            std::move(p), std::move(slices));
   return ts;
 }
@@ -460,8 +442,9 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
                                   int priority, uint64_t epoch, Pending p,
                                   std::vector<std::pair<int, RawKVs>> slices) {
   std::vector<int> recipients;
+  recipients.reserve(slices.size());
   for (const auto& s : slices) recipients.push_back(s.first);
-  p.responses.resize(p.counts.size());
+  p.responses.resize(p.plan.counts.size());
   if (recipients.empty()) {
     // Nothing to send (no keys): complete now, as ps-lite does.
     if (pull && p.sink.values) p.sink.values(0);
@@ -517,16 +500,16 @@ void KVWorkerCore::Impl::Process(Message& msg) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(ts);
     if (it == pending_.end()) return;
-    int rank = Node::IdToRank(sender);
-    if (s.ok() &&
-        (rank < 0 || rank >= static_cast<int>(it->second.responses.size()))) {
+    const std::vector<int>& ids = *it->second.ids;
+    const size_t slot = std::find(ids.begin(), ids.end(), sender) - ids.begin();
+    if (s.ok() && slot >= it->second.responses.size()) {
       s = Status::Corruption("response from unexpected node " +
                              std::to_string(sender));
     }
     if (!s.ok()) {
       pending_.erase(it);
     } else {
-      it->second.responses[rank] = std::move(raw);
+      it->second.responses[slot] = std::move(raw);
       if (tracker()->Outstanding(ts) > 1) return;
       done = std::move(it->second);
       pending_.erase(it);
@@ -544,17 +527,18 @@ void KVWorkerCore::Impl::Process(Message& msg) {
 Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
   const size_t n = p.keys.size();
   const size_t num = p.responses.size();
+  const std::vector<size_t>& counts = p.plan.counts;
   size_t total = 0;
   int responders = 0;
   std::vector<size_t> bytes_per_key(num, 0);
   for (size_t r = 0; r < num; ++r) {
     const RawKVs& res = p.responses[r];
-    if (p.counts[r] == 0) continue;
+    if (counts[r] == 0) continue;
     ++responders;
-    if (res.keys.size() != p.counts[r]) {
-      return Status::Corruption("server rank " + std::to_string(r) +
+    if (res.keys.size() != counts[r]) {
+      return Status::Corruption("server " + std::to_string((*p.ids)[r]) +
                                 " answered " + std::to_string(res.keys.size()) +
-                                " keys for " + std::to_string(p.counts[r]) +
+                                " keys for " + std::to_string(counts[r]) +
                                 " requested");
     }
     if (res.lens.empty()) bytes_per_key[r] = res.vals.size() / res.keys.size();
@@ -569,18 +553,24 @@ Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
                                      std::to_string(n) + " keys");
     }
   }
+  // The keys a server answered for keys[begin..begin+count) of the request.
+  auto check_keys = [&](size_t r, size_t at, size_t begin,
+                        size_t count) -> Status {
+    const Key* got = p.responses[r].keys.data() + at;
+    const Key* want = p.keys.data() + begin;
+    if (std::memcmp(got, want, count * sizeof(Key)) == 0) return Status::OK();
+    size_t i = 0;
+    while (got[i] == want[i]) ++i;
+    return Status::Corruption("server " + std::to_string((*p.ids)[r]) +
+                              " answered key " + std::to_string(got[i]) +
+                              " in place of " + std::to_string(want[i]));
+  };
   // One server answered everything: take its buffer as is when allowed.
   if (responders == 1) {
     size_t r = 0;
-    while (p.counts[r] == 0) ++r;
+    while (counts[r] == 0) ++r;
     const RawKVs& res = p.responses[r];
-    for (size_t i = 0; i < n; ++i) {
-      if (res.keys[i] != p.keys[i]) {
-        return Status::Corruption("server answered key " +
-                                  std::to_string(res.keys[i]) +
-                                  " in place of " + std::to_string(p.keys[i]));
-      }
-    }
+    PS_RETURN_IF_ERROR(check_keys(r, 0, 0, n));
     bool adopted = p.sink.adopt && p.sink.adopt(res.vals);
     if (!adopted) {
       char* dst = p.sink.values(total);
@@ -608,12 +598,44 @@ Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
   }
   std::vector<size_t> cursor(num, 0), voff(num, 0);
   size_t out = 0;
+  if (!p.plan.per_key) {
+    // Segment by segment: every server's answer is its segments' keys in
+    // order, so each segment's values are one copy.
+    for (const KeySegment& seg : p.plan.segments) {
+      const size_t r = static_cast<size_t>(seg.server);
+      const RawKVs& res = p.responses[r];
+      const size_t count = seg.end - seg.begin;
+      const size_t c = cursor[r];
+      PS_RETURN_IF_ERROR(check_keys(r, c, seg.begin, count));
+      size_t bytes = bytes_per_key[r] * count;
+      if (!res.lens.empty()) {
+        size_t values = 0;
+        for (size_t i = 0; i < count; ++i) {
+          values += static_cast<size_t>(res.lens[c + i]);
+        }
+        bytes = values * value_bytes_;
+      }
+      if (bytes > 0) std::memcpy(dst + out, res.vals.data() + voff[r], bytes);
+      if (lens_out != nullptr) {
+        for (size_t i = 0; i < count; ++i) {
+          lens_out[seg.begin + i] =
+              res.lens.empty()
+                  ? static_cast<int>(bytes_per_key[r] / value_bytes_)
+                  : res.lens[c + i];
+        }
+      }
+      cursor[r] += count;
+      voff[r] += bytes;
+      out += bytes;
+    }
+    return Status::OK();
+  }
   for (size_t i = 0; i < n; ++i) {
-    const size_t r = p.owner[i];
+    const size_t r = p.plan.owner[i];
     const RawKVs& res = p.responses[r];
     const size_t c = cursor[r]++;
     if (res.keys[c] != p.keys[i]) {
-      return Status::Corruption("server rank " + std::to_string(r) +
+      return Status::Corruption("server " + std::to_string((*p.ids)[r]) +
                                 " answered key " + std::to_string(res.keys[c]) +
                                 " in place of " + std::to_string(p.keys[i]));
     }

@@ -173,18 +173,38 @@ const std::vector<int>& Postoffice::GetNodeIDs(int node_id) const {
   return slot;
 }
 
+// While every server owns one range, in rank order (always, until
+// membership changes), these are the ring's ranges, which at start-up are
+// ps-lite's even split. Once a server owns several, ps-lite's one-range-per-
+// rank shape cannot describe the ring: the even split over the current
+// servers is returned, so key encodings that use it (MXNet, BytePS) keep
+// their keys, and the ring routes them to whoever owns them now.
 const std::vector<Range>& Postoffice::GetServerKeyRanges() {
   std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<const KeyRing> ring = node_ ? node_->key_ring() : nullptr;
   int n =
       node_ ? node_->num_servers() : IntFromEnvironment("DMLC_NUM_SERVER", 0);
-  if (static_cast<int>(server_key_ranges_.size()) != n && n > 0) {
-    server_key_ranges_.clear();
+  std::vector<Range> ranges;
+  if (ring && ring->num_ranges() == static_cast<size_t>(ring->num_servers())) {
+    for (int s = 0; s < ring->num_servers(); ++s) {
+      const std::vector<Range> own = ring->RangesOf(s);
+      ranges.insert(ranges.end(), own.begin(), own.end());
+    }
+  } else {
+    if (ring) n = ring->num_servers();
     for (int i = 0; i < n; ++i) {
       Key begin = kMaxKey / n * i;
       Key end = i + 1 == n ? kMaxKey : kMaxKey / n * (i + 1);
-      server_key_ranges_.emplace_back(begin, end);
+      ranges.emplace_back(begin, end);
     }
   }
+  // The reference stays valid until the ranges change.
+  bool same = ranges.size() == server_key_ranges_.size();
+  for (size_t i = 0; same && i < ranges.size(); ++i) {
+    same = ranges[i].begin() == server_key_ranges_[i].begin() &&
+           ranges[i].end() == server_key_ranges_[i].end();
+  }
+  if (!same) server_key_ranges_ = std::move(ranges);
   return server_key_ranges_;
 }
 

@@ -132,8 +132,10 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (meta.ring.epoch != 0) {
       pb::RingPb* r = c->mutable_ring();
       r->set_epoch(meta.ring.epoch);
-      r->set_virtual_nodes(meta.ring.virtual_nodes);
+      r->set_placement(meta.ring.placement);
       for (int id : meta.ring.server_ids) r->add_server_ids(id);
+      for (uint64_t b : meta.ring.begins) r->add_begins(b);
+      for (int o : meta.ring.owners) r->add_owners(o);
     }
   }
   for (const auto& d : data) p.add_frame_bytes(d.size());
@@ -185,9 +187,13 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->failed_node = c.failed_node();
     meta->reason = c.reason();
     meta->ring.epoch = c.ring().epoch();
-    meta->ring.virtual_nodes = c.ring().virtual_nodes();
+    meta->ring.placement = c.ring().placement();
     meta->ring.server_ids.assign(c.ring().server_ids().begin(),
                                  c.ring().server_ids().end());
+    meta->ring.begins.assign(c.ring().begins().begin(),
+                             c.ring().begins().end());
+    meta->ring.owners.assign(c.ring().owners().begin(),
+                             c.ring().owners().end());
   }
   if (meta->status_code < 0 ||
       meta->status_code > static_cast<int>(Status::Code::kInternal)) {

@@ -49,10 +49,14 @@ struct NodeInfo {
   std::string DebugString() const;
 };
 
+// The key ring as it travels (partition/key_ring.h validates it): range i
+// starts at begins[i] and is owned by server_ids[owners[i]].
 struct RingInfo {
   uint64_t epoch = 0;
-  int virtual_nodes = 0;
+  int placement = 0;  // 0 range, 1 spread
   std::vector<int> server_ids;
+  std::vector<uint64_t> begins;
+  std::vector<int> owners;
 };
 
 struct Meta {

@@ -136,9 +136,10 @@ class ModelClient::Impl {
     }
     p->info = *info;
     // One key per distinct ID, sorted; where each ID's row goes.
-    const uint64_t salt = model::Salt(info->id);
     std::vector<Key> all(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) all[i] = ids[i] ^ salt;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      all[i] = model::RowKey(info->id, ids[i]);
+    }
     p->keys = all;
     std::sort(p->keys.begin(), p->keys.end());
     p->keys.erase(std::unique(p->keys.begin(), p->keys.end()), p->keys.end());
@@ -216,17 +217,20 @@ class ModelClient::Impl {
       Info info = *Lookup(g.table, false);
       // Keys must be unique in a request: sum the rows of a repeated ID
       // here, in batch order (the server would merge them the same way).
-      const uint64_t salt = model::Salt(info.id);
       const size_t dim = static_cast<size_t>(info.dim);
+      std::vector<Key> row_keys(g.ids.size());
+      for (size_t i = 0; i < g.ids.size(); ++i) {
+        row_keys[i] = model::RowKey(info.id, g.ids[i]);
+      }
       std::vector<size_t> order(g.ids.size());
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return (g.ids[a] ^ salt) < (g.ids[b] ^ salt);
+        return row_keys[a] < row_keys[b];
       });
       std::vector<Key> keys;
       std::vector<float> vals;
       for (size_t i : order) {
-        Key k = g.ids[i] ^ salt;
+        Key k = row_keys[i];
         if (keys.empty() || keys.back() != k) {
           keys.push_back(k);
           vals.insert(vals.end(), g.grads.begin() + i * dim,
@@ -333,11 +337,12 @@ class ModelClient::Impl {
   // to whole chunks.
   static void DenseKeys(const Info& info, const float* values,
                         std::vector<Key>* keys, std::vector<float>* out) {
-    const uint64_t salt = model::Salt(info.id);
     const int64_t dim = info.dim;
     const int64_t chunks = (info.numel + dim - 1) / dim;
     std::vector<std::pair<Key, int64_t>> order;
-    for (int64_t c = 0; c < chunks; ++c) order.push_back({c ^ salt, c});
+    for (int64_t c = 0; c < chunks; ++c) {
+      order.push_back({model::DenseKey(info.id, c, chunks), c});
+    }
     std::sort(order.begin(), order.end());
     for (const auto& o : order) {
       keys->push_back(o.first);
@@ -352,11 +357,12 @@ class ModelClient::Impl {
   static void Unchunk(const Info& info, const std::vector<Key>& keys,
                       const std::vector<float>& chunks,
                       std::vector<float>* values) {
-    const uint64_t salt = model::Salt(info.id);
     const int64_t dim = info.dim;
+    const uint64_t count = (info.numel + dim - 1) / dim;
     values->assign(info.numel, 0.0f);
     for (size_t i = 0; i < keys.size(); ++i) {
-      int64_t c = static_cast<int64_t>(keys[i] ^ salt);
+      int64_t c =
+          static_cast<int64_t>(model::DenseChunk(info.id, keys[i], count));
       int64_t begin = c * dim;
       int64_t end = std::min(info.numel, begin + dim);
       std::copy(chunks.begin() + i * dim,

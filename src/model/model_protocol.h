@@ -6,9 +6,23 @@
 // answer is "OK[\t...]" or "ERR\t<message>". Rows travel through KVWorker /
 // KVServer<float> apps, one per consistency mode:
 //   asp -> kAppBase + 1, bsp -> kAppBase + 2, ssp:s -> kAppBase + 3 + s.
-// The command word of a key-value request is (op << 24) | table_id. The key
-// of row `id` of table t is id ^ Salt(t): tables are spread independently
-// over the ring, and the server recovers the ID exactly.
+// The command word of a key-value request is (op << 24) | table_id, so the
+// server knows the table of every request and tables may share keys.
+//
+// Keys are placed by key range (partition/key_ring.h), so the model layer
+// spreads its own rows over the key space, and thereby evenly over the
+// servers, whatever the IDs look like:
+// - Row `id` of table t has key id * kRowSpread + Salt(t) (mod 2^64). An odd
+//   multiplier is a bijection (the server recovers the ID exactly), and
+//   multiplying by 2^64 / golden ratio (Fibonacci hashing) puts sequential
+//   IDs 0..N at near-equal spacing around the key space (the three-distance
+//   theorem), so every server's range gets N / S of them, give or take a
+//   few; hashed IDs stay uniform, IDs that differ only in high bits (slot
+//   << 48 | id) spread by their low bits, and the per-table Salt rotates
+//   each table's rows to a different start.
+// - Chunk c of a dense parameter with C chunks has key
+//   Salt(t) + c * DenseStep(C): the C chunks sit at equal spacing, so each
+//   of S equal ranges holds floor(C / S) or ceil(C / S) of them.
 #ifndef PS_MODEL_MODEL_PROTOCOL_H_
 #define PS_MODEL_MODEL_PROTOCOL_H_
 
@@ -17,8 +31,8 @@
 #include <vector>
 
 #include "consistency/config.h"
-#include "partition/key_ring.h"
 #include "ps/model.h"
+#include "util/mix.h"
 
 namespace ps {
 namespace model {
@@ -57,7 +71,36 @@ inline uint32_t CmdTable(int cmd) {
 }
 
 inline uint64_t Salt(uint32_t table_id) {
-  return KeyRing::Position(0x9E3779B97F4A7C15ull * (table_id + 1));
+  return Fmix64(0x9E3779B97F4A7C15ull * (table_id + 1));
+}
+
+// 2^64 / golden ratio, odd.
+constexpr uint64_t kRowSpread = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kRowSpreadInverse = InverseModPow2(kRowSpread);
+static_assert(kRowSpread * kRowSpreadInverse == 1, "bad inverse");
+
+inline uint64_t RowKey(uint32_t table_id, uint64_t id) {
+  return id * kRowSpread + Salt(table_id);
+}
+inline uint64_t RowId(uint32_t table_id, uint64_t key) {
+  return (key - Salt(table_id)) * kRowSpreadInverse;
+}
+
+// The spacing of the chunk keys of a dense parameter with `chunks` chunks.
+inline uint64_t DenseStep(uint64_t chunks) {
+  return chunks == 0 ? 0 : UINT64_MAX / chunks;
+}
+inline uint64_t DenseKey(uint32_t table_id, uint64_t chunk, uint64_t chunks) {
+  return Salt(table_id) + chunk * DenseStep(chunks);
+}
+// The chunk a dense key names, or `chunks` (no chunk) if none.
+inline uint64_t DenseChunk(uint32_t table_id, uint64_t key, uint64_t chunks) {
+  const uint64_t step = DenseStep(chunks);
+  const uint64_t offset = key - Salt(table_id);
+  if (step == 0 || offset % step != 0 || offset / step >= chunks) {
+    return chunks;
+  }
+  return offset / step;
 }
 
 // A table's id: 24 bits of a hash of its name, never 0. The servers refuse
@@ -68,7 +111,7 @@ inline uint32_t TableId(const std::string& name) {
     h ^= c;
     h *= 1099511628211ull;
   }
-  uint32_t id = static_cast<uint32_t>(KeyRing::Position(h) & 0xFFFFFFu);
+  uint32_t id = static_cast<uint32_t>(Fmix64(h) & 0xFFFFFFu);
   return id == 0 ? 1 : id;
 }
 

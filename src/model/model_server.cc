@@ -234,17 +234,20 @@ class ModelServer::Impl {
     model::EmbeddingTable& t = *e.table;
     const size_t n = data.keys.size();
     const size_t dim = static_cast<size_t>(e.dim);
-    const uint64_t salt = model::Salt(t.table_id());
+    const uint32_t tid = t.table_id();
     std::vector<uint64_t> ids(n);
-    for (size_t i = 0; i < n; ++i) ids[i] = data.keys[i] ^ salt;
     if (e.dense) {
       const uint64_t chunks = (e.numel + dim - 1) / dim;
-      for (uint64_t id : ids) {
-        if (id >= chunks) {
-          return Status::InvalidArgument("'" + e.name + "' has no chunk " +
-                                         std::to_string(id));
+      for (size_t i = 0; i < n; ++i) {
+        ids[i] = model::DenseChunk(tid, data.keys[i], chunks);
+        if (ids[i] >= chunks) {
+          return Status::InvalidArgument("'" + e.name +
+                                         "' has no chunk at key " +
+                                         std::to_string(data.keys[i]));
         }
       }
+    } else {
+      for (size_t i = 0; i < n; ++i) ids[i] = model::RowId(tid, data.keys[i]);
     }
     const bool wants_rows = op == RowOp::kPull || op == RowOp::kPullDense;
     if (wants_rows != meta.pull || (!wants_rows && !meta.push)) {

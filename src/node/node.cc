@@ -614,6 +614,15 @@ void Node::HandleNodeTable(const Message& msg) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (table_ready_) return;  // One per logical node of this process.
+    const RingInfo& r = msg.meta.ring;
+    auto ring = KeyRing::FromRanges(r.server_ids, r.begins, r.owners, r.epoch,
+                                    static_cast<Placement>(r.placement));
+    if (!ring.ok()) {
+      LOG(ERROR) << "dropping a node table with a bad key ring: "
+                 << ring.status();
+      return;
+    }
+    ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
     ApplyNodeTableLocked(msg);
     held.swap(before_table_);
   }
@@ -636,7 +645,6 @@ void Node::ApplyNodeTableLocked(const Message& msg) {
     if (n.role == Role::kServer) servers_.push_back(n.id);
     if (n.role == Role::kWorker) workers_.push_back(n.id);
   }
-  ring_ = msg.meta.ring;
   table_ready_ = true;
   last_scheduler_echo_ms_ = clock_->NowMs();
   VLOG(1) << "node table: " << servers_.size() << " servers, "
@@ -730,7 +738,7 @@ std::vector<int> Node::server_ids() const {
   return servers_;
 }
 
-RingInfo Node::ring_info() const {
+std::shared_ptr<const KeyRing> Node::key_ring() const {
   std::lock_guard<std::mutex> lock(mu_);
   return ring_;
 }

@@ -104,7 +104,9 @@ class Node {
   std::vector<int> GetNodeIds(int group) const;
   // Server ids in rank order.
   std::vector<int> server_ids() const;
-  RingInfo ring_info() const;
+  // The key ring of the current epoch (null before the node table came).
+  // Immutable: callers keep the pointer for as long as they route by it.
+  std::shared_ptr<const KeyRing> key_ring() const;
   bool IsAlive(int id) const;
   // "server 1 (id 10, 127.0.0.1:4567)".
   std::string Describe(int id) const;
@@ -186,7 +188,7 @@ class Node {
   std::map<int, NodeInfo> table_;
   std::vector<int> servers_;  // ids by rank
   std::vector<int> workers_;  // ids by rank
-  RingInfo ring_;
+  std::shared_ptr<const KeyRing> ring_;
   std::set<int> dead_;
   std::set<int> left_;
   Status abort_status_;

@@ -177,9 +177,22 @@ void Node::AssignAndBroadcastLocked() {
     if (entry.second.role == Role::kServer) servers_.push_back(entry.first);
     if (entry.second.role == Role::kWorker) workers_.push_back(entry.first);
   }
-  ring_.epoch = kFirstEpoch;
-  ring_.virtual_nodes = options_.virtual_nodes;
-  ring_.server_ids = servers_;
+  // servers_ holds every server's id in rank order, so server rank r owns
+  // ps-lite's GetServerKeyRanges()[r].
+  auto ring = KeyRing::EvenSplit(servers_, kFirstEpoch, options_.placement);
+  if (!ring.ok()) {
+    // Only if the cluster were larger than a ring can hold (the join
+    // checks make that impossible).
+    LOG(ERROR) << "cannot build the key ring: " << ring.status();
+    return;
+  }
+  ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
+  RingInfo info;
+  info.epoch = ring_->epoch();
+  info.placement = static_cast<int>(ring_->placement());
+  info.server_ids = ring_->server_ids();
+  info.begins = ring_->begins();
+  info.owners = ring_->owners();
   for (const auto& entry : table_) {
     if (entry.first == kSchedulerId) continue;
     Message m;
@@ -187,7 +200,7 @@ void Node::AssignAndBroadcastLocked() {
     m.meta.sender = kSchedulerId;
     m.meta.recipient = entry.first;
     for (const auto& e : table_) m.meta.nodes.push_back(e.second);
-    m.meta.ring = ring_;
+    m.meta.ring = info;
     SendLocked(std::move(m));
   }
   table_ready_ = true;

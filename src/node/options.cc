@@ -19,9 +19,11 @@ DEFINE_int32(ember_heartbeat_timeout_ms, 4000,
 DEFINE_int32(ember_start_timeout, 60,
              "Seconds to wait for every node to join before start-up fails "
              "(env EMBER_START_TIMEOUT)");
-DEFINE_int32(ember_virtual_nodes, 0,
-             "Virtual nodes per server on the key ring; 0: the default "
-             "(env EMBER_VIRTUAL_NODES)");
+DEFINE_string(ember_key_placement, "range",
+              "Where keys go: range (ps-lite's: server r owns the key range "
+              "GetServerKeyRanges()[r]) or spread (keys are mixed first, so "
+              "clustered keys such as small integers spread evenly) "
+              "(env EMBER_KEY_PLACEMENT)");
 DEFINE_int32(ember_spin_us, 200,
              "Microseconds a thread waiting inside the van polls without "
              "blocking before it sleeps; 0 sleeps at once "
@@ -208,8 +210,19 @@ StatusOr<Options> Options::FromEnvironment() {
                              86400000, &o.missing_app_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_FINALIZE_TIMEOUT_MS", nullptr, 1, 3600000,
                              &o.finalize_timeout_ms));
-  PS_RETURN_IF_ERROR(ReadInt("EMBER_VIRTUAL_NODES", "ember_virtual_nodes", 0,
-                             65536, &o.virtual_nodes));
+  {
+    std::string placement = FLAGS_ember_key_placement;
+    std::string source;
+    if (ReadString("EMBER_KEY_PLACEMENT", "ember_key_placement", &placement,
+                   &source)) {
+      auto parsed = ParsePlacement(placement);
+      if (!parsed.ok()) {
+        return Status::InvalidArgument(source + ": " +
+                                       parsed.status().message());
+      }
+      o.placement = *parsed;
+    }
+  }
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_MALLOC_KEEP_MB", nullptr, 0, 1 << 20, &o.malloc_keep_mb));
   PS_RETURN_IF_ERROR(

@@ -11,6 +11,7 @@
 
 #include "consistency/config.h"
 #include "message/message.h"
+#include "partition/key_ring.h"
 #include "ps/status.h"
 
 namespace ps {
@@ -56,8 +57,9 @@ struct Options {
   // scheduler may bind port 0 and let launchers learn the port from it).
   std::string port_file;  // EMBER_PORT_FILE
 
-  // The key ring.
-  int virtual_nodes = 0;  // EMBER_VIRTUAL_NODES; 0: KeyRing's default
+  // How the key ring places keys (EMBER_KEY_PLACEMENT: range or spread);
+  // only the scheduler's setting matters: it goes out with the ring.
+  Placement placement = Placement::kRange;
 
   // Freed memory malloc keeps for reuse, in MiB (EMBER_MALLOC_KEEP_MB; 0
   // leaves malloc's settings alone). ZeroMQ allocates every received

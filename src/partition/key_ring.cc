@@ -1,9 +1,8 @@
 #include "partition/key_ring.h"
 
-#include <glog/logging.h>
-
 #include <algorithm>
-#include <limits>
+#include <numeric>
+#include <sstream>
 #include <unordered_set>
 #include <utility>
 
@@ -11,154 +10,345 @@ namespace ps {
 
 namespace {
 
-// murmur3's fmix64 multipliers and their inverses modulo 2^64.
-constexpr uint64_t kMix1 = KeyRing::kMix1;
-constexpr uint64_t kMix2 = KeyRing::kMix2;
+using u128 = unsigned __int128;
 
-// Newton's iteration for the inverse of an odd number modulo 2^64: x = a is
-// right in the low 3 bits, and each step doubles the number of right bits.
-constexpr uint64_t InverseModPow2(uint64_t a) {
-  uint64_t x = a;
-  for (int i = 0; i < 5; ++i) x *= 2 - a * x;
-  return x;
+constexpr u128 kKeySpace = u128{1} << 64;
+
+// A range being reshaped: [begin, begin + size), owned by server `owner`.
+struct Piece {
+  u128 begin;
+  u128 size;
+  int owner;
+};
+
+Status CheckIds(const std::vector<int>& server_ids) {
+  if (server_ids.empty()) {
+    return Status::InvalidArgument("a key ring needs at least one server");
+  }
+  if (server_ids.size() > KeyRing::kMaxServers) {
+    return Status::InvalidArgument(
+        "a key ring holds at most " + std::to_string(KeyRing::kMaxServers) +
+        " servers, got " + std::to_string(server_ids.size()));
+  }
+  std::unordered_set<int> seen(server_ids.begin(), server_ids.end());
+  if (seen.size() != server_ids.size()) {
+    return Status::InvalidArgument("the server ids of a key ring repeat");
+  }
+  return Status::OK();
 }
 
-constexpr uint64_t kMix1Inverse = InverseModPow2(kMix1);
-constexpr uint64_t kMix2Inverse = InverseModPow2(kMix2);
-static_assert(kMix1 * kMix1Inverse == 1, "bad inverse");
-static_assert(kMix2 * kMix2Inverse == 1, "bad inverse");
-
-// Points use a different mixer (splitmix64's finalizer) than keys so that the
-// structured inputs of points (id << 32 | replica) and small keys are not
-// related by the same function.
-constexpr uint64_t kPointSalt = 0x9e3779b97f4a7c15ULL;
-
-uint64_t SplitMix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+// The pieces of `ring`, in key order.
+std::vector<Piece> PiecesOf(const KeyRing& ring) {
+  std::vector<Piece> pieces;
+  const size_t n = ring.num_ranges();
+  pieces.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const u128 begin = ring.range_begin(i);
+    const u128 end = i + 1 < n ? u128{ring.range_begin(i + 1)} : kKeySpace;
+    pieces.push_back(Piece{begin, end - begin, ring.range_owner(i)});
+  }
+  return pieces;
 }
 
-int CeilLog2(uint64_t n) {
-  int bits = 0;
-  while ((uint64_t{1} << bits) < n) ++bits;
-  return bits;
+std::string Hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
 }
-
-// About one bucket per point keeps the scan to a point or two, and the table
-// no larger than the points themselves; the cap bounds the table at 4 MiB for
-// very large rings, where the scan merely gets a little longer.
-constexpr int kMinBucketBits = 8;
-constexpr int kMaxBucketBits = 20;
 
 }  // namespace
 
-uint64_t KeyRing::KeyAtPosition(uint64_t position) {
-  // x ^= x >> 33 is its own inverse because 33 >= 32.
-  position ^= position >> 33;
-  position *= kMix2Inverse;
-  position ^= position >> 33;
-  position *= kMix1Inverse;
-  position ^= position >> 33;
-  return position;
+StatusOr<Placement> ParsePlacement(const std::string& name) {
+  if (name == "range") return Placement::kRange;
+  if (name == "spread") return Placement::kSpread;
+  return Status::InvalidArgument("unknown key placement '" + name +
+                                 "' (range or spread)");
 }
 
-uint64_t KeyRing::PointPosition(int server_id, int replica) {
-  // Injective in (server id, replica) and followed by bijections, so no two
-  // points ever share a position and ties need no rule.
-  const uint64_t input = (uint64_t{static_cast<uint32_t>(server_id)} << 32) |
-                         static_cast<uint32_t>(replica);
-  return SplitMix64(input + kPointSalt);
+const char* PlacementName(Placement placement) {
+  return placement == Placement::kSpread ? "spread" : "range";
 }
 
-KeyRing::KeyRing(std::vector<int> server_ids, int virtual_nodes, uint64_t epoch)
-    : server_ids_(std::move(server_ids)),
-      virtual_nodes_(virtual_nodes),
-      epoch_(epoch) {
-  CHECK(!server_ids_.empty()) << "a key ring needs at least one server";
-  CHECK_GE(virtual_nodes_, 1);
-  CHECK_LE(server_ids_.size(), size_t{std::numeric_limits<uint16_t>::max()})
-      << "server indices must fit in uint16_t";
-  {
-    std::unordered_set<int> seen(server_ids_.begin(), server_ids_.end());
-    CHECK_EQ(seen.size(), server_ids_.size()) << "server ids must be distinct";
+StatusOr<KeyRing> KeyRing::EvenSplit(std::vector<int> server_ids,
+                                     uint64_t epoch, Placement placement) {
+  PS_RETURN_IF_ERROR(CheckIds(server_ids));
+  const uint64_t n = server_ids.size();
+  std::vector<uint64_t> begins(n);
+  std::vector<int> owners(n);
+  // ps-lite's Postoffice::GetServerKeyRanges(): kMaxKey / n * i.
+  for (uint64_t i = 0; i < n; ++i) {
+    begins[i] = UINT64_MAX / n * i;
+    owners[i] = static_cast<int>(i);
   }
-  const uint64_t num_points =
-      uint64_t{server_ids_.size()} * static_cast<uint64_t>(virtual_nodes_);
-  CHECK_LT(num_points, uint64_t{std::numeric_limits<uint32_t>::max()})
-      << "too many ring points";
+  return FromRanges(std::move(server_ids), begins, owners, epoch, placement);
+}
 
-  const int bucket_bits =
-      std::clamp(CeilLog2(num_points), kMinBucketBits, kMaxBucketBits);
-  bucket_shift_ = 64 - bucket_bits;
-  const size_t num_buckets = size_t{1} << bucket_bits;
+StatusOr<KeyRing> KeyRing::FromRanges(std::vector<int> server_ids,
+                                      const std::vector<uint64_t>& begins,
+                                      const std::vector<int>& owners,
+                                      uint64_t epoch, Placement placement) {
+  PS_RETURN_IF_ERROR(CheckIds(server_ids));
+  if (placement != Placement::kRange && placement != Placement::kSpread) {
+    return Status::InvalidArgument("unknown key placement " +
+                                   std::to_string(static_cast<int>(placement)));
+  }
+  if (begins.size() != owners.size()) {
+    return Status::InvalidArgument(
+        "a key ring has " + std::to_string(begins.size()) +
+        " range starts and " + std::to_string(owners.size()) + " owners");
+  }
+  KeyRing ring;
+  ring.server_ids_ = std::move(server_ids);
+  ring.begins_ = begins;
+  ring.owners_ = owners;
+  ring.epoch_ = epoch;
+  ring.placement_ = placement;
+  PS_RETURN_IF_ERROR(ring.Normalize());
+  return ring;
+}
 
-  // Counting sort by bucket: the prefix sums of the bucket sizes are exactly
-  // the lookup table, and each bucket then holds about one point, so a final
-  // insertion sort is linear. This keeps construction O(points + buckets).
-  std::vector<Point> unsorted(num_points);
-  bucket_start_.assign(num_buckets + 1, 0);
-  size_t j = 0;
-  for (size_t s = 0; s < server_ids_.size(); ++s) {
-    for (int r = 0; r < virtual_nodes_; ++r) {
-      const uint64_t position = PointPosition(server_ids_[s], r);
-      unsorted[j++] = Point{position, static_cast<uint16_t>(s)};
-      ++bucket_start_[(position >> bucket_shift_) + 1];
+Status KeyRing::Normalize() {
+  if (begins_.empty() || begins_[0] != 0) {
+    return Status::InvalidArgument("a key ring's ranges must start at key 0");
+  }
+  const int num = num_servers();
+  std::vector<bool> owns(num, false);
+  size_t out = 0;
+  for (size_t i = 0; i < begins_.size(); ++i) {
+    if (owners_[i] < 0 || owners_[i] >= num) {
+      return Status::InvalidArgument(
+          "range " + std::to_string(i) + " of a key ring is owned by server " +
+          "index " + std::to_string(owners_[i]) + " of " + std::to_string(num));
+    }
+    if (i > 0 && begins_[i] <= begins_[i - 1]) {
+      return Status::InvalidArgument(
+          "the ranges of a key ring must rise strictly: range " +
+          std::to_string(i) + " starts at " + Hex(begins_[i]) + " after " +
+          Hex(begins_[i - 1]));
+    }
+    owns[owners_[i]] = true;
+    if (out > 0 && owners_[out - 1] == owners_[i]) continue;  // merge
+    begins_[out] = begins_[i];
+    owners_[out] = owners_[i];
+    ++out;
+  }
+  begins_.resize(out);
+  owners_.resize(out);
+  for (int s = 0; s < num; ++s) {
+    if (!owns[s]) {
+      return Status::InvalidArgument("server " +
+                                     std::to_string(server_ids_[s]) +
+                                     " owns no range of the key ring");
     }
   }
-  for (size_t b = 0; b < num_buckets; ++b) {
-    bucket_start_[b + 1] += bucket_start_[b];
-  }
-  points_.resize(num_points + 1);
-  {
-    std::vector<uint32_t> next(bucket_start_.begin(), bucket_start_.end() - 1);
-    for (const Point& p : unsorted) {
-      points_[next[p.position >> bucket_shift_]++] = p;
-    }
-  }
-  // Every point is already inside its bucket, so this only sorts within
-  // buckets.
-  for (size_t i = 1; i < num_points; ++i) {
-    const Point p = points_[i];
-    size_t k = i;
-    while (k > 0 && points_[k - 1].position > p.position) {
-      points_[k] = points_[k - 1];
-      --k;
-    }
-    points_[k] = p;
-  }
-  points_[num_points] =
-      Point{std::numeric_limits<uint64_t>::max(), points_[0].server_index};
+  return Status::OK();
 }
 
-void KeyRing::Assign(const uint64_t* keys, size_t n, uint16_t* owner,
-                     size_t* counts) const {
-  for (size_t i = 0; i < n; ++i) {
-    const uint16_t s =
-        points_[FirstPointAtOrAfter(Position(keys[i]))].server_index;
-    owner[i] = s;
-    ++counts[s];
+StatusOr<KeyRing> KeyRing::AddServer(int server_id, uint64_t epoch) const {
+  if (IndexOf(server_id) >= 0) {
+    return Status::InvalidArgument("server " + std::to_string(server_id) +
+                                   " is on the key ring already");
   }
+  const int num = num_servers();
+  const int newcomer = num;
+  std::vector<u128> share(num);
+  for (int s = 0; s < num; ++s) share[s] = Share(s);
+  // Water-filling: the newcomer's share T comes from the k servers holding
+  // the most, each brought down to one level L (so the most loaded server
+  // afterwards holds as little as any choice allows).
+  const u128 target = kKeySpace / (num + 1);
+  std::vector<int> order(num);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return share[a] > share[b]; });
+  u128 sum = 0;
+  u128 level = 0;
+  int k = 0;
+  while (k < num) {
+    sum += share[order[k]];
+    ++k;
+    if (sum < target) continue;
+    level = (sum - target) / k;
+    if (k == num || level >= share[order[k]]) break;
+  }
+  std::vector<u128> take(num, 0);
+  u128 taken = 0;
+  for (int i = 0; i < k; ++i) {
+    const int s = order[i];
+    take[s] = share[s] > level ? share[s] - level : 0;
+    taken += take[s];
+  }
+  // The level was rounded down: give back the excess, one key at a time.
+  for (int i = 0; taken > target && i < k; ++i) {
+    if (take[order[i]] > 0) {
+      --take[order[i]];
+      --taken;
+    }
+  }
+  // Each donor gives the tails of its ranges, from the last one back.
+  std::vector<Piece> pieces = PiecesOf(*this);
+  std::vector<Piece> added;
+  for (size_t j = pieces.size(); j-- > 0;) {
+    Piece& p = pieces[j];
+    u128& need = take[p.owner];
+    if (need == 0) continue;
+    if (p.size <= need) {
+      need -= p.size;
+      p.owner = newcomer;
+    } else {
+      const u128 keep = p.size - need;
+      added.push_back(Piece{p.begin + keep, need, newcomer});
+      p.size = keep;
+      need = 0;
+    }
+  }
+  pieces.insert(pieces.end(), added.begin(), added.end());
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+  std::vector<uint64_t> begins;
+  std::vector<int> owners;
+  for (const Piece& p : pieces) {
+    begins.push_back(static_cast<uint64_t>(p.begin));
+    owners.push_back(p.owner);
+  }
+  std::vector<int> ids = server_ids_;
+  ids.push_back(server_id);
+  return FromRanges(std::move(ids), begins, owners, epoch, placement_);
 }
 
-std::vector<int> KeyRing::Successors(uint64_t key, int n) const {
+StatusOr<KeyRing> KeyRing::RemoveServer(int server_id, uint64_t epoch) const {
+  const int leaver = IndexOf(server_id);
+  if (leaver < 0) {
+    return Status::InvalidArgument("server " + std::to_string(server_id) +
+                                   " is not on the key ring");
+  }
+  const int num = num_servers();
+  if (num == 1) {
+    return Status::InvalidArgument("the last server cannot leave the ring");
+  }
+  std::vector<u128> share(num);
+  for (int s = 0; s < num; ++s) share[s] = Share(s);
+  const u128 freed = share[leaver];
+  // Water-filling the other way: the k servers holding the least are
+  // raised to one level L with the leaver's keys.
+  std::vector<int> order;
+  for (int s = 0; s < num; ++s) {
+    if (s != leaver) order.push_back(s);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return share[a] < share[b]; });
+  const int others = num - 1;
+  u128 sum = 0;
+  u128 level = 0;
+  int k = 0;
+  while (k < others) {
+    sum += share[order[k]];
+    ++k;
+    level = (sum + freed) / k;
+    if (k == others || level <= share[order[k]]) break;
+  }
+  std::vector<u128> give(num, 0);
+  u128 given = 0;
+  for (int i = 0; i < k; ++i) {
+    const int s = order[i];
+    give[s] = level > share[s] ? level - share[s] : 0;
+    given += give[s];
+  }
+  // The level was rounded down: hand out the rest, one key at a time.
+  for (int i = 0; given < freed; i = (i + 1) % k) {
+    ++give[order[i]];
+    ++given;
+  }
+  // The leaver's ranges, in key order, are cut into consecutive pieces for
+  // the recipients in turn.
+  std::vector<Piece> pieces;
+  int next = 0;  // index into order
+  for (const Piece& p : PiecesOf(*this)) {
+    if (p.owner != leaver) {
+      pieces.push_back(p);
+      continue;
+    }
+    u128 begin = p.begin;
+    u128 left = p.size;
+    while (left > 0) {
+      while (give[order[next]] == 0) ++next;
+      const int to = order[next];
+      const u128 part = std::min(left, give[to]);
+      pieces.push_back(Piece{begin, part, to});
+      give[to] -= part;
+      begin += part;
+      left -= part;
+    }
+  }
+  std::vector<uint64_t> begins;
+  std::vector<int> owners;
+  for (const Piece& p : pieces) {
+    begins.push_back(static_cast<uint64_t>(p.begin));
+    owners.push_back(p.owner > leaver ? p.owner - 1 : p.owner);
+  }
+  std::vector<int> ids = server_ids_;
+  ids.erase(ids.begin() + leaver);
+  return FromRanges(std::move(ids), begins, owners, epoch, placement_);
+}
+
+size_t KeyRing::RangeAt(uint64_t position) const {
+  // The last range starting at or before `position`; begins_[0] == 0.
+  return std::upper_bound(begins_.begin(), begins_.end(), position) -
+         begins_.begin() - 1;
+}
+
+std::vector<Range> KeyRing::RangesOf(int server_index) const {
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < begins_.size(); ++i) {
+    if (owners_[i] != server_index) continue;
+    const uint64_t end = i + 1 < begins_.size() ? begins_[i + 1] : UINT64_MAX;
+    ranges.emplace_back(begins_[i], end);
+  }
+  return ranges;
+}
+
+unsigned __int128 KeyRing::Share(int server_index) const {
+  u128 total = 0;
+  for (size_t i = 0; i < begins_.size(); ++i) {
+    if (owners_[i] != server_index) continue;
+    total += u128{range_last(i)} - begins_[i] + 1;
+  }
+  return total;
+}
+
+std::vector<int> KeyRing::Successors(size_t range, int n) const {
   std::vector<int> result;
-  if (n <= 0) return result;
+  if (n <= 0 || begins_.empty()) return result;
   const size_t want = std::min(static_cast<size_t>(n), server_ids_.size());
-  result.reserve(want);
   std::vector<bool> taken(server_ids_.size(), false);
-  const size_t num = num_points();
-  size_t i = FirstPointAtOrAfter(Position(key));
-  if (i == num) i = 0;  // the sentinel stands for points_[0]
-  for (size_t step = 0; step < num && result.size() < want; ++step) {
-    const int s = points_[i].server_index;
+  size_t i = range % begins_.size();
+  for (size_t step = 0; step < begins_.size() && result.size() < want; ++step) {
+    const int s = owners_[i];
     if (!taken[s]) {
       taken[s] = true;
       result.push_back(s);
     }
-    if (++i == num) i = 0;
+    if (++i == begins_.size()) i = 0;
   }
   return result;
+}
+
+int KeyRing::IndexOf(int server_id) const {
+  for (size_t i = 0; i < server_ids_.size(); ++i) {
+    if (server_ids_[i] == server_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string KeyRing::DebugString() const {
+  std::ostringstream os;
+  os << "epoch " << epoch_ << ", " << PlacementName(placement_)
+     << " placement, " << begins_.size() << " ranges:";
+  for (size_t i = 0; i < begins_.size(); ++i) {
+    os << (i ? ", " : " ") << "[" << Hex(begins_[i]) << ", "
+       << Hex(range_last(i)) << "] -> " << server_ids_[owners_[i]];
+  }
+  return os.str();
 }
 
 }  // namespace ps

@@ -1,22 +1,30 @@
-// KeyRing: the consistent-hash ring that maps every 64-bit key to the server
-// that owns it.
+// KeyRing: which server owns which range of the 64-bit key space.
 //
-// A key is placed on the ring at Position(key), a bijective 64-bit mix, so both
-// random keys and small contiguous keys spread evenly. Each server gets
-// `virtual_nodes` points whose positions depend only on (server id, replica
-// index); a key belongs to the server of the first point at or after its
-// position, wrapping around past 2^64-1 to the first point. Every process that
-// builds a ring from the same server ids and virtual node count gets the same
-// owners, whatever the order of the ids. Adding a server only moves keys to
-// it; removing one only moves its own keys.
+// The key space [0, 2^64) is cut into ranges, each owned by one server; read
+// in key order and wrapped around past 2^64 - 1, the ranges form a ring, and
+// the servers after a range's owner on it are its successors (where replicas
+// go). The ring is versioned by an epoch, which the scheduler publishes with
+// it: every process routes by the ring of one epoch.
 //
-// The epoch is carried as metadata (the ring version the scheduler
-// publishes); it does not change any position, so rings of successive epochs
-// stay consistent with each other.
+// At start-up (EvenSplit) server i owns exactly ps-lite's
+// GetServerKeyRanges()[i]: [i * floor(2^64-1 / S), (i + 1) * floor(...)),
+// the last range running to the end of the key space (it also owns the key
+// 2^64 - 1, which ps-lite leaves to nobody). A client that encodes a key as
+// ranges[r].begin() + k therefore reaches server r, as with ps-lite.
 //
-// Lookups are O(1) amortised and never allocate: the sorted points are indexed
-// by a direct-mapped table over the top bits of the position, and a lookup
-// scans the few points of one bucket.
+// Membership changes move whole ranges, as few as balance allows: AddServer
+// gives the newcomer exactly 1/(S+1) of the key space, cut from the tails of
+// the ranges of the servers holding the most (water-filling, so the most
+// loaded server afterwards holds as little as possible); RemoveServer hands
+// only the leaver's ranges to the servers holding the least. Adjacent ranges
+// of one server are merged. A server may then own several ranges.
+//
+// Placement: under kRange (the default, ps-lite's) a key's position on the
+// ring is the key itself, so a sorted batch is cut into contiguous runs by
+// binary search (see slicer.h). Under kSpread (opt-in, for programs whose
+// keys are small integers or otherwise clustered) a key's position is
+// Fmix64(key): keys spread evenly whatever their values, at the price of a
+// per-key lookup and gather on every request.
 //
 // Thread safety: a KeyRing is immutable after construction; any number of
 // threads may call its const methods concurrently without synchronisation.
@@ -25,114 +33,125 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "ps/range.h"
+#include "ps/status.h"
+#include "util/mix.h"
 
 namespace ps {
 
+enum class Placement : int {
+  kRange = 0,   // a key's ring position is the key (ps-lite's placement)
+  kSpread = 1,  // a key's ring position is Fmix64(key)
+};
+
+// "range" or "spread"; anything else is InvalidArgument.
+StatusOr<Placement> ParsePlacement(const std::string& name);
+const char* PlacementName(Placement placement);
+
 class KeyRing {
  public:
-  // One server's share of the ring deviates from the mean by about
-  // 1/sqrt(virtual_nodes) (3% here), so the most loaded of 2 to 64 servers
-  // stays within 10% of the mean, and 64 servers still build in under a
-  // millisecond (64K points, about 1.3 MiB).
-  static constexpr int kDefaultVirtualNodes = 1024;
+  // At most this many servers (server indices fit in uint16_t).
+  static constexpr size_t kMaxServers = 65535;
 
-  // Builds the ring. `server_ids` must be non-empty, distinct and at most
-  // 65535 long, and `virtual_nodes` at least 1: anything else is a bug in the
-  // caller and fails a CHECK. Server index i of this ring refers to
-  // server_ids[i], in the order given.
-  KeyRing(std::vector<int> server_ids, int virtual_nodes, uint64_t epoch);
+  // ps-lite's even split over server_ids.size() servers: server index i
+  // (server_ids[i]) owns range i. InvalidArgument if server_ids is empty,
+  // has duplicates, or is longer than kMaxServers.
+  static StatusOr<KeyRing> EvenSplit(std::vector<int> server_ids,
+                                     uint64_t epoch,
+                                     Placement placement = Placement::kRange);
 
-  // Not copyable (a ring can be megabytes; share it through a pointer to
-  // const instead), but movable.
-  KeyRing(const KeyRing&) = delete;
-  KeyRing& operator=(const KeyRing&) = delete;
+  // A ring from its description (as it travels in a node table): range i
+  // starts at begins[i] and is owned by server index owners[i]. Validated
+  // as bytes from the network must be: begins must start at 0 and rise
+  // strictly, owners must index server_ids, every server must own at least
+  // one range, the ids must be distinct. Adjacent ranges of one owner are
+  // merged.
+  static StatusOr<KeyRing> FromRanges(std::vector<int> server_ids,
+                                      const std::vector<uint64_t>& begins,
+                                      const std::vector<int>& owners,
+                                      uint64_t epoch, Placement placement);
+
+  // The ring after `server_id` joins, at `epoch`: the newcomer (appended as
+  // the last server index) gets 1/(S+1) of the key space from the servers
+  // that hold the most; nothing else moves.
+  StatusOr<KeyRing> AddServer(int server_id, uint64_t epoch) const;
+
+  // The ring after `server_id` leaves, at `epoch`: its ranges go to the
+  // servers that hold the least; nothing else moves. Server indices above
+  // the leaver's shift down by one.
+  StatusOr<KeyRing> RemoveServer(int server_id, uint64_t epoch) const;
+
+  KeyRing(const KeyRing&) = default;
+  KeyRing& operator=(const KeyRing&) = default;
   KeyRing(KeyRing&&) = default;
   KeyRing& operator=(KeyRing&&) = default;
 
-  // The ring position of `key` (murmur3's fmix64 finalizer, a bijection).
-  // The multipliers of the murmur3 fmix64 finalizer.
-  static constexpr uint64_t kMix1 = 0xff51afd7ed558ccdULL;
-  static constexpr uint64_t kMix2 = 0xc4ceb9fe1a85ec53ULL;
-
-  // Inline: it runs once per key of every request (the worker's hot path).
-  static uint64_t Position(uint64_t key) {
-    key ^= key >> 33;
-    key *= kMix1;
-    key ^= key >> 33;
-    key *= kMix2;
-    key ^= key >> 33;
-    return key;
+  // The ring position of `key` under this ring's placement.
+  uint64_t PositionOf(uint64_t key) const {
+    return placement_ == Placement::kSpread ? Fmix64(key) : key;
   }
 
-  // The inverse of Position: the unique key whose position is `position`.
-  // Useful to build keys that land at a chosen place on the ring.
-  static uint64_t KeyAtPosition(uint64_t position);
-
-  // The ring position of point `replica` of server `server_id`. Distinct
-  // (server id, replica) pairs always get distinct positions.
-  static uint64_t PointPosition(int server_id, int replica);
+  // The index of the range holding ring position `position`. O(log ranges).
+  size_t RangeAt(uint64_t position) const;
 
   // The index into server_ids() of the server that owns `key`.
   int OwnerIndex(uint64_t key) const {
-    return points_[FirstPointAtOrAfter(Position(key))].server_index;
+    return owners_[RangeAt(PositionOf(key))];
   }
-
   // The id of the server that owns `key`.
   int Owner(uint64_t key) const { return server_ids_[OwnerIndex(key)]; }
 
-  // For each of keys[0..n): owner[i] = OwnerIndex(keys[i]) and
-  // ++counts[owner[i]]. `counts` has num_servers() slots that the caller has
-  // initialised (normally to zero). Borrows all three arrays for the call
-  // only. O(n + num_servers()), no allocation.
-  void Assign(const uint64_t* keys, size_t n, uint16_t* owner,
-              size_t* counts) const;
+  // Range i is [range_begin(i), range_begin(i + 1)), the last one running
+  // through 2^64 - 1 inclusive.
+  size_t num_ranges() const { return begins_.size(); }
+  uint64_t range_begin(size_t i) const { return begins_[i]; }
+  // The last position of range i (inclusive).
+  uint64_t range_last(size_t i) const {
+    return i + 1 < begins_.size() ? begins_[i + 1] - 1 : UINT64_MAX;
+  }
+  int range_owner(size_t i) const { return owners_[i]; }
+  const std::vector<uint64_t>& begins() const { return begins_; }
+  const std::vector<int>& owners() const { return owners_; }
 
-  // Up to `n` distinct server indices in ring order, starting with the owner
-  // of `key`: the owner first, then the servers of the following points that
-  // have not appeared yet. Returns min(n, num_servers()) indices; none if
-  // n <= 0.
-  std::vector<int> Successors(uint64_t key, int n) const;
+  // The ranges of server index `s` in key order, as ps-lite's Range
+  // [begin, end); a range reaching the end of the key space ends at
+  // kMaxKey (2^64 - 1, which it owns too).
+  std::vector<Range> RangesOf(int server_index) const;
+
+  // How many ring positions server index `s` owns (up to 2^64).
+  unsigned __int128 Share(int server_index) const;
+
+  // Up to `n` distinct server indices in ring order, starting with the
+  // owner of range `range`: the owner first, then the owners of the ranges
+  // that follow, wrapping around. Returns min(n, num_servers()) indices;
+  // none if n <= 0.
+  std::vector<int> Successors(size_t range, int n) const;
+
+  // The index of `server_id` in server_ids(), or -1.
+  int IndexOf(int server_id) const;
 
   int num_servers() const { return static_cast<int>(server_ids_.size()); }
   const std::vector<int>& server_ids() const { return server_ids_; }
   uint64_t epoch() const { return epoch_; }
-  int virtual_nodes() const { return virtual_nodes_; }
-  // The number of points on the ring: num_servers() * virtual_nodes().
-  size_t num_points() const { return points_.size() - 1; }
+  Placement placement() const { return placement_; }
+
+  // "epoch 3, range placement, 4 ranges: [0, 2^62) -> 8, ...", for logs.
+  std::string DebugString() const;
 
  private:
-  struct Point {
-    uint64_t position;
-    uint16_t server_index;
-  };
+  friend class StatusOr<KeyRing>;  // holds an empty ring beside an error
+  KeyRing() = default;
+  // Merges adjacent ranges of one owner and checks the invariants.
+  Status Normalize();
 
-  // The index of the first point whose position is >= `position`; the
-  // sentinel (index num_points()) stands for the wrap to the first point.
-  size_t FirstPointAtOrAfter(uint64_t position) const {
-    size_t i = bucket_start_[position >> bucket_shift_];
-    // A bucket holds about one point, so the first two steps are done
-    // without branches (a mispredicted scan costs more than the lookup), and
-    // the loop only runs for crowded buckets. Neither can pass the sentinel,
-    // whose position 2^64-1 is never below `position`.
-    i += points_[i].position < position;
-    i += points_[i].position < position;
-    while (points_[i].position < position) ++i;
-    return i;
-  }
-
-  // Immutable after construction.
   std::vector<int> server_ids_;
-  int virtual_nodes_;
-  uint64_t epoch_;
-  // Sorted by position, followed by a sentinel at position 2^64-1 that
-  // carries the server of points_[0], so that a lookup past the last point
-  // wraps around without a branch.
-  std::vector<Point> points_;
-  // bucket_start_[b] is the index of the first point whose position is
-  // >= b << bucket_shift_ (one extra slot at the end holds num_points()).
-  std::vector<uint32_t> bucket_start_;
-  int bucket_shift_;
+  std::vector<uint64_t> begins_;  // begins_[0] == 0, strictly rising
+  std::vector<int> owners_;       // server index of each range
+  uint64_t epoch_ = 0;
+  Placement placement_ = Placement::kRange;
 };
 
 }  // namespace ps

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <future>
@@ -88,25 +89,87 @@ TEST_F(KVAppTest, PushesFromEveryWorkerAreSummedExactly) {
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(out[i], 10 * vals[i]);
 }
 
-TEST_F(KVAppTest, KeysSpreadOverEveryServer) {
+// Server rank r receives exactly the keys of GetServerKeyRanges()[r].
+TEST_F(KVAppTest, EachServerReceivesTheKeysOfItsRange) {
   Form(3, 1);
+  const std::vector<Range>& ranges = cluster_->worker(0)->GetServerKeyRanges();
+  ASSERT_EQ(ranges.size(), 3u);
   // One slot per server, each written only by its server's thread.
-  std::vector<int> seen(3, 0);  // server rank -> keys received
+  std::vector<std::vector<Key>> seen(3);
   for (int i = 0; i < 3; ++i) {
     servers_[i]->set_request_handle([&seen, i](const KVMeta& m,
                                                const KVPairs<float>& d,
                                                KVServer<float>* s) {
-      seen[i] += static_cast<int>(d.keys.size());
+      seen[i].insert(seen[i].end(), d.keys.begin(), d.keys.end());
       s->Response(m);
     });
   }
-  std::vector<Key> keys(3000);
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;  // Dense keys.
+  // MXNet-style keys (ranges[r].begin() + k) and keys spread over the
+  // key space, the ends included.
+  std::vector<Key> keys = RandomKeys(3000, 5);
+  for (int r = 0; r < 3; ++r) {
+    for (Key k = 0; k < 10; ++k) keys.push_back(ranges[r].begin() + k);
+    keys.push_back(ranges[r].end() - 1);
+  }
+  keys.push_back(kMaxKey);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   std::vector<float> vals(keys.size(), 1);
   ASSERT_TRUE(Worker(0)->WaitStatus(Worker(0)->Push(keys, vals)).ok());
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_GT(seen[i], 800) << "server " << i;
-    EXPECT_LT(seen[i], 1200) << "server " << i;
+  size_t total = 0;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_GT(seen[r].size(), 900u) << "server " << r;
+    for (Key k : seen[r]) {
+      const bool last_key = r == 2 && k == kMaxKey;  // ps-lite: no one's
+      EXPECT_TRUE(last_key || (k >= ranges[r].begin() && k < ranges[r].end()))
+          << "server " << r << " got key " << k;
+    }
+    total += seen[r].size();
+  }
+  EXPECT_EQ(total, keys.size());
+}
+
+// Small integer keys all fall in server 0's range unless spread placement
+// is chosen, which mixes them over every server.
+TEST_F(KVAppTest, SpreadPlacementSpreadsSmallKeys) {
+  for (Placement placement : {Placement::kRange, Placement::kSpread}) {
+    SCOPED_TRACE(PlacementName(placement));
+    cluster_ = std::make_unique<InProcCluster>(
+        3, 1, [placement](Options* o) { o->placement = placement; });
+    cluster_->Start();
+    std::vector<int> seen(3, 0);
+    for (int i = 0; i < 3; ++i) {
+      auto s = std::make_unique<KVServer<float>>(0, cluster_->server(i));
+      s->set_request_handle([&seen, i](const KVMeta& m, const KVPairs<float>& d,
+                                       KVServer<float>* server) {
+        seen[i] += static_cast<int>(d.keys.size());
+        KVPairs<float> res;
+        res.keys = d.keys;
+        res.vals = SArray<float>(d.keys.size());
+        for (size_t j = 0; j < d.keys.size(); ++j) {
+          res.vals[j] = static_cast<float>(d.keys[j]);
+        }
+        server->Response(m, m.pull ? res : KVPairs<float>());
+      });
+      servers_.push_back(std::move(s));
+    }
+    std::vector<Key> keys(3000);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+    std::vector<float> out;
+    ASSERT_TRUE(Worker(0)->WaitStatus(Worker(0)->Pull(keys, &out)).ok());
+    ASSERT_EQ(out.size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(out[i], static_cast<float>(i));  // in the caller's order
+    }
+    if (placement == Placement::kRange) {
+      EXPECT_EQ(seen[0], 3000);
+    } else {
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_GT(seen[i], 900) << "server " << i;
+        EXPECT_LT(seen[i], 1100) << "server " << i;
+      }
+    }
+    TearDown();
   }
 }
 

@@ -28,7 +28,7 @@
 #include "model/initializer.h"
 #include "model/model_protocol.h"
 #include "model/optimizer.h"
-#include "partition/key_ring.h"
+#include "util/mix.h"
 #include "ps/model.h"
 #include "ps/ps.h"
 
@@ -48,8 +48,8 @@ constexpr int kDistinct = 600;
 constexpr size_t kDense = 40000;  // three chunks of 16384 floats
 constexpr char kInit[] = "normal(0,0.1)";
 
-// A bijective 64-bit mix: the ring's own.
-uint64_t Mix(uint64_t x) { return ps::KeyRing::Position(x); }
+// A bijective 64-bit mix.
+uint64_t Mix(uint64_t x) { return ps::Fmix64(x); }
 
 struct Example {
   uint64_t ids[kIdsPerExample];

@@ -93,8 +93,10 @@ void ExpectMetaEq(const Meta& a, const Meta& b) {
   EXPECT_EQ(a.barrier_group, b.barrier_group);
   EXPECT_EQ(a.barrier_round, b.barrier_round);
   EXPECT_EQ(a.ring.epoch, b.ring.epoch);
-  EXPECT_EQ(a.ring.virtual_nodes, b.ring.virtual_nodes);
+  EXPECT_EQ(a.ring.placement, b.ring.placement);
   EXPECT_EQ(a.ring.server_ids, b.ring.server_ids);
+  EXPECT_EQ(a.ring.begins, b.ring.begins);
+  EXPECT_EQ(a.ring.owners, b.ring.owners);
   EXPECT_EQ(a.failed_node, b.failed_node);
   EXPECT_EQ(a.reason, b.reason);
 }
@@ -132,8 +134,10 @@ Meta FullControlMeta() {
   m.barrier_group = kServerGroup + kWorkerGroup;
   m.barrier_round = std::numeric_limits<uint64_t>::max();
   m.ring.epoch = 7;
-  m.ring.virtual_nodes = 128;
+  m.ring.placement = 1;
   m.ring.server_ids = {8, 10, 12};
+  m.ring.begins = {0, 1ull << 62, std::numeric_limits<uint64_t>::max()};
+  m.ring.owners = {2, 0, 1};
   m.failed_node = 10;
   m.reason = "heartbeat timeout";
   return m;

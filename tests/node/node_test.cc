@@ -26,9 +26,16 @@ TEST(NodeTest, ClusterFormsWithRanksFromLaunchHints) {
             (std::vector<int>{8, 10, 12}));
   EXPECT_EQ(cluster.worker(1)->GetNodeIDs(kWorkerGroup + kScheduler),
             (std::vector<int>{1, 9, 11}));
-  RingInfo ring = cluster.worker(0)->node()->ring_info();
-  EXPECT_EQ(ring.epoch, 1u);
-  EXPECT_EQ(ring.server_ids, (std::vector<int>{8, 10, 12}));
+  std::shared_ptr<const KeyRing> ring = cluster.worker(0)->node()->key_ring();
+  ASSERT_NE(ring, nullptr);
+  EXPECT_EQ(ring->epoch(), 1u);
+  EXPECT_EQ(ring->server_ids(), (std::vector<int>{8, 10, 12}));
+  // Server rank r owns ps-lite's GetServerKeyRanges()[r].
+  ASSERT_EQ(ring->num_ranges(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(ring->range_begin(r), kMaxKey / 3 * r);
+    EXPECT_EQ(ring->range_owner(r), r);
+  }
   cluster.Finalize();
 }
 

@@ -38,7 +38,7 @@ const char* const kVariables[] = {
     "EMBER_HEARTBEAT_TIMEOUT_MS",
     "EMBER_START_TIMEOUT",
     "EMBER_FINALIZE_TIMEOUT_MS",
-    "EMBER_VIRTUAL_NODES",
+    "EMBER_KEY_PLACEMENT",
     "EMBER_MALLOC_KEEP_MB",
     "EMBER_SPIN_US",
 };
@@ -121,7 +121,7 @@ TEST_F(OptionsTest, ReadsFullValidEnvironment) {
   Set("EMBER_HEARTBEAT_TIMEOUT_MS", "250");
   Set("EMBER_START_TIMEOUT", "30");
   Set("EMBER_FINALIZE_TIMEOUT_MS", "1500");
-  Set("EMBER_VIRTUAL_NODES", "64");
+  Set("EMBER_KEY_PLACEMENT", "spread");
   Set("EMBER_MALLOC_KEEP_MB", "0");
   Set("EMBER_SPIN_US", "0");
   StatusOr<Options> o = Options::FromEnvironment();
@@ -139,7 +139,7 @@ TEST_F(OptionsTest, ReadsFullValidEnvironment) {
   EXPECT_EQ(v.heartbeat_timeout_ms, 250);
   EXPECT_EQ(v.start_timeout_ms, 30000);  // Seconds in the environment.
   EXPECT_EQ(v.finalize_timeout_ms, 1500);
-  EXPECT_EQ(v.virtual_nodes, 64);
+  EXPECT_EQ(v.placement, Placement::kSpread);
   EXPECT_EQ(v.malloc_keep_mb, 0);
   EXPECT_EQ(v.spin_us, 0);
   EXPECT_TRUE(v.Validate().ok());
@@ -162,7 +162,7 @@ TEST_F(OptionsTest, OptionalVariablesDefault) {
   EXPECT_EQ(v.heartbeat_timeout_ms, 4000);
   EXPECT_EQ(v.start_timeout_ms, 60000);
   EXPECT_EQ(v.finalize_timeout_ms, 10000);
-  EXPECT_EQ(v.virtual_nodes, 0);
+  EXPECT_EQ(v.placement, Placement::kRange);
   EXPECT_EQ(v.malloc_keep_mb, 256);
   EXPECT_EQ(v.spin_us, 200);
 }
@@ -258,7 +258,7 @@ TEST_F(OptionsTest, OutOfRangeOptionalIntegersAreInvalidArgument) {
   ExpectEachRejected("EMBER_HEARTBEAT_TIMEOUT_MS", {"0", "3600001"});
   ExpectEachRejected("EMBER_START_TIMEOUT", {"0", "86401", "60s"});
   ExpectEachRejected("EMBER_FINALIZE_TIMEOUT_MS", {"0", "soon"});
-  ExpectEachRejected("EMBER_VIRTUAL_NODES", {"-1", "65537"});
+  ExpectEachRejected("EMBER_KEY_PLACEMENT", {"", "hash", "Range"});
   ExpectEachRejected("EMBER_MALLOC_KEEP_MB", {"-1", "1048577", "lots"});
   ExpectEachRejected("EMBER_SPIN_US", {"-1", "1000001", "200us"});
 }
@@ -309,15 +309,15 @@ TEST_F(OptionsTest, UnknownInterfaceIsInvalidArgument) {
 
 TEST_F(OptionsTest, CommandLineFlagWinsOverEnvironment) {
   SetRequired();
-  Set("EMBER_VIRTUAL_NODES", "32");
+  Set("EMBER_KEY_PLACEMENT", "spread");
   Set("EMBER_START_TIMEOUT", "5");
   ASSERT_FALSE(
-      gflags::SetCommandLineOption("ember_virtual_nodes", "64").empty());
+      gflags::SetCommandLineOption("ember_key_placement", "range").empty());
   ASSERT_FALSE(
       gflags::SetCommandLineOption("ember_start_timeout", "7").empty());
   StatusOr<Options> o = Options::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o.value().virtual_nodes, 64);
+  EXPECT_EQ(o.value().placement, Placement::kRange);
   EXPECT_EQ(o.value().start_timeout_ms, 7000);
 }
 

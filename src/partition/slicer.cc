@@ -1,0 +1,77 @@
+#include "partition/slicer.h"
+
+#include <algorithm>
+#include <string>
+
+namespace ps {
+
+namespace {
+
+// The index of the first key out of order (keys[i] <= keys[i - 1]), or 0.
+// Branch-free in the loop body, so the compiler vectorises it.
+size_t FirstUnsorted(const uint64_t* keys, size_t n) {
+  constexpr size_t kBlock = 4096;
+  for (size_t start = 1; start < n; start += kBlock) {
+    const size_t stop = std::min(n, start + kBlock);
+    bool bad = false;
+    for (size_t i = start; i < stop; ++i) bad |= keys[i] <= keys[i - 1];
+    if (!bad) continue;
+    for (size_t i = start; i < stop; ++i) {
+      if (keys[i] <= keys[i - 1]) return i;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Status UnsortedKeys(const uint64_t* keys, size_t i) {
+  return Status::InvalidArgument(
+      "keys must be sorted and unique; key " + std::to_string(i) + " (" +
+      std::to_string(keys[i]) + ") follows " + std::to_string(keys[i - 1]));
+}
+
+Status SliceKeys(const KeyRing& ring, const uint64_t* keys, size_t n,
+                 SlicePlan* plan) {
+  const size_t num_servers = ring.num_servers();
+  plan->segments.clear();
+  plan->owner.clear();
+  plan->counts.assign(num_servers, 0);
+  plan->segments_of.assign(num_servers, 0);
+  plan->per_key = ring.placement() == Placement::kSpread;
+  if (const size_t bad = FirstUnsorted(keys, n); bad != 0) {
+    return UnsortedKeys(keys, bad);
+  }
+  if (n == 0) return Status::OK();
+  if (plan->per_key) {
+    plan->owner.resize(n);
+    uint16_t* owner = plan->owner.data();
+    size_t* counts = plan->counts.data();
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t s = static_cast<uint16_t>(ring.OwnerIndex(keys[i]));
+      owner[i] = s;
+      ++counts[s];
+    }
+    return Status::OK();
+  }
+  // Walk the ranges the batch touches: the range of the first key not yet
+  // placed, then a binary search for the first key past it.
+  size_t begin = 0;
+  const size_t num_ranges = ring.num_ranges();
+  while (begin < n) {
+    const size_t r = ring.RangeAt(keys[begin]);
+    size_t end = n;
+    if (r + 1 < num_ranges) {
+      end = std::lower_bound(keys + begin, keys + n, ring.range_begin(r + 1)) -
+            keys;
+    }
+    const int s = ring.range_owner(r);
+    plan->segments.push_back(KeySegment{begin, end, s});
+    plan->counts[s] += end - begin;
+    ++plan->segments_of[s];
+    begin = end;
+  }
+  return Status::OK();
+}
+
+}  // namespace ps
