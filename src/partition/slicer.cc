@@ -8,15 +8,23 @@ namespace ps {
 namespace {
 
 // The index of the first key out of order (keys[i] <= keys[i - 1]), or 0.
-// Branch-free in the loop body, so the compiler vectorises it.
+// Blocks of keys are checked with a flag and no branch per key (four
+// independent compares per step), and only a block that fails is searched.
 size_t FirstUnsorted(const uint64_t* keys, size_t n) {
-  constexpr size_t kBlock = 4096;
+  constexpr size_t kBlock = 1024;
   for (size_t start = 1; start < n; start += kBlock) {
     const size_t stop = std::min(n, start + kBlock);
-    bool bad = false;
-    for (size_t i = start; i < stop; ++i) bad |= keys[i] <= keys[i - 1];
-    if (!bad) continue;
-    for (size_t i = start; i < stop; ++i) {
+    uint64_t bad = 0;
+    size_t i = start;
+    for (; i + 4 <= stop; i += 4) {
+      bad |= static_cast<uint64_t>(keys[i] <= keys[i - 1]) |
+             static_cast<uint64_t>(keys[i + 1] <= keys[i]) |
+             static_cast<uint64_t>(keys[i + 2] <= keys[i + 1]) |
+             static_cast<uint64_t>(keys[i + 3] <= keys[i + 2]);
+    }
+    for (; i < stop; ++i) bad |= static_cast<uint64_t>(keys[i] <= keys[i - 1]);
+    if (bad == 0) continue;
+    for (i = start; i < stop; ++i) {
       if (keys[i] <= keys[i - 1]) return i;
     }
   }

@@ -1,0 +1,343 @@
+// zmq_topology: what raw ZeroMQ moves in a parameter server's topology, the
+// baseline of Ember's multi-server rows (scripts/bench.sh).
+//
+//   zmq_topology --servers=2 --clients=2 --keys=1000 --bytes_per_key=4
+//                [--mode=push] [--window=8] [--seconds=2]
+//                [--replies=separate]
+//
+// The program forks --servers server processes and --clients client
+// processes before any ZeroMQ context exists. A "request" is what a worker's
+// sparse request puts on the wire: one message to every server, carrying
+// that server's share of the keys (8 bytes each) and, for a push, of the
+// values; the answer is an empty acknowledgement (push) or the values
+// (pull). Each client keeps --window requests in flight and waits for all
+// of a request's answers before it counts it. Messages have three frames (a
+// 32-byte header, keys, values), sent zero-copy from preallocated buffers.
+//
+// --replies=separate (the default) answers over a second TCP connection, as
+// Ember and ps-lite do (every node receives on its ROUTER and sends through
+// one DEALER per peer); --replies=same answers back over the request's
+// connection.
+//
+// Output, one line:
+//   RESULT baseline=zmq_topology servers=2 clients=2 keys=1000 mode=push
+//          window=8 req_s=... keys_s=... replies=separate
+#include <gflags/gflags.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+DEFINE_int32(servers, 2, "server processes");
+DEFINE_int32(clients, 2, "client processes");
+DEFINE_int64(keys, 1000, "keys per request, split evenly over the servers");
+DEFINE_int32(bytes_per_key, 4, "value bytes per key");
+DEFINE_string(mode, "push", "push or pull");
+DEFINE_int32(window, 8, "requests in flight per client");
+DEFINE_double(seconds, 2, "measured duration, in seconds");
+DEFINE_double(warmup_seconds, 0.5, "unmeasured run first");
+DEFINE_string(replies, "separate", "separate or same");
+DEFINE_int32(sndbuf, -1, "ZMQ_SNDBUF of every socket (-1: the OS default)");
+DEFINE_int64(max_frame, 0,
+             "if > 0: send keys and values in frames of at most this many "
+             "bytes");
+DEFINE_int32(rcvbuf, -1, "ZMQ_RCVBUF of every socket (-1: the OS default)");
+
+namespace {
+
+void NoFree(void*, void*) {}
+
+void* NewSocket(void* ctx, int type) {
+  void* s = zmq_socket(ctx, type);
+  zmq_setsockopt(s, ZMQ_SNDBUF, &FLAGS_sndbuf, sizeof(int));
+  zmq_setsockopt(s, ZMQ_RCVBUF, &FLAGS_rcvbuf, sizeof(int));
+  return s;
+}
+
+struct Header {
+  uint32_t client;
+  uint32_t slot;
+  uint64_t request;
+  uint8_t pad[16];
+};
+
+bool SendOne(void* socket, const void* data, size_t size, bool more) {
+  zmq_msg_t m;
+  zmq_msg_init_data(&m, const_cast<void*>(data), size, NoFree, nullptr);
+  if (zmq_msg_send(&m, socket, more ? ZMQ_SNDMORE : 0) < 0) {
+    zmq_msg_close(&m);
+    return false;
+  }
+  return true;
+}
+
+bool SendFrame(void* socket, const void* data, size_t size, bool more) {
+  const size_t cap = FLAGS_max_frame > 0 ? FLAGS_max_frame : size;
+  const char* p = static_cast<const char*>(data);
+  while (size > cap) {
+    if (!SendOne(socket, p, cap, true)) return false;
+    p += cap;
+    size -= cap;
+  }
+  return SendOne(socket, p, size, more);
+}
+
+// Receives every frame of one message; returns the number of frames.
+int RecvAll(void* socket, std::vector<zmq_msg_t>* frames) {
+  for (auto& f : *frames) zmq_msg_close(&f);
+  frames->clear();
+  int more = 1;
+  while (more) {
+    frames->emplace_back();
+    zmq_msg_init(&frames->back());
+    if (zmq_msg_recv(&frames->back(), socket, 0) < 0) return -1;
+    more = zmq_msg_more(&frames->back());
+  }
+  return static_cast<int>(frames->size());
+}
+
+size_t ShareOf(int server) {
+  const int64_t base = FLAGS_keys / FLAGS_servers;
+  return static_cast<size_t>(base +
+                             (server < FLAGS_keys % FLAGS_servers ? 1 : 0));
+}
+
+// A server: receives on its ROUTER and answers, either back through it
+// (same) or through a DEALER to the client's ROUTER (separate).
+void RunServer(int index, int port_pipe, int client_ports_pipe) {
+  void* ctx = zmq_ctx_new();
+  void* router = NewSocket(ctx, ZMQ_ROUTER);
+  zmq_bind(router, "tcp://127.0.0.1:*");
+  char endpoint[256];
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  int port = std::atoi(std::strrchr(endpoint, ':') + 1);
+  int msg[2] = {index, port};
+  if (write(port_pipe, msg, sizeof(msg)) != sizeof(msg)) _exit(1);
+  const bool same = FLAGS_replies == "same";
+  std::vector<void*> to_client;
+  if (!same) {
+    std::vector<int> ports(FLAGS_clients);
+    for (int c = 0; c < FLAGS_clients; ++c) {
+      int m[2];
+      if (read(client_ports_pipe, m, sizeof(m)) != sizeof(m)) _exit(1);
+      ports[m[0]] = m[1];
+    }
+    for (int p : ports) {
+      void* d = NewSocket(ctx, ZMQ_DEALER);
+      int hwm = 0;
+      zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+      zmq_connect(d, ("tcp://127.0.0.1:" + std::to_string(p)).c_str());
+      to_client.push_back(d);
+    }
+  }
+  const bool pull = FLAGS_mode == "pull";
+  std::vector<char> values(ShareOf(index) * FLAGS_bytes_per_key + 1);
+  std::vector<zmq_msg_t> frames;
+  while (true) {
+    int n = RecvAll(router, &frames);
+    if (n < 0) break;
+    // frames: identity, header, keys[, values]
+    if (n < 3) continue;  // a client's goodbye
+    Header h;
+    std::memcpy(&h, zmq_msg_data(&frames[1]), sizeof(h));
+    const size_t keys = zmq_msg_size(&frames[2]) / 8;
+    const size_t answer = pull ? keys * FLAGS_bytes_per_key : 0;
+    void* out = same ? router : to_client[h.client];
+    if (same) {
+      zmq_msg_t id;
+      zmq_msg_init(&id);
+      zmq_msg_copy(&id, &frames[0]);
+      zmq_msg_send(&id, router, ZMQ_SNDMORE);
+    }
+    SendFrame(out, &h, sizeof(h), answer > 0);
+    if (answer > 0) SendFrame(out, values.data(), answer, false);
+  }
+  _exit(0);
+}
+
+void RunClient(int index, const std::vector<int>& server_ports,
+               const std::vector<int>& port_pipes, int result_pipe) {
+  void* ctx = zmq_ctx_new();
+  const bool same = FLAGS_replies == "same";
+  void* router = nullptr;
+  if (!same) {
+    router = NewSocket(ctx, ZMQ_ROUTER);
+    zmq_bind(router, "tcp://127.0.0.1:*");
+    char endpoint[256];
+    size_t len = sizeof(endpoint);
+    zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+    int port = std::atoi(std::strrchr(endpoint, ':') + 1);
+    // Every server reads every client's port from a pipe of its own.
+    for (int s = 0; s < FLAGS_servers; ++s) {
+      int msg[2] = {index, port};
+      if (write(port_pipes[s], msg, sizeof(msg)) != sizeof(msg)) _exit(1);
+    }
+  }
+  std::vector<void*> dealers;
+  for (int p : server_ports) {
+    void* d = NewSocket(ctx, ZMQ_DEALER);
+    int hwm = 0;
+    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    zmq_connect(d, ("tcp://127.0.0.1:" + std::to_string(p)).c_str());
+    dealers.push_back(d);
+  }
+  const bool pull = FLAGS_mode == "pull";
+  std::vector<uint64_t> keys(FLAGS_keys + 1, 42);
+  std::vector<char> values(FLAGS_keys * FLAGS_bytes_per_key + 1);
+  std::vector<Header> headers(FLAGS_window * FLAGS_servers);
+  std::vector<int> outstanding(FLAGS_window, 0);
+  std::vector<zmq_pollitem_t> items;
+  if (same) {
+    for (void* d : dealers) items.push_back({d, 0, ZMQ_POLLIN, 0});
+  } else {
+    items.push_back({router, 0, ZMQ_POLLIN, 0});
+  }
+  std::vector<zmq_msg_t> frames;
+  uint64_t next = 0;
+  auto issue = [&](int slot) {
+    size_t first = 0;
+    for (int s = 0; s < FLAGS_servers; ++s) {
+      const size_t n = ShareOf(s);
+      Header& h = headers[slot * FLAGS_servers + s];
+      h.client = static_cast<uint32_t>(index);
+      h.slot = static_cast<uint32_t>(slot);
+      h.request = next;
+      SendFrame(dealers[s], &h, sizeof(h), true);
+      SendFrame(dealers[s], keys.data() + first, n * 8, !pull);
+      if (!pull) {
+        SendFrame(dealers[s], values.data() + first * FLAGS_bytes_per_key,
+                  n * FLAGS_bytes_per_key, false);
+      }
+      first += n;
+    }
+    outstanding[slot] = FLAGS_servers;
+    ++next;
+  };
+  auto run = [&](double seconds) {
+    for (int slot = 0; slot < FLAGS_window; ++slot) issue(slot);
+    uint64_t done = 0;
+    const auto start = std::chrono::steady_clock::now();
+    const auto stop = start + std::chrono::duration<double>(seconds);
+    bool stopping = false;
+    int in_flight = FLAGS_window;
+    while (in_flight > 0) {
+      zmq_poll(items.data(), static_cast<int>(items.size()), -1);
+      for (auto& item : items) {
+        if (!(item.revents & ZMQ_POLLIN)) continue;
+        while (true) {
+          // Drain what is there without blocking.
+          zmq_msg_t first;
+          zmq_msg_init(&first);
+          if (zmq_msg_recv(&first, item.socket, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&first);
+            break;
+          }
+          frames.clear();
+          frames.push_back(first);
+          while (zmq_msg_more(&frames.back())) {
+            frames.emplace_back();
+            zmq_msg_init(&frames.back());
+            zmq_msg_recv(&frames.back(), item.socket, 0);
+          }
+          const zmq_msg_t& hf = frames[same ? 0 : 1];
+          Header h;
+          std::memcpy(&h, zmq_msg_data(const_cast<zmq_msg_t*>(&hf)), sizeof(h));
+          for (auto& f : frames) zmq_msg_close(&f);
+          if (--outstanding[h.slot] > 0) continue;
+          ++done;
+          if (!stopping && std::chrono::steady_clock::now() >= stop) {
+            stopping = true;
+          }
+          if (stopping) {
+            --in_flight;
+          } else {
+            issue(static_cast<int>(h.slot));
+          }
+        }
+      }
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    return done / elapsed;
+  };
+  run(FLAGS_warmup_seconds);
+  double req_s = run(FLAGS_seconds);
+  if (write(result_pipe, &req_s, sizeof(req_s)) != sizeof(req_s)) _exit(1);
+  // Tell the servers this client is done (a one-frame message).
+  for (void* d : dealers) SendFrame(d, "x", 1, false);
+  for (void* d : dealers) {
+    int linger = 1000;
+    zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_close(d);
+  }
+  if (router) zmq_close(router);
+  zmq_ctx_term(ctx);
+  _exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_servers < 1 || FLAGS_clients < 1 || FLAGS_keys < FLAGS_servers ||
+      FLAGS_window < 1 || (FLAGS_mode != "push" && FLAGS_mode != "pull") ||
+      (FLAGS_replies != "same" && FLAGS_replies != "separate")) {
+    std::fprintf(stderr, "zmq_topology: bad flags\n");
+    return 1;
+  }
+  int server_ports[2], results[2];
+  if (pipe(server_ports) || pipe(results)) return 1;
+  // One pipe per server for the clients' ports (separate replies).
+  std::vector<int> to_server_read(FLAGS_servers),
+      to_server_write(FLAGS_servers);
+  for (int s = 0; s < FLAGS_servers; ++s) {
+    int p[2];
+    if (pipe(p)) return 1;
+    to_server_read[s] = p[0];
+    to_server_write[s] = p[1];
+  }
+  std::vector<pid_t> pids;
+  for (int s = 0; s < FLAGS_servers; ++s) {
+    pid_t pid = fork();
+    if (pid == 0) RunServer(s, server_ports[1], to_server_read[s]);
+    pids.push_back(pid);
+  }
+  std::vector<int> ports(FLAGS_servers);
+  for (int s = 0; s < FLAGS_servers; ++s) {
+    int msg[2];
+    if (read(server_ports[0], msg, sizeof(msg)) != sizeof(msg)) return 1;
+    ports[msg[0]] = msg[1];
+  }
+  std::vector<pid_t> clients;
+  for (int c = 0; c < FLAGS_clients; ++c) {
+    pid_t pid = fork();
+    if (pid == 0) RunClient(c, ports, to_server_write, results[1]);
+    clients.push_back(pid);
+  }
+  double total = 0;
+  for (int c = 0; c < FLAGS_clients; ++c) {
+    double r = 0;
+    if (read(results[0], &r, sizeof(r)) != sizeof(r)) return 1;
+    total += r;
+  }
+  for (pid_t p : clients) waitpid(p, nullptr, 0);
+  // The servers serve until they are told to stop.
+  for (pid_t p : pids) kill(p, SIGTERM);
+  for (pid_t p : pids) waitpid(p, nullptr, 0);
+  std::printf(
+      "RESULT baseline=zmq_topology servers=%d clients=%d keys=%lld mode=%s "
+      "window=%d req_s=%.1f keys_s=%.0f replies=%s\n",
+      FLAGS_servers, FLAGS_clients, static_cast<long long>(FLAGS_keys),
+      FLAGS_mode.c_str(), FLAGS_window, total, total * FLAGS_keys,
+      FLAGS_replies.c_str());
+  return 0;
+}

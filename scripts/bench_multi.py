@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""Ember at more than one server, against raw ZeroMQ in the same topology.
+
+Runs, in interleaved rounds (Ember and its baseline in turn, the order
+alternating from round to round, so both see the same phases of the
+machine):
+
+  * sparse requests of 1000 random keys x 1 float, 8 in flight per worker,
+    push and pull, at 1x1, 2x2 and 4x4 (servers x workers);
+  * 1 M-key requests, 2 in flight, push and pull, at 2x2 and 4x4;
+
+with bench/pslite_api_bench (Ember) and bench/zmq_topology (W client
+processes each sending every request's share of keys and values to S server
+processes, the answers on a second connection, as Ember's are). It prints
+each case's medians, the median of the per-round ratios and its range, then
+a cost-growth table (nanoseconds per key at 1 K, 100 K, 1 M and 10 M keys
+per request, at 1 and 4 servers, Ember beside raw ZeroMQ), and, if valgrind
+is installed, the worker's instructions per 1000-key push at 1 and 4
+servers (callgrind, the difference of two runs of N1 and N2 requests).
+
+With --pslite DIR, DIR/pslite_api_bench (the same source file, built by the
+user against ps-lite outside this repository; docs/performance.md says how)
+runs beside Ember in every round of the sparse and 1 M-key cases, launched
+the same way, and the table gains Ember / ps-lite.
+
+    /usr/bin/python3 scripts/bench_multi.py [--build build] [--rounds 3]
+        [--seconds 2] [--pslite DIR] [--only sparse,batch,growth,callgrind]
+
+Every line of figures is also printed as a machine-readable RESULT line.
+Standard library only; runs on Debian's /usr/bin/python3.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SPARSE_TOPOLOGIES = [(1, 1), (2, 2), (4, 4)]
+BATCH_TOPOLOGIES = [(2, 2), (4, 4)]
+GROWTH_KEYS = [1000, 100000, 1000000, 10000000]
+GROWTH_SERVERS = [1, 4]
+
+
+class BenchError(Exception):
+    """A run failed; the message carries its output."""
+
+
+def parse_worker_rates(output):
+    """Sum of req_s over the PSBENCH lines of every worker in `output`."""
+    rates = [float(m.group(1))
+             for m in re.finditer(r"^.*?PSBENCH .*\breq_s=([0-9.]+)",
+                                  output, re.M)]
+    if not rates:
+        raise BenchError("no PSBENCH line in:\n" + output[-4000:])
+    return sum(rates), len(rates)
+
+
+def parse_topology_rate(output):
+    m = re.search(r"^RESULT baseline=zmq_topology .*\breq_s=([0-9.]+)",
+                  output, re.M)
+    if not m:
+        raise BenchError("no zmq_topology RESULT line in:\n" + output[-4000:])
+    return float(m.group(1))
+
+
+def parse_callgrind_total(path):
+    """The total instructions of a callgrind output file."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise BenchError("no summary in " + path)
+
+
+def median_and_range(values):
+    """(median, min, max) of a non-empty list."""
+    if not values:
+        raise ValueError("no values")
+    return statistics.median(values), min(values), max(values)
+
+
+def ratios(ember, baseline):
+    """Per-round ratios ember[i] / baseline[i] (rounds with a zero baseline
+    are skipped)."""
+    return [e / b for e, b in zip(ember, baseline) if b > 0]
+
+
+class Runner:
+    def __init__(self, build, seconds, timeout):
+        self.build = build
+        self.seconds = seconds
+        self.timeout = timeout
+
+    def run(self, argv, env_extra=None):
+        env = dict(os.environ)
+        env.update(env_extra or {})
+        try:
+            p = subprocess.run(argv, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, env=env,
+                               timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode(errors="replace")
+            raise BenchError("timed out after %ds: %s\n%s" %
+                             (self.timeout, " ".join(argv), out[-4000:]))
+        out = p.stdout.decode(errors="replace")
+        if p.returncode != 0:
+            raise BenchError("exit %d: %s\n%s" %
+                             (p.returncode, " ".join(argv), out[-4000:]))
+        return out
+
+    def cluster(self, servers, workers, program, args, program_scheduler,
+                env_extra=None):
+        env = {"EMBER_TIMEOUT": str(self.timeout - 5)}
+        if program_scheduler:
+            env["EMBER_PROGRAM_SCHEDULER"] = "1"
+        else:
+            env["EMBER_SCHEDULER"] = os.path.join(
+                self.build, "scheduler", "ember_scheduler")
+        env.update(env_extra or {})
+        return self.run([os.path.join(ROOT, "scripts", "local.sh"),
+                         str(servers), str(workers), program] + args, env)
+
+    def ps_api(self, program, servers, workers, mode, keys, window,
+               program_scheduler=False, seconds=None):
+        args = ["mode=" + mode, "keys=%d" % keys, "window=%d" % window,
+                "seconds=%g" % (seconds or self.seconds), "warmup=0.5"]
+        out = self.cluster(servers, workers, program, args, program_scheduler)
+        total, n = parse_worker_rates(out)
+        if n != workers:
+            raise BenchError("%d of %d workers reported" % (n, workers))
+        return total
+
+    def zmq(self, servers, clients, mode, keys, window, seconds=None):
+        out = self.run([os.path.join(self.build, "bench", "zmq_topology"),
+                        "--servers=%d" % servers, "--clients=%d" % clients,
+                        "--mode=" + mode, "--keys=%d" % keys,
+                        "--window=%d" % window,
+                        "--seconds=%g" % (seconds or self.seconds)])
+        return parse_topology_rate(out)
+
+
+def emit(label, fields):
+    print("RESULT " + label + " " +
+          " ".join("%s=%s" % (k, v) for k, v in fields), flush=True)
+
+
+def throughput_cases(runner, rounds, pslite, cases):
+    """cases: (name, servers, workers, mode, keys, window)."""
+    ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+    print("%-28s %12s %12s %12s %8s %13s %10s" %
+          ("case (req/s, all workers)", "ember", "zmq", "ps-lite",
+           "e/zmq", "e/zmq range", "e/ps-lite"), flush=True)
+    for name, s, w, mode, keys, window in cases:
+        got = {"ember": [], "zmq": [], "pslite": []}
+        for r in range(rounds):
+            order = ["ember", "zmq"] + (["pslite"] if pslite else [])
+            if r % 2:
+                order.reverse()
+            for who in order:
+                if who == "ember":
+                    got[who].append(runner.ps_api(ember_bin, s, w, mode, keys,
+                                                  window))
+                elif who == "zmq":
+                    got[who].append(runner.zmq(s, w, mode, keys, window))
+                else:
+                    got[who].append(runner.ps_api(
+                        os.path.join(pslite, "pslite_api_bench"), s, w, mode,
+                        keys, window, program_scheduler=True))
+        e = statistics.median(got["ember"])
+        z = statistics.median(got["zmq"])
+        rz, lo, hi = median_and_range(ratios(got["ember"], got["zmq"]))
+        p = statistics.median(got["pslite"]) if pslite else None
+        rp = (statistics.median(ratios(got["ember"], got["pslite"]))
+              if pslite else None)
+        print("%-28s %12.1f %12.1f %12s %8.3f %6.3f-%-6.3f %10s" %
+              (name, e, z, "%.1f" % p if p else "-", rz, lo, hi,
+               "%.3f" % rp if rp else "-"), flush=True)
+        fields = [("case", name.replace(" ", "_")), ("servers", s),
+                  ("workers", w), ("mode", mode), ("keys", keys),
+                  ("window", window), ("rounds", rounds),
+                  ("ember_req_s", "%.1f" % e), ("zmq_req_s", "%.1f" % z),
+                  ("ember_over_zmq", "%.3f" % rz)]
+        if pslite:
+            fields += [("pslite_req_s", "%.1f" % p),
+                       ("ember_over_pslite", "%.3f" % rp)]
+        emit("bench=multi", fields)
+
+
+def growth(runner):
+    ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+    print("\ncost growth: ns per key, 1 worker, push (raw ZeroMQ beside)",
+          flush=True)
+    print("%-10s" % "keys" + "".join(
+        "%14s %14s" % ("ember S=%d" % s, "zmq S=%d" % s)
+        for s in GROWTH_SERVERS), flush=True)
+    for keys in GROWTH_KEYS:
+        window = 8 if keys <= 1000 else 2
+        row = "%-10d" % keys
+        for s in GROWTH_SERVERS:
+            e = runner.ps_api(ember_bin, s, 1, "push", keys, window)
+            z = runner.zmq(s, 1, "push", keys, window)
+            ens, zns = 1e9 / (e * keys), 1e9 / (z * keys)
+            row += "%14.2f %14.2f" % (ens, zns)
+            emit("bench=growth", [("servers", s), ("keys", keys),
+                                  ("ember_ns_per_key", "%.3f" % ens),
+                                  ("zmq_ns_per_key", "%.3f" % zns)])
+        print(row, flush=True)
+
+
+def callgrind(runner, n1=50, n2=150):
+    if shutil.which("valgrind") is None:
+        print("\ncallgrind: skipped, valgrind is not installed "
+              "(scripts/deps.sh --bench installs it)", flush=True)
+        return
+    ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+    print("\nworker instructions per 1000-key push (callgrind, window 8)",
+          flush=True)
+    per = {}
+    with tempfile.TemporaryDirectory(prefix="ember-cg-") as tmp:
+        wrap = os.path.join(tmp, "wrap.sh")
+        with open(wrap, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\nexec valgrind --tool=callgrind "
+                    "--callgrind-out-file=\"$CG_DIR/$DMLC_ROLE.%%p.out\" "
+                    "\"%s\" \"$@\"\n" % ember_bin)
+        os.chmod(wrap, 0o755)
+        for s in GROWTH_SERVERS:
+            totals = []
+            for n in (n1, n2):
+                d = os.path.join(tmp, "s%d-n%d" % (s, n))
+                os.makedirs(d)
+                runner.cluster(s, 1, wrap,
+                               ["mode=push", "keys=1000", "window=8",
+                                "requests=%d" % n],
+                               False, {"CG_DIR": d,
+                                       "EMBER_HEARTBEAT_TIMEOUT_MS": "120000"})
+                workers = [x for x in os.listdir(d) if x.startswith("worker")]
+                if len(workers) != 1:
+                    raise BenchError("expected one worker profile in " + d)
+                totals.append(parse_callgrind_total(os.path.join(
+                    d, workers[0])))
+            per[s] = (totals[1] - totals[0]) / (n2 - n1)
+            print("  %d server(s): %.0f instructions per request" %
+                  (s, per[s]), flush=True)
+            emit("bench=callgrind", [("servers", s), ("keys", 1000),
+                                     ("worker_ir_per_request",
+                                      "%.0f" % per[s])])
+    if per.get(1):
+        q = per[GROWTH_SERVERS[-1]] / per[1]
+        print("  %d servers / 1 server: %.3f" % (GROWTH_SERVERS[-1], q),
+              flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=2)
+    ap.add_argument("--timeout", type=int, default=120,
+                    help="seconds per run before it is killed")
+    ap.add_argument("--pslite", help="folder holding a pslite_api_bench "
+                    "built against ps-lite")
+    ap.add_argument("--only", default="sparse,batch,growth,callgrind")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.seconds <= 0:
+        ap.error("--rounds must be >= 1 and --seconds > 0")
+    parts = set(args.only.split(","))
+    unknown = parts - {"sparse", "batch", "growth", "callgrind"}
+    if unknown:
+        ap.error("unknown parts: " + ",".join(sorted(unknown)))
+    if args.pslite and not os.access(
+            os.path.join(args.pslite, "pslite_api_bench"), os.X_OK):
+        ap.error("no executable pslite_api_bench in " + args.pslite)
+    runner = Runner(os.path.abspath(args.build), args.seconds, args.timeout)
+    try:
+        cases = []
+        if "sparse" in parts:
+            for s, w in SPARSE_TOPOLOGIES:
+                for mode in ("push", "pull"):
+                    cases.append(("sparse 1000 %s %dx%d" % (mode, s, w), s, w,
+                                  mode, 1000, 8))
+        if "batch" in parts:
+            for s, w in BATCH_TOPOLOGIES:
+                for mode in ("push", "pull"):
+                    cases.append(("1M keys %s %dx%d" % (mode, s, w), s, w,
+                                  mode, 1000000, 2))
+        if cases:
+            throughput_cases(runner, args.rounds, args.pslite, cases)
+        if "growth" in parts:
+            growth(runner)
+        if "callgrind" in parts:
+            callgrind(runner)
+    except BenchError as e:
+        print("bench_multi: " + str(e), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
