@@ -1,5 +1,6 @@
 #include "transport/receive_gate.h"
 
+#include <fcntl.h>
 #include <glog/logging.h>
 #include <poll.h>
 #include <sched.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace ps {
@@ -41,6 +43,59 @@ bool PollFds(pollfd* fds, nfds_t n, Clock::time_point spin_until = {}) {
 }
 
 }  // namespace
+
+CpuContention& CpuContention::Get() {
+  static CpuContention* const instance = new CpuContention();
+  return *instance;
+}
+
+CpuContention::CpuContention() {
+  fd_ = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  cpus_ = n > 0 ? static_cast<int>(n) : 1;
+  smoothed_x16_.store(cpus_ * 16, std::memory_order_relaxed);
+}
+
+int CpuContention::ParseRunnable(const char* text, size_t size) {
+  // Three load averages, then "runnable/total".
+  size_t i = 0;
+  for (int field = 0; field < 3; ++field) {
+    while (i < size && text[i] != ' ') ++i;
+    while (i < size && text[i] == ' ') ++i;
+  }
+  int runnable = 0;
+  size_t digits = 0;
+  for (; i < size && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
+    if (runnable > 100000) return -1;
+    runnable = runnable * 10 + (text[i] - '0');
+  }
+  if (digits == 0 || i >= size || text[i] != '/') return -1;
+  return runnable;
+}
+
+bool CpuContention::Contended() {
+  if (fd_ < 0) return false;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          Clock::now().time_since_epoch())
+                          .count();
+  if (now < next_sample_ns_.load(std::memory_order_relaxed)) {
+    return contended_.load(std::memory_order_relaxed);
+  }
+  std::unique_lock<std::mutex> lock(sample_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return contended_.load(std::memory_order_relaxed);
+  next_sample_ns_.store(now + int64_t{kSampleMs} * 1000000,
+                        std::memory_order_relaxed);
+  char buf[128];
+  const ssize_t n = pread(fd_, buf, sizeof(buf), 0);
+  const int runnable = n > 0 ? ParseRunnable(buf, static_cast<size_t>(n)) : -1;
+  if (runnable < 0) return contended_.load(std::memory_order_relaxed);
+  const int smoothed =
+      Smooth(smoothed_x16_.load(std::memory_order_relaxed), runnable);
+  smoothed_x16_.store(smoothed, std::memory_order_relaxed);
+  const bool over = Over(smoothed, cpus_);
+  contended_.store(over, std::memory_order_relaxed);
+  return over;
+}
 
 ReceiveGate::~ReceiveGate() {
   Stop();
@@ -140,7 +195,10 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
   const std::chrono::microseconds spin(
       spin_us_.load(std::memory_order_relaxed));
   const bool timed = spin.count() > 0;  // Timed for the advisor.
-  const bool spins = timed && tls_spin_advisor.ShouldSpin();
+  CpuContention* const contention = contention_.load(std::memory_order_relaxed);
+  const bool spins = timed &&
+                     (contention == nullptr || !contention->Contended()) &&
+                     tls_spin_advisor.ShouldSpin();
   const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
   const Clock::time_point spin_until =
       spins ? start + spin : Clock::time_point{};  // Unset: no spinning.

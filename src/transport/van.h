@@ -72,7 +72,8 @@ class Van {
   }
 
   // How long a thread inside CoReceive polls without blocking before it
-  // sleeps (ReceiveGate::set_spin); 0 sleeps at once.
+  // sleeps (ReceiveGate::set_spin), while a CPU is idle (CpuContention);
+  // 0 sleeps at once.
   virtual void set_spin(std::chrono::microseconds /*spin*/) {}
 
   const VanCounters& counters() const { return counters_; }

@@ -39,6 +39,7 @@ class ZmqVan final : public Van {
                                 const std::function<bool()>& done) override;
   void set_spin(std::chrono::microseconds spin) override {
     gate_.set_spin(spin);
+    gate_.set_contention(&CpuContention::Get());
   }
 
  private:

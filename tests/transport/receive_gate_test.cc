@@ -15,8 +15,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -412,6 +414,46 @@ TEST(SpinAdvisorTest, AProbeThatCatchesItsMessageBringsTheGapBackTo8) {
   EXPECT_EQ(waits, 7);
   advisor.Record(true, kShort, kBudget);  // 4: spinning again.
   EXPECT_TRUE(advisor.ShouldSpin());
+}
+
+TEST(CpuContentionTest, ParsesTheRunnableCountOfProcLoadavg) {
+  const std::string text = "0.52 0.58 0.59 3/467 12345\n";
+  EXPECT_EQ(CpuContention::ParseRunnable(text.data(), text.size()), 3);
+  const std::string many = "10.00 9.00 8.00 123/4567 1\n";
+  EXPECT_EQ(CpuContention::ParseRunnable(many.data(), many.size()), 123);
+  for (const std::string bad :
+       {"", "0.52 0.58 0.59", "0.52 0.58 0.59 /467 1", "0.52 0.58 0.59 3",
+        "0.52 0.58 0.59 x/467 1", "0.52 0.58 0.59 99999999999/1 1"}) {
+    EXPECT_EQ(CpuContention::ParseRunnable(bad.data(), bad.size()), -1)
+        << "'" << bad << "'";
+  }
+  // Reads only the bytes it is given.
+  EXPECT_EQ(CpuContention::ParseRunnable(text.data(), 16), -1);
+}
+
+TEST(CpuContentionTest, SmoothedCountJudgesContentionAgainstTheCpus) {
+  // Steady at the CPU count: not contended; one more thread than CPUs for a
+  // few samples: contended; one sample alone does not tip it.
+  int x16 = 2 * 16;
+  x16 = CpuContention::Smooth(x16, 2);
+  EXPECT_EQ(x16, 32);
+  EXPECT_FALSE(CpuContention::Over(x16, 2));
+  x16 = CpuContention::Smooth(x16, 3);
+  EXPECT_FALSE(CpuContention::Over(x16, 2));
+  for (int i = 0; i < 4; ++i) x16 = CpuContention::Smooth(x16, 4);
+  EXPECT_TRUE(CpuContention::Over(x16, 2));
+  for (int i = 0; i < 8; ++i) x16 = CpuContention::Smooth(x16, 1);
+  EXPECT_FALSE(CpuContention::Over(x16, 2));
+}
+
+TEST(CpuContentionTest, ParsesThisMachinesProcLoadavg) {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) GTEST_SKIP() << "no /proc/loadavg on this machine";
+  char buf[128];
+  const size_t n = std::fread(buf, 1, sizeof(buf), f);
+  std::fclose(f);
+  // The reading thread itself is runnable.
+  EXPECT_GE(CpuContention::ParseRunnable(buf, n), 1) << std::string(buf, n);
 }
 
 constexpr int64_t kAnHour = int64_t{3600} * 1000 * 1000;
