@@ -165,6 +165,14 @@ int main(int argc, char** argv) {
         [&handle](const ps::KVMeta& meta, const ps::KVPairs<float>& data,
                   ps::KVServer<float>* s) { handle(meta, data, s); });
   }
+  // Every server's handle exists before the first request: ps-lite waits
+  // at most 5 s for a server's app to appear and then aborts the server,
+  // which on 2 busy cores it sometimes did.
+  // (ps-lite's scheduler, when the program is the scheduler, counts the
+  // barrier without taking part in it.)
+  if (!ps::IsScheduler()) {
+    ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup | ps::kServerGroup);
+  }
   if (ps::IsWorker()) RunWorker(a);
   ps::Finalize(0, true);
   delete server;
