@@ -3,6 +3,7 @@
 #
 # usage: scripts/bench.sh [--rounds N] [--out DIR] [--seconds S]
 #                         [--warmup S] [--handle empty|sum] [--no-memcpy]
+#                         [--no-multi]
 #
 # Builds nothing: it runs the programs of an existing build tree
 # ($BUILD_DIR/bench/{kv_bench,zmq_baseline,memcpy_baseline} and the
@@ -63,6 +64,12 @@
 # the same rows (embedding_bench, ROUNDS rounds in one process; target: at
 # least 0.5, within 2x), judged the same way.
 #
+# Then it runs scripts/bench_multi.py: the same kind of sparse and 1 M-key
+# cases at 2 x 2 and 4 x 4 (and 1 x 1) against raw ZeroMQ in the same
+# topology, the cost-growth table and callgrind at 1 and 4 servers
+# (--no-multi skips it; BENCH_PSLITE=DIR adds ps-lite side by side, see
+# docs/performance.md), its output in bench_multi.txt.
+#
 # Writes to the output directory: bench_results.csv (the ratio table, with
 # every round's values), bench_ratios.png (when python3 has matplotlib:
 # scripts/deps.sh --bench installs it),
@@ -83,6 +90,8 @@
 #   EMBED_ROWS     rows of the embedding table case (default 10000000, about
 #                  8 GB with its flat baseline; 0 skips the case)
 #   CASE_TIMEOUT   hard limit in seconds for one run (default 60)
+#   BENCH_MULTI    0 skips bench_multi.py (default 1)
+#   BENCH_PSLITE   folder with pslite_api_bench built against ps-lite
 #   PYTHON         python with matplotlib for the chart (default: python3,
 #                  then /usr/bin/python3)
 #
@@ -105,6 +114,8 @@ BENCH_MEMCPY=${BENCH_MEMCPY:-1}
 EMBED_ROWS=${EMBED_ROWS:-10000000}
 MEMCPY_ARGS=${MEMCPY_ARGS:-}
 CASE_TIMEOUT=${CASE_TIMEOUT:-60}
+BENCH_MULTI=${BENCH_MULTI:-1}
+BENCH_PSLITE=${BENCH_PSLITE:-}
 # One value for Ember's runs and the spinning baseline's.
 EMBER_SPIN_US=${EMBER_SPIN_US:-200}
 export EMBER_SPIN_US
@@ -112,7 +123,7 @@ export EMBER_SPIN_US
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die_usage() {
   echo "$NAME: $*" >&2
-  echo "usage: $NAME [--rounds N] [--out DIR] [--seconds S] [--warmup S] [--handle empty|sum] [--no-memcpy]" >&2
+  echo "usage: $NAME [--rounds N] [--out DIR] [--seconds S] [--warmup S] [--handle empty|sum] [--no-memcpy] [--no-multi]" >&2
   exit 2
 }
 
@@ -130,6 +141,7 @@ while [[ $# -gt 0 ]]; do
     --handle) [[ $# -ge 2 ]] || die_usage "$1 needs a value"; BENCH_HANDLE=$2; shift 2 ;;
     --handle=*) BENCH_HANDLE=${1#*=}; shift ;;
     --no-memcpy) BENCH_MEMCPY=0; shift ;;
+    --no-multi) BENCH_MULTI=0; shift ;;
     *) die_usage "unknown argument '$1'" ;;
   esac
 done
@@ -485,6 +497,18 @@ EOF
 else
   echo "note: python3 with matplotlib not found; chart skipped (the CSV has the same"
   echo "figures; scripts/deps.sh --bench installs it)"
+fi
+
+if ((BENCH_MULTI)); then
+  echo
+  echo "== more than one server (scripts/bench_multi.py)"
+  multi_args=(--build "$BUILD_DIR" --rounds "$ROUNDS" --seconds "$BENCH_SECONDS")
+  [[ -n $BENCH_PSLITE ]] && multi_args+=(--pslite "$BENCH_PSLITE")
+  if ! (set -o pipefail; /usr/bin/python3 "$ROOT/scripts/bench_multi.py" \
+    "${multi_args[@]}" | tee "$OUT_DIR/bench_multi.txt"); then
+    echo "$NAME: bench_multi.py failed (its output is in $OUT_DIR/bench_multi.txt)" >&2
+    FAILED=1
+  fi
 fi
 
 if ((FAILED)); then

@@ -8,6 +8,9 @@ machine):
   * sparse requests of 1000 random keys x 1 float, 8 in flight per worker,
     push and pull, at 1x1, 2x2 and 4x4 (servers x workers);
   * 1 M-key requests, 2 in flight, push and pull, at 2x2 and 4x4;
+  * at 1x1 (part "single"): 1 M-key requests, 8 in flight, push and pull,
+    and 1024-key (4 KB) pushes one at a time (the round trip: its req/s is
+    1 / round trip);
 
 with bench/pslite_api_bench (Ember) and bench/zmq_topology (W client
 processes each sending every request's share of keys and values to S server
@@ -21,10 +24,17 @@ servers (callgrind, the difference of two runs of N1 and N2 requests).
 With --pslite DIR, DIR/pslite_api_bench (the same source file, built by the
 user against ps-lite outside this repository; docs/performance.md says how)
 runs beside Ember in every round of the sparse and 1 M-key cases, launched
-the same way, and the table gains Ember / ps-lite.
+the same way (on a fixed free port: ps-lite's scheduler publishes none), and
+the table gains Ember / ps-lite.
+
+With --kvbench PSLITE_BIN,EMBER_BIN (ps-lite's tests/test_kv_app_benchmark.cc
+compiled unchanged, once against ps-lite and once against Ember, outside
+this repository) both run in interleaved rounds at 1x1, 2x2 and 4x4, and the
+table gives each one's push and pull time (the mean over the workers).
 
     /usr/bin/python3 scripts/bench_multi.py [--build build] [--rounds 3]
-        [--seconds 2] [--pslite DIR] [--only sparse,batch,growth,callgrind]
+        [--seconds 2] [--pslite DIR] [--kvbench PSLITE_BIN,EMBER_BIN]
+        [--only sparse,batch,single,growth,callgrind,kvbench]
 
 Every line of figures is also printed as a machine-readable RESULT line.
 Standard library only; runs on Debian's /usr/bin/python3.
@@ -34,6 +44,7 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -67,6 +78,27 @@ def parse_topology_rate(output):
     if not m:
         raise BenchError("no zmq_topology RESULT line in:\n" + output[-4000:])
     return float(m.group(1))
+
+
+def parse_kvbench_times(output):
+    """(push_ms, pull_ms), each the mean over the workers' lines of
+    test_kv_app_benchmark's output."""
+    got = {}
+    for op in ("Push", "Pull"):
+        ms = [float(m.group(1)) for m in re.finditer(
+            op + r" average time cost: ([0-9.]+)ms", output)]
+        if not ms:
+            raise BenchError("no %s time in:\n%s" % (op, output[-4000:]))
+        got[op] = (statistics.fmean(ms), len(ms))
+    return got["Push"][0], got["Pull"][0], got["Push"][1]
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (for programs that
+    cannot publish the port they bound, as ps-lite's scheduler cannot)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def parse_callgrind_total(path):
@@ -119,6 +151,7 @@ class Runner:
         env = {"EMBER_TIMEOUT": str(self.timeout - 5)}
         if program_scheduler:
             env["EMBER_PROGRAM_SCHEDULER"] = "1"
+            env["DMLC_PS_ROOT_PORT"] = str(free_port())
         else:
             env["EMBER_SCHEDULER"] = os.path.join(
                 self.build, "scheduler", "ember_scheduler")
@@ -190,6 +223,46 @@ def throughput_cases(runner, rounds, pslite, cases):
             fields += [("pslite_req_s", "%.1f" % p),
                        ("ember_over_pslite", "%.3f" % rp)]
         emit("bench=multi", fields)
+
+
+def kvbench(runner, rounds, pslite_bin, ember_bin):
+    """ps-lite's test_kv_app_benchmark, both builds, interleaved rounds."""
+    print("\ntest_kv_app_benchmark (10 M keys per request; ms, mean over "
+          "workers, median of rounds)", flush=True)
+    print("%-8s %10s %10s %8s %10s %10s %8s" %
+          ("SxW", "push ps-l", "push ember", "speedup", "pull ps-l",
+           "pull ember", "speedup"), flush=True)
+    for s, w in SPARSE_TOPOLOGIES:
+        got = {"ember": [], "pslite": []}
+        for r in range(rounds):
+            order = ["ember", "pslite"]
+            if r % 2:
+                order.reverse()
+            for who in order:
+                out = runner.cluster(s, w, ember_bin if who == "ember"
+                                     else pslite_bin, [], who == "pslite")
+                push, pull, n = parse_kvbench_times(out)
+                if n != w:
+                    raise BenchError("%d of %d workers reported:\n%s" %
+                                     (n, w, out[-4000:]))
+                got[who].append((push, pull))
+        med = {k: (statistics.median(x[0] for x in v),
+                   statistics.median(x[1] for x in v))
+               for k, v in got.items()}
+        sp = [statistics.median(p[i] / e[i] for e, p in
+                                zip(got["ember"], got["pslite"]))
+              for i in (0, 1)]
+        print("%-8s %10.1f %10.1f %8.3f %10.1f %10.1f %8.3f" %
+              ("%dx%d" % (s, w), med["pslite"][0], med["ember"][0], sp[0],
+               med["pslite"][1], med["ember"][1], sp[1]), flush=True)
+        emit("bench=kvbench", [("servers", s), ("workers", w),
+                               ("rounds", rounds),
+                               ("pslite_push_ms", "%.1f" % med["pslite"][0]),
+                               ("ember_push_ms", "%.1f" % med["ember"][0]),
+                               ("push_speedup", "%.3f" % sp[0]),
+                               ("pslite_pull_ms", "%.1f" % med["pslite"][1]),
+                               ("ember_pull_ms", "%.1f" % med["ember"][1]),
+                               ("pull_speedup", "%.3f" % sp[1])])
 
 
 def growth(runner):
@@ -265,17 +338,29 @@ def main(argv=None):
                     help="seconds per run before it is killed")
     ap.add_argument("--pslite", help="folder holding a pslite_api_bench "
                     "built against ps-lite")
-    ap.add_argument("--only", default="sparse,batch,growth,callgrind")
+    ap.add_argument("--kvbench", metavar="PSLITE_BIN,EMBER_BIN",
+                    help="test_kv_app_benchmark built against ps-lite and "
+                    "against Ember")
+    ap.add_argument("--only",
+                    default="sparse,batch,single,growth,callgrind,kvbench")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         ap.error("--rounds must be >= 1 and --seconds > 0")
     parts = set(args.only.split(","))
-    unknown = parts - {"sparse", "batch", "growth", "callgrind"}
+    unknown = parts - {"sparse", "batch", "single", "growth", "callgrind",
+                       "kvbench"}
     if unknown:
         ap.error("unknown parts: " + ",".join(sorted(unknown)))
     if args.pslite and not os.access(
             os.path.join(args.pslite, "pslite_api_bench"), os.X_OK):
         ap.error("no executable pslite_api_bench in " + args.pslite)
+    kv_bins = None
+    if args.kvbench:
+        kv_bins = args.kvbench.split(",")
+        if len(kv_bins) != 2 or not all(os.access(b, os.X_OK)
+                                        for b in kv_bins):
+            ap.error("--kvbench wants two executables, PSLITE_BIN,EMBER_BIN")
+        kv_bins = [os.path.abspath(b) for b in kv_bins]
     runner = Runner(os.path.abspath(args.build), args.seconds, args.timeout)
     try:
         cases = []
@@ -289,8 +374,15 @@ def main(argv=None):
                 for mode in ("push", "pull"):
                     cases.append(("1M keys %s %dx%d" % (mode, s, w), s, w,
                                   mode, 1000000, 2))
+        if "single" in parts:
+            for mode in ("push", "pull"):
+                cases.append(("1M keys %s 1x1" % mode, 1, 1, mode, 1000000,
+                              8))
+            cases.append(("4KB round trip 1x1", 1, 1, "push", 1024, 1))
         if cases:
             throughput_cases(runner, args.rounds, args.pslite, cases)
+        if "kvbench" in parts and kv_bins:
+            kvbench(runner, args.rounds, kv_bins[0], kv_bins[1])
         if "growth" in parts:
             growth(runner)
         if "callgrind" in parts:

@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Unit tests of scripts/bench_multi.py's parsing and statistics (no
+cluster is started: the runs themselves are exercised by running it)."""
+
+import importlib.util
+import os
+import socket
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
+                      "bench_multi.py")
+
+spec = importlib.util.spec_from_file_location("bench_multi", SCRIPT)
+bm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bm)
+
+
+class ParseTest(unittest.TestCase):
+    def test_worker_rates_sum_every_worker(self):
+        out = ("[worker 0] PSBENCH rank=0 mode=push keys=1000 servers=2 "
+               "workers=2 window=8 req_s=1500.5 keys_s=1.5e6\n"
+               "[server 1] noise req_s=99\n"
+               "[worker 1] PSBENCH rank=1 mode=push keys=1000 servers=2 "
+               "workers=2 window=8 req_s=500 keys_s=5e5\n")
+        total, n = bm.parse_worker_rates(out)
+        self.assertAlmostEqual(total, 2000.5)
+        self.assertEqual(n, 2)
+
+    def test_worker_rates_without_a_line_is_an_error(self):
+        with self.assertRaises(bm.BenchError):
+            bm.parse_worker_rates("local.sh: worker 0 exited with status 1\n")
+
+    def test_topology_rate(self):
+        out = ("progress\nRESULT baseline=zmq_topology servers=4 clients=4 "
+               "mode=pull keys=1000 req_s=48123.4 bytes_s=1\n")
+        self.assertAlmostEqual(bm.parse_topology_rate(out), 48123.4)
+        with self.assertRaises(bm.BenchError):
+            bm.parse_topology_rate("RESULT baseline=other req_s=1\n")
+
+    def test_kvbench_times_are_means_over_workers(self):
+        out = ("[worker 0] [09:00:00] x.cc:62: num = 10000000, Push average "
+               "time cost: 200ms\n"
+               "[worker 1] [09:00:00] x.cc:62: num = 10000000, Push average "
+               "time cost: 300.5ms\n"
+               "[worker 0] ... Pull average time cost: 400ms\n"
+               "[worker 1] ... Pull average time cost: 600ms\n")
+        push, pull, n = bm.parse_kvbench_times(out)
+        self.assertAlmostEqual(push, 250.25)
+        self.assertAlmostEqual(pull, 500)
+        self.assertEqual(n, 2)
+        with self.assertRaises(bm.BenchError):
+            bm.parse_kvbench_times("Push average time cost: 1ms\n")
+
+    def test_callgrind_total(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".out",
+                                         delete=False) as f:
+            f.write("version: 1\ncmd: x\nevents: Ir\nsummary: 123456\n")
+        try:
+            self.assertEqual(bm.parse_callgrind_total(f.name), 123456)
+        finally:
+            os.unlink(f.name)
+
+
+class StatsTest(unittest.TestCase):
+    def test_median_and_range(self):
+        self.assertEqual(bm.median_and_range([3, 1, 2]), (2, 1, 3))
+        self.assertEqual(bm.median_and_range([4, 1]), (2.5, 1, 4))
+        with self.assertRaises(ValueError):
+            bm.median_and_range([])
+
+    def test_ratios_pair_rounds_and_skip_zero_baselines(self):
+        self.assertEqual(bm.ratios([2, 3, 8], [1, 0, 4]), [2.0, 2.0])
+
+
+class PortTest(unittest.TestCase):
+    def test_free_port_can_be_bound(self):
+        port = bm.free_port()
+        self.assertGreater(port, 0)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", port))
+
+
+class ArgsTest(unittest.TestCase):
+    def test_bad_arguments_are_refused(self):
+        for argv in (["--rounds", "0"], ["--only", "sparse,nonsense"],
+                     ["--kvbench", "/nonexistent/a,/nonexistent/b"],
+                     ["--pslite", "/nonexistent"]):
+            with self.assertRaises(SystemExit) as cm:
+                with open(os.devnull, "w") as null:
+                    saved, sys.stderr = sys.stderr, null
+                    try:
+                        bm.main(argv)
+                    finally:
+                        sys.stderr = saved
+            self.assertEqual(cm.exception.code, 2, argv)
+
+
+if __name__ == "__main__":
+    unittest.main()
