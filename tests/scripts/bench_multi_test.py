@@ -9,6 +9,8 @@ import sys
 import tempfile
 import unittest
 
+sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
                       "bench_multi.py")
