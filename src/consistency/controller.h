@@ -18,9 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "consistency/config.h"
+#include "node/consistency_config.h"
 #include "ps/consistency.h"
-#include "ps/internal/kv_core.h"
+#include "ps/internal/kv_request.h"
 #include "util/clock.h"
 
 namespace ps {

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "consistency/config.h"
+#include "node/consistency_config.h"
 #include "ps/model.h"
 #include "util/mix.h"
 

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "consistency/config.h"
+#include "node/consistency_config.h"
 #include "message/message.h"
 #include "partition/key_ring.h"
 #include "ps/status.h"

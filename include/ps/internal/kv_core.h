@@ -13,6 +13,7 @@
 
 #include "ps/base.h"
 #include "ps/consistency.h"
+#include "ps/internal/kv_request.h"
 #include "ps/range.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
@@ -20,13 +21,6 @@
 namespace ps {
 
 class AppImpl;
-
-// One slice of a request, in bytes.
-struct RawKVs {
-  SArray<Key> keys;
-  SArray<char> vals;
-  SArray<int> lens;
-};
 
 // Where a pull's values go. `values(bytes)` returns a buffer of exactly
 // `bytes` bytes (growing an empty output) or nullptr if the caller's output
@@ -78,18 +72,6 @@ class KVWorkerCore {
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
-};
-
-// What a server's handle sees of one request, in bytes.
-struct RawRequest {
-  int cmd = 0;
-  bool push = false;
-  bool pull = false;
-  int sender = 0;
-  int timestamp = 0;
-  int customer_id = 0;
-  int64_t clock = 0;  // the sender's clock (iterations it has finished)
-  RawKVs kvs;
 };
 
 class KVServerCore {

@@ -1,7 +1,10 @@
 // ConsistencyConfig: which consistency mode a server enforces (see
-// include/ps/consistency.h), parsed from configuration text.
-#ifndef PS_CONSISTENCY_CONFIG_H_
-#define PS_CONSISTENCY_CONFIG_H_
+// include/ps/consistency.h), parsed from configuration text. A setting the
+// node reads with the others (Options) and hands to its server apps, whose
+// controller (src/consistency/, a layer above) enforces it; so the value type
+// lives here, below both.
+#ifndef PS_NODE_CONSISTENCY_CONFIG_H_
+#define PS_NODE_CONSISTENCY_CONFIG_H_
 
 #include <cstdint>
 #include <limits>
@@ -35,4 +38,4 @@ struct ConsistencyConfig {
 
 }  // namespace ps
 
-#endif  // PS_CONSISTENCY_CONFIG_H_
+#endif  // PS_NODE_CONSISTENCY_CONFIG_H_

@@ -1,4 +1,4 @@
-#include "consistency/config.h"
+#include "node/consistency_config.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -1,0 +1,36 @@
+// The bytes of a key-value request as the library's engines and a server's
+// request path see them (below the typed KVWorker/KVServer templates and
+// the consistency controller that runs a server's requests). Not part of
+// the stable API.
+#ifndef PS_INTERNAL_KV_REQUEST_H_
+#define PS_INTERNAL_KV_REQUEST_H_
+
+#include <cstdint>
+
+#include "ps/base.h"
+#include "ps/sarray.h"
+
+namespace ps {
+
+// One slice of a request, in bytes.
+struct RawKVs {
+  SArray<Key> keys;
+  SArray<char> vals;
+  SArray<int> lens;
+};
+
+// What a server's handle sees of one request, in bytes.
+struct RawRequest {
+  int cmd = 0;
+  bool push = false;
+  bool pull = false;
+  int sender = 0;
+  int timestamp = 0;
+  int customer_id = 0;
+  int64_t clock = 0;  // the sender's clock (iterations it has finished)
+  RawKVs kvs;
+};
+
+}  // namespace ps
+
+#endif  // PS_INTERNAL_KV_REQUEST_H_
