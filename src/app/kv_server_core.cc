@@ -82,6 +82,18 @@ class KVServerCore::Impl {
  private:
   void Send(int cmd, bool push, bool pull, int sender, int timestamp,
             int customer_id, const RawKVs& res, const Status& error) {
+    bool keys_as_requested = false;
+    if (pull && !push) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it =
+          pull_keys_.find(std::make_tuple(sender, customer_id, timestamp));
+      if (it != pull_keys_.end()) {
+        keys_as_requested = error.ok() &&
+                            res.keys.data() == it->second.data() &&
+                            res.keys.size() == it->second.size();
+        pull_keys_.erase(it);
+      }
+    }
     Message msg;
     msg.meta.app_id = app_->app_id();
     msg.meta.customer_id = customer_id;
@@ -96,7 +108,7 @@ class KVServerCore::Impl {
       msg.meta.status_code = static_cast<int>(error.code());
       msg.meta.status_message = error.message();
     } else {
-      AddKVFrames(res, &msg);
+      AddKVFrames(res, &msg, keys_as_requested);
     }
     Status s = app_->node()->Send(std::move(msg));
     if (!s.ok()) {
@@ -170,6 +182,16 @@ class KVServerCore::Impl {
       Answer(req, s);
       return;
     }
+    if (req.pull && !req.push && !req.kvs.keys.empty()) {
+      // A response that answers with these very keys (the handle passed
+      // the request's keys on, as ps-lite's handles do) leaves them out
+      // (keys_as_requested): a third of a 4-byte pull's bytes.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pull_keys_.size() < kMaxPullKeys) {
+        pull_keys_[std::make_tuple(req.sender, req.customer_id,
+                                   req.timestamp)] = req.kvs.keys;
+      }
+    }
     controller()->OnRequest(std::move(req));
   }
 
@@ -185,6 +207,12 @@ class KVServerCore::Impl {
   // Requests acknowledged before their handle ran: (sender, customer,
   // timestamp) -> answers to swallow.
   std::map<std::tuple<int, int, int>, int> acked_;  // Guarded by mu_.
+  // Pulls not yet answered: (sender, customer, timestamp) -> their keys,
+  // held so that no other array can take their address meanwhile. At most
+  // kMaxPullKeys (a handle that never answers cannot grow it); a pull
+  // beyond that is answered with its keys.
+  static constexpr size_t kMaxPullKeys = 1 << 16;
+  std::map<std::tuple<int, int, int>, SArray<Key>> pull_keys_;  // mu_.
 };
 
 KVServerCore::KVServerCore(AppImpl* app, size_t value_bytes, Handler handler)

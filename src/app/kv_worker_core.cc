@@ -117,6 +117,9 @@ class KVWorkerCore::Impl {
     // The server id of every server index (shared with the ring).
     std::shared_ptr<const std::vector<int>> ids;
     std::vector<RawKVs> responses;  // By server index.
+    // A pull's keys as sent to each server (views of `keys` or gathered
+    // copies), for the responses that leave them out (keys_as_requested).
+    std::vector<SArray<Key>> sent_keys;  // By server index.
     PullSink sink;
     Callback cb;
     CallbackToken cb_token;  // Held while cb is set.
@@ -369,7 +372,11 @@ int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   std::vector<std::pair<int, RawKVs>> slices;
   BuildSlices(push, kvs, p.plan, seg_vals, &slices);
   const std::vector<int>& ids = ring->server_ids();
-  for (auto& slice : slices) slice.first = ids[slice.first];
+  if (pull) p.sent_keys.resize(p.plan.counts.size());
+  for (auto& slice : slices) {
+    if (pull) p.sent_keys[slice.first] = slice.second.keys;
+    slice.first = ids[slice.first];
+  }
   p.pull = pull;
   p.keys = kvs.keys;
   p.ids = std::shared_ptr<const std::vector<int>>(ring, &ring->server_ids());
@@ -401,6 +408,7 @@ int KVWorkerCore::Impl::SubmitSliced(
   p.plan.per_key = true;
   p.plan.owner.assign(n, UINT16_MAX);
   p.plan.counts.assign(ids->size(), 0);
+  if (pull) p.sent_keys.resize(ids->size());
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
@@ -420,6 +428,7 @@ int KVWorkerCore::Impl::SubmitSliced(
       p.plan.owner[pos - kvs.keys.begin()] = static_cast<uint16_t>(r);
     }
     p.plan.counts[r] = sk.size();
+    if (pull) p.sent_keys[r] = sk;
     slices.emplace_back((*ids)[r], std::move(sliced[r].second));
   }
   for (size_t i = 0; s.ok() && i < n; ++i) {
@@ -506,6 +515,16 @@ void KVWorkerCore::Impl::Process(Message& msg) {
       s = Status::Corruption("response from unexpected node " +
                              std::to_string(sender));
     }
+    if (s.ok() && msg.meta.keys_as_requested) {
+      if (slot < it->second.sent_keys.size()) {
+        raw.keys = it->second.sent_keys[slot];
+        s = CheckAsRequested(raw, value_bytes_);
+      } else {
+        s = Status::Corruption("node " + std::to_string(sender) +
+                               " left out the keys of a request that sent "
+                               "none");
+      }
+    }
     if (!s.ok()) {
       pending_.erase(it);
     } else {
@@ -558,6 +577,7 @@ Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
                         size_t count) -> Status {
     const Key* got = p.responses[r].keys.data() + at;
     const Key* want = p.keys.data() + begin;
+    if (got == want) return Status::OK();  // The request's own keys.
     if (std::memcmp(got, want, count * sizeof(Key)) == 0) return Status::OK();
     size_t i = 0;
     while (got[i] == want[i]) ++i;

@@ -116,6 +116,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
   p.set_epoch(meta.epoch);
   p.set_clock(meta.clock);
   p.set_clock_tick(meta.clock_tick);
+  p.set_keys_as_requested(meta.keys_as_requested);
   p.set_value_bytes(meta.value_bytes);
   p.set_status_code(meta.status_code);
   if (!meta.status_message.empty()) {
@@ -165,6 +166,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->epoch = p.epoch();
   meta->clock = p.clock();
   meta->clock_tick = p.clock_tick();
+  meta->keys_as_requested = p.keys_as_requested();
   meta->value_bytes = p.value_bytes();
   meta->status_code = p.status_code();
   meta->status_message = p.status_message();

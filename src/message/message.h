@@ -77,6 +77,8 @@ struct Meta {
   uint64_t epoch = 0;
   int64_t clock = 0;        // the sender's clock (key-value requests)
   bool clock_tick = false;  // a KVWorker::Clock() notice
+  // A pull response whose keys are the request's: no keys frame.
+  bool keys_as_requested = false;
   int value_bytes = 0;
 
   // Non-ok only in a response whose request failed on the receiver.

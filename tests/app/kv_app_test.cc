@@ -385,6 +385,63 @@ TEST_F(KVAppTest, ServerErrorReachesTheWorker) {
   EXPECT_EQ(s.message(), "no such table");
 }
 
+// A handle that answers a pull with the request's own keys has them left
+// out of the response (keys_as_requested); one that answers with a copy of
+// them, or with other keys, sends its keys and is checked against them.
+TEST_F(KVAppTest, PullAnswersWithAndWithoutTheirKeysAssembleExactly) {
+  Form(3, 1);
+  const std::vector<Key> keys = RandomKeys(3000, 11);
+  std::vector<float> want(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) want[i] = static_cast<float>(i);
+  KVWorker<float>* kv = Worker(0);
+  ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, want)).ok());
+  // The answers carry the values and not the keys: each server sends
+  // about 4 bytes per key it holds, not 12.
+  auto server_bytes = [&] {
+    uint64_t b = 0;
+    for (int r = 0; r < 3; ++r) {
+      b += cluster_->server(r)->node()->van()->counters().sent_bytes;
+    }
+    return b;
+  };
+  const uint64_t before = server_bytes();
+  std::vector<float> out;
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
+  EXPECT_EQ(out, want);
+  const uint64_t pulled = server_bytes() - before;
+  EXPECT_GE(pulled, keys.size() * sizeof(float));
+  EXPECT_LT(pulled, keys.size() * sizeof(float) + 3 * 200) << "keys sent back";
+  // Server 1 answers with copies of the keys.
+  KVServerDefaultHandle<float> store;
+  auto copying = [&store](const KVMeta& m, const KVPairs<float>& d,
+                          KVServer<float>* s) {
+    if (!m.pull) return store(m, d, s);
+    KVPairs<float> res;
+    res.keys.CopyFrom(d.keys.data(), d.keys.size());
+    res.vals.resize(d.keys.size(), 7.f);
+    s->Response(m, res);
+  };
+  servers_[1]->set_request_handle(copying);
+  out.clear();
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
+  const std::vector<Range>& ranges = cluster_->worker(0)->GetServerKeyRanges();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool on_1 = keys[i] >= ranges[1].begin() && keys[i] < ranges[1].end();
+    ASSERT_EQ(out[i], on_1 ? 7.f : want[i]) << i;
+  }
+  // Server 1 answers a key it was not asked for: refused, not misplaced.
+  servers_[1]->set_request_handle(
+      [](const KVMeta& m, const KVPairs<float>& d, KVServer<float>* s) {
+        KVPairs<float> res;
+        res.keys.CopyFrom(d.keys.data(), d.keys.size());
+        res.keys[0] += 1;
+        res.vals.resize(d.keys.size(), 7.f);
+        s->Response(m, res);
+      });
+  Status s = kv->WaitStatus(kv->Pull(keys, &out));
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s;
+}
+
 TEST_F(KVAppTest, MismatchedValueShapeIsRefusedWhole) {
   Form(1, 1);
   KVWorker<float>* kv = Worker(0);

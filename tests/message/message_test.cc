@@ -528,6 +528,80 @@ TEST(KVFramesTest, KeysWithoutValuesParse) {
   EXPECT_TRUE(out.vals.empty());
 }
 
+// A pull response that leaves out its keys (they are the request's).
+Message AsRequested(std::vector<SArray<char>> frames) {
+  Message msg = MakeMessage(std::move(frames), sizeof(float));
+  msg.meta.pull = true;
+  msg.meta.keys_as_requested = true;
+  return msg;
+}
+
+TEST(KVFramesTest, KeysAsRequestedLeavesOutTheKeysFrame) {
+  RawKVs in;
+  in.keys = SArray<Key>({3, 4});
+  in.vals = Bytes<float>({1.f, 2.f, 3.f});
+  in.lens = SArray<int>({1, 2});
+  Message msg;
+  msg.meta.pull = true;
+  AddKVFrames(in, &msg, /*keys_as_requested=*/true);
+  EXPECT_TRUE(msg.meta.keys_as_requested);
+  ASSERT_EQ(msg.data.size(), 2u);
+  EXPECT_EQ(msg.data[0].data(), in.vals.data());
+
+  Message received;
+  std::vector<uint64_t> frame_bytes;
+  ASSERT_TRUE(
+      Decode(Encode(msg.meta, msg.data), &received.meta, &frame_bytes).ok());
+  EXPECT_TRUE(received.meta.keys_as_requested);
+  received.data = msg.data;
+  RawKVs out;
+  ASSERT_TRUE(ParseKVFrames(received, sizeof(float), &out).ok());
+  EXPECT_TRUE(out.keys.empty());
+  EXPECT_EQ(out.vals.size(), 3 * sizeof(float));
+  EXPECT_EQ(out.lens.size(), 2u);
+  // The receiver fills in the keys it sent and checks the fit.
+  out.keys = in.keys;
+  EXPECT_TRUE(CheckAsRequested(out, sizeof(float)).ok());
+  out.keys = SArray<Key>({3, 4, 5});
+  EXPECT_EQ(CheckAsRequested(out, sizeof(float)).code(), Code::kCorruption);
+}
+
+TEST(KVFramesTest, KeysAsRequestedIsRefusedWhereItCannotBe) {
+  SArray<char> vals = Bytes<float>({1.f, 2.f});
+  // Only on a pull response.
+  Message request = AsRequested({vals});
+  request.meta.request = true;
+  EXPECT_EQ(Parse(request).code(), Code::kCorruption);
+  Message push = AsRequested({vals});
+  push.meta.pull = false;
+  EXPECT_EQ(Parse(push).code(), Code::kCorruption);
+  // One or two frames.
+  EXPECT_EQ(Parse(AsRequested({})).code(), Code::kCorruption);
+  EXPECT_EQ(Parse(AsRequested({vals, Bytes<int>({2}), vals})).code(),
+            Code::kCorruption);
+  // Whole values; lengths whole, not negative, adding up to the values.
+  EXPECT_EQ(Parse(AsRequested({SArray<char>(5)})).code(), Code::kCorruption);
+  EXPECT_EQ(Parse(AsRequested({vals, SArray<char>(3)})).code(),
+            Code::kCorruption);
+  EXPECT_EQ(Parse(AsRequested({vals, Bytes<int>({-1, 3})})).code(),
+            Code::kCorruption);
+  EXPECT_EQ(Parse(AsRequested({vals, Bytes<int>({1, 2})})).code(),
+            Code::kCorruption);
+  // Another value size.
+  Message doubles = AsRequested({vals});
+  doubles.meta.value_bytes = sizeof(double);
+  EXPECT_EQ(Parse(doubles).code(), Code::kInvalidArgument);
+  // Values that do not divide over the keys the receiver sent.
+  RawKVs kvs;
+  ASSERT_TRUE(
+      ParseKVFrames(AsRequested({Bytes<float>({1, 2, 3})}), sizeof(float), &kvs)
+          .ok());
+  kvs.keys = SArray<Key>({1, 2});
+  EXPECT_EQ(CheckAsRequested(kvs, sizeof(float)).code(), Code::kCorruption);
+  kvs.keys = SArray<Key>({1, 2, 3});
+  EXPECT_TRUE(CheckAsRequested(kvs, sizeof(float)).ok());
+}
+
 TEST(KVFramesTest, RejectsOneOrFourFrames) {
   SArray<char> keys = Bytes<Key>({1});
   SArray<char> vals = Bytes<float>({1.f});
