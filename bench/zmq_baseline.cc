@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "add_to.h"
+#include "util/malloc_tuning.h"
 
 DEFINE_string(sizes, "4096,12000,262144,4194304",
               "payload sizes in bytes, comma-separated");
@@ -476,10 +477,7 @@ int main(int argc, char* argv[]) {
   // Before the fork, so both processes have it. Without it every received
   // multi-megabyte message is a fresh mapping the kernel faults in; the
   // comparison with Ember is only fair with the same allocator settings.
-  if (FLAGS_malloc_keep_mb > 0) {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, FLAGS_malloc_keep_mb << 20);
-  }
+  ps::TuneMallocForLargeMessages(FLAGS_malloc_keep_mb);
   std::vector<size_t> sizes, windows;
   std::vector<std::string> directions;
   if (!ParseNumbers(FLAGS_sizes, &sizes) ||

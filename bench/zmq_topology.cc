@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "util/malloc_tuning.h"
+
 DEFINE_int32(servers, 2, "server processes");
 DEFINE_int32(clients, 2, "client processes");
 DEFINE_int64(keys, 1000, "keys per request, split evenly over the servers");
@@ -48,6 +50,9 @@ DEFINE_int32(sndbuf, -1, "ZMQ_SNDBUF of every socket (-1: the OS default)");
 DEFINE_int64(max_frame, 0,
              "if > 0: send keys and values in frames of at most this many "
              "bytes");
+DEFINE_int32(malloc_keep_mb, 256,
+             "malloc settings as an Ember node's (EMBER_MALLOC_KEEP_MB; 0 "
+             "leaves malloc alone)");
 DEFINE_int32(rcvbuf, -1, "ZMQ_RCVBUF of every socket (-1: the OS default)");
 
 namespace {
@@ -294,6 +299,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "zmq_topology: bad flags\n");
     return 1;
   }
+  // Before the forks: every process allocates as an Ember node does.
+  ps::TuneMallocForLargeMessages(FLAGS_malloc_keep_mb);
   int server_ports[2], results[2];
   if (pipe(server_ports) || pipe(results)) return 1;
   // One pipe per server for the clients' ports (separate replies).

@@ -1,7 +1,6 @@
 #include "node/node.h"
 
 #include <glog/logging.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <random>
 
 #include "node/customer.h"
+#include "util/malloc_tuning.h"
 #include "util/thread_name.h"
 
 namespace ps {
@@ -51,18 +51,12 @@ Status WritePortFile(const std::string& path, int port) {
 }
 
 // Large received messages (ZeroMQ mallocs each one) come from malloc's heap
-// and are reused, instead of each being a new mapping that the kernel must
-// fault in and zero, page by page, and that is unmapped again when the
-// message is freed. That churn cost a 4 MB push up to 130 page faults per
-// request on the server. Process-wide; applied once.
+// and are reused (util/malloc_tuning.h). Process-wide; applied once.
 void TuneMalloc(int keep_mb) {
   static std::once_flag once;
   std::call_once(once, [keep_mb] {
     if (keep_mb <= 0) return;
-    // 32 MiB is the largest threshold glibc accepts on 64-bit machines;
-    // larger messages are still mapped one by one.
-    const bool ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 &&
-                    mallopt(M_TRIM_THRESHOLD, keep_mb << 20) == 1;
+    const bool ok = TuneMallocForLargeMessages(keep_mb);
     VLOG(1) << "malloc keeps up to " << keep_mb << " MiB of freed memory"
             << (ok ? "" : " (not applied: this malloc refused)");
   });
