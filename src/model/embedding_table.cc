@@ -7,6 +7,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "util/mix.h"
+
 namespace ps {
 namespace model {
 namespace {
@@ -98,10 +100,8 @@ EmbeddingTable::EmbeddingTable(std::string name, uint32_t table_id, int dim,
 EmbeddingTable::~EmbeddingTable() = default;
 
 uint64_t EmbeddingTable::HashId(uint64_t id) {
-  // SplitMix64's finalizer: sequential and strided IDs spread evenly.
-  id = (id ^ (id >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  id = (id ^ (id >> 27)) * 0x94d049bb133111ebULL;
-  return id ^ (id >> 31);
+  // Sequential and strided IDs spread evenly.
+  return SplitMix64(id);
 }
 
 uint32_t EmbeddingTable::FindRow(uint64_t id) const {

@@ -7,6 +7,8 @@
 #include <system_error>
 #include <utility>
 
+#include "util/mix.h"
+
 namespace ps {
 namespace model {
 namespace spec_internal {
@@ -251,11 +253,7 @@ constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 
 // SplitMix64's output function: a bijection of 64-bit words with full
 // avalanche, so nearby counters give unrelated bits.
-inline uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+inline uint64_t Mix64(uint64_t z) { return SplitMix64(z); }
 
 inline uint64_t RowKey(uint64_t table_id, uint64_t row_id) {
   return Mix64(Mix64(table_id + kGolden) ^ row_id);
