@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "node/consistency_config.h"
 #include "message/message.h"
+#include "node/consistency_config.h"
 #include "partition/key_ring.h"
 #include "ps/status.h"
 

@@ -28,9 +28,9 @@
 #include "model/initializer.h"
 #include "model/model_protocol.h"
 #include "model/optimizer.h"
-#include "util/mix.h"
 #include "ps/model.h"
 #include "ps/ps.h"
+#include "util/mix.h"
 
 DEFINE_int32(iterations, 30, "training iterations");
 DEFINE_int32(batch, 48, "examples per worker per iteration");
