@@ -17,9 +17,11 @@ if ((status == 0)); then
   echo "failfast_test: FAIL: the run succeeded although $role 1 died"
   exit 1
 fi
-if ! grep -q "$role 1" "$out"; then
+# The launcher's own line about the dead node (every line a node prints is
+# prefixed "[$role 1]", so a bare "$role 1" would match its ordinary output).
+if ! grep -Eq "^local\.sh: $role 1 \(pid [0-9]+\) exited with status" "$out"; then
   cat "$out"
-  echo "failfast_test: FAIL: the output does not name $role 1"
+  echo "failfast_test: FAIL: local.sh does not name $role 1 as the node that ended"
   exit 1
 fi
 if ((elapsed > 15000)); then
