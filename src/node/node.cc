@@ -385,8 +385,14 @@ void Node::SendLocked(Message&& msg) {
     LOG(DFATAL) << "control message to self: " << msg.meta.DebugString();
     return;
   }
+  const Control control = msg.meta.control;
   Status s = van_->Send(std::move(msg));
-  if (!s.ok()) VLOG(1) << "send to " << recipient << " failed: " << s;
+  uint64_t left_out = 0;
+  if (!s.ok() && drop_log_.Allow("send to " + std::to_string(recipient),
+                                 clock_->NowMs(), &left_out)) {
+    LOG(WARNING) << ControlName(control) << " to node " << recipient
+                 << " not sent: " << s << LogLimiter::Since(left_out);
+  }
 }
 
 bool Node::IsLocalLocked(int id) const {
@@ -488,7 +494,12 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       break;
   }
   counters_.dropped_bad_control++;
-  LOG(WARNING) << "dropping unexpected control message " << meta.DebugString();
+  uint64_t left_out = 0;
+  if (drop_log_.Allow("control from " + std::to_string(meta.sender),
+                      clock_->NowMs(), &left_out)) {
+    LOG(WARNING) << "dropping unexpected control message " << meta.DebugString()
+                 << LogLimiter::Since(left_out);
+  }
 }
 
 // ps-lite routes by (app, customer) on workers and by (app, app) elsewhere;
@@ -530,8 +541,13 @@ void Node::DispatchData(Message&& msg, bool from_van) {
     }
     if (!table_.count(sender) || dead_.count(sender)) {
       counters_.dropped_unknown_sender++;
-      LOG(WARNING) << "dropping message from unknown or dead node " << sender
-                   << ": " << msg.meta.DebugString();
+      uint64_t left_out = 0;
+      if (drop_log_.Allow("data from " + std::to_string(sender),
+                          clock_->NowMs(), &left_out)) {
+        LOG(WARNING) << "dropping message from unknown or dead node " << sender
+                     << ": " << msg.meta.DebugString()
+                     << LogLimiter::Since(left_out);
+      }
       return;
     }
     customer = FindCustomerLocked(msg.meta);
@@ -598,8 +614,14 @@ void Node::SweepEarlyMessages() {
     }
   }
   for (Message& a : answers) {
+    const int to = a.meta.recipient;
     Status s = Send(std::move(a));
-    if (!s.ok()) VLOG(1) << "cannot refuse a request: " << s;
+    uint64_t left_out = 0;
+    if (!s.ok() && drop_log_.Allow("send to " + std::to_string(to),
+                                   clock_->NowMs(), &left_out)) {
+      LOG(WARNING) << "cannot refuse a request of node " << to << ": " << s
+                   << LogLimiter::Since(left_out);
+    }
   }
 }
 

@@ -35,6 +35,7 @@
 #include "node/options.h"
 #include "transport/van.h"
 #include "util/clock.h"
+#include "util/log_limiter.h"
 
 namespace ps {
 
@@ -170,6 +171,8 @@ class Node {
   const Options options_;
   const std::unique_ptr<Van> van_;
   const Clock* const clock_;
+  // At most one line a second per peer for what is dropped or not sent.
+  LogLimiter drop_log_;
   const uint64_t incarnation_;
 
   NodeCounters counters_;

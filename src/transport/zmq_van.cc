@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/clock.h"
 #include "util/thread_name.h"
 
 namespace ps {
@@ -209,6 +210,19 @@ void ZmqVan::DoSend(void* socket, const std::string& address, Message* msg) {
   counters_.sent_bytes += bytes;
 }
 
+void ZmqVan::LogRejected(const std::string& peer, const Status& why) {
+  uint64_t left_out = 0;
+  if (!reject_log_.Allow(peer, Clock::Real()->NowMs(), &left_out)) return;
+  std::string id;
+  for (unsigned char c : peer) {
+    static const char kHex[] = "0123456789abcdef";
+    id += kHex[c >> 4];
+    id += kHex[c & 15];
+  }
+  LOG(WARNING) << "dropping a message from connection " << id << ": " << why
+               << LogLimiter::Since(left_out);
+}
+
 void ZmqVan::ReceiveAll() {
   while (true) {
     // Frame 0: the sender's routing identity, added by ROUTER.
@@ -222,6 +236,9 @@ void ZmqVan::ReceiveAll() {
       return;  // EAGAIN: nothing more for now.
     }
     bool more = zmq_msg_more(&identity);
+    // The connection's routing id: whom a rejected message is counted to.
+    std::string peer(static_cast<const char*>(zmq_msg_data(&identity)),
+                     zmq_msg_size(&identity));
     zmq_msg_close(&identity);
     std::vector<zmq_msg_t> frames;
     while (more) {
@@ -236,7 +253,7 @@ void ZmqVan::ReceiveAll() {
     }
     if (frames.empty()) {
       counters_.rejected_messages++;
-      LOG(WARNING) << "dropping a message without header";
+      LogRejected(peer, Status::Corruption("a message without header"));
       continue;
     }
     Message msg;
@@ -252,7 +269,7 @@ void ZmqVan::ReceiveAll() {
     if (s.ok()) s = CheckFrames(frame_bytes, msg.data);
     if (!s.ok()) {
       counters_.rejected_messages++;
-      LOG(WARNING) << "dropping message: " << s;
+      LogRejected(peer, s);
       continue;
     }
     counters_.received_messages++;

@@ -20,6 +20,7 @@
 
 #include "transport/receive_gate.h"
 #include "transport/van.h"
+#include "util/log_limiter.h"
 
 namespace ps {
 
@@ -45,6 +46,8 @@ class ZmqVan final : public Van {
  private:
   void DoSend(void* socket, const std::string& address, Message* msg);
   void ReceiveAll();
+  // One line per connection per second for the messages it drops.
+  void LogRejected(const std::string& peer, const Status& why);
   void* SocketFor(const std::string& address);  // Requires send_mu_.
 
   Handler handler_;
@@ -52,6 +55,7 @@ class ZmqVan final : public Van {
   // Received from only under gate_ (by the I/O thread or a guest).
   void* router_ = nullptr;
   ReceiveGate gate_;
+  LogLimiter reject_log_;
   std::thread io_thread_;
 
   // address -> DEALER socket, and every use of those sockets.
