@@ -289,7 +289,14 @@ void Node::ReleaseRoundLocked(int group, const Round& round,
 void Node::HandleHeartbeatAtScheduler(const Message& msg) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(msg.meta.sender);
-  if (it == table_.end() || dead_.count(msg.meta.sender)) return;
+  // Only a server's or a worker's beat counts: one claiming to come from the
+  // scheduler itself is forged (the scheduler would echo it to itself and
+  // watch its own address).
+  if (it == table_.end() || dead_.count(msg.meta.sender) ||
+      IsLocalLocked(msg.meta.sender)) {
+    counters_.dropped_bad_control++;
+    return;
+  }
   last_beat_ms_[it->second.address()] = clock_->NowMs();
   Message echo;
   echo.meta.control = Control::kHeartbeat;
@@ -302,7 +309,10 @@ void Node::HandleHeartbeatAtScheduler(const Message& msg) {
 void Node::HandleLeave(const Message& msg) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = table_.find(msg.meta.sender);
-  if (it == table_.end()) return;
+  if (it == table_.end() || IsLocalLocked(msg.meta.sender)) {
+    counters_.dropped_bad_control++;
+    return;
+  }
   left_.insert(msg.meta.sender);
   // A process has left once all its logical nodes have.
   bool all_left = true;

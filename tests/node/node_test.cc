@@ -92,6 +92,29 @@ TEST(NodeTest, ExpelledNodeLearnsItWasDeclaredDead) {
   EXPECT_NE(s.message().find("declared dead"), std::string::npos) << s;
 }
 
+// A heartbeat or a LEAVE that claims to come from the scheduler itself is
+// forged: the scheduler drops and counts it (it used to echo the beat to
+// itself and start watching its own address), and the cluster goes on.
+TEST(NodeTest, ControlClaimingToComeFromTheSchedulerIsDropped) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  const NodeCounters& counters = cluster.scheduler()->node()->counters();
+  const uint64_t before = counters.dropped_bad_control;
+  for (Control c : {Control::kHeartbeat, Control::kLeave}) {
+    Message forged;
+    forged.meta.control = c;
+    forged.meta.request = true;
+    forged.meta.sender = Node::kSchedulerId;
+    forged.meta.recipient = Node::kSchedulerId;
+    ASSERT_TRUE(cluster.worker(0)->node()->van()->Send(std::move(forged)).ok());
+  }
+  ASSERT_TRUE(
+      WaitUntil([&] { return counters.dropped_bad_control >= before + 2; }));
+  // The scheduler still serves barriers and still hears the worker.
+  EXPECT_TRUE(cluster.worker(0)->BarrierStatus(0, kWorkerGroup).ok());
+  cluster.Beat(cluster.worker(0));
+}
+
 TEST(NodeTest, SilentSchedulerIsDetectedByNodes) {
   InProcCluster cluster(1, 1);
   cluster.Start();
