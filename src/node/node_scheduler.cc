@@ -71,6 +71,9 @@ void Node::RejectLocked(const NodeInfo& node, const std::string& reason) {
   abort.meta.recipient = id;
   abort.meta.reason = reason;
   SendLocked(std::move(abort));
+  // The refused node is not met again: keep nothing of it (a node that
+  // joins again and again must not grow the scheduler).
+  van_->Disconnect(id);
 }
 
 void Node::HandleJoin(const Message& msg) {

@@ -97,6 +97,16 @@ Status InProcVan::Connect(int id, const std::string& host, int port) {
   return Status::OK();
 }
 
+void InProcVan::Disconnect(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  routes_.erase(id);
+}
+
+size_t InProcVan::num_routes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return routes_.size();
+}
+
 Status InProcVan::Send(Message&& msg) {
   std::string address;
   {

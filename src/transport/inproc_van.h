@@ -67,6 +67,8 @@ class InProcVan final : public Van {
                       Handler handler) override;
   Status Connect(int id, const std::string& host, int port) override;
   Status Send(Message&& msg) override;
+  void Disconnect(int id) override;
+  size_t num_routes() const override;
   void Stop() override;
   ReceiveGate::Result CoReceive(int wake_fd,
                                 const std::function<bool()>& done) override;
@@ -92,7 +94,7 @@ class InProcVan final : public Van {
   ReceiveGate gate_;
   std::thread receiver_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<int, std::string> routes_;  // Guarded by mu_.
   bool started_ = false;                         // Guarded by mu_.
   bool stopped_ = false;                         // Guarded by mu_.

@@ -55,6 +55,13 @@ class Van {
   // detected by heartbeats.
   [[nodiscard]] virtual Status Send(Message&& msg) = 0;
 
+  // Forgets `id`'s route and, once no other id uses its address, releases
+  // what the connection holds (messages already sent still go out, within
+  // the socket's linger). For peers met once: a node refused at the join.
+  virtual void Disconnect(int id) = 0;
+  // How many ids have a route (for tests: nothing may grow per peer met).
+  virtual size_t num_routes() const = 0;
+
   // Stops receiving and releases the endpoint. Idempotent. Messages accepted
   // by Send are given a bounded time to leave.
   virtual void Stop() = 0;

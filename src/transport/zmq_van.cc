@@ -121,6 +121,30 @@ Status ZmqVan::Connect(int id, const std::string& host, int port) {
   return Status::OK();
 }
 
+void ZmqVan::Disconnect(int id) {
+  std::string address;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = routes_.find(id);
+    if (it == routes_.end()) return;
+    address = it->second;
+    routes_.erase(it);
+    for (const auto& r : routes_) {
+      if (r.second == address) return;  // Another id still uses it.
+    }
+  }
+  std::lock_guard<std::mutex> lock(send_mu_);
+  auto it = dealers_.find(address);
+  if (it == dealers_.end()) return;
+  zmq_close(it->second);  // Lingers kLingerMs for what was sent.
+  dealers_.erase(it);
+}
+
+size_t ZmqVan::num_routes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return routes_.size();
+}
+
 Status ZmqVan::Send(Message&& msg) {
   std::string address;
   {

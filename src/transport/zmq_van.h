@@ -35,6 +35,8 @@ class ZmqVan final : public Van {
                       Handler handler) override;
   Status Connect(int id, const std::string& host, int port) override;
   Status Send(Message&& msg) override;
+  void Disconnect(int id) override;
+  size_t num_routes() const override;
   void Stop() override;
   ReceiveGate::Result CoReceive(int wake_fd,
                                 const std::function<bool()>& done) override;
@@ -63,7 +65,7 @@ class ZmqVan final : public Van {
   std::unordered_map<std::string, void*> dealers_;  // Guarded by send_mu_.
   bool closed_ = false;                             // Guarded by send_mu_.
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<int, std::string> routes_;  // Guarded by mu_.
   bool started_ = false;                         // Guarded by mu_.
   bool stopping_ = false;                        // Guarded by mu_.

@@ -163,9 +163,15 @@ TEST(NodeTest, SurplusNodeIsRejectedWithAReason) {
   o.start_timeout_ms = 30000;
   Node extra(o, std::make_unique<InProcVan>(cluster.network()),
              cluster.clock());
+  const size_t routes = cluster.scheduler()->node()->van()->num_routes();
   Status s = extra.Start(0, false);
   EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
   EXPECT_NE(s.message().find("already formed"), std::string::npos) << s;
+  // The scheduler keeps no route to the node it refused (it drops it just
+  // after sending the ABORT, which may reach the node first).
+  Van* van = cluster.scheduler()->node()->van();
+  EXPECT_TRUE(WaitUntil([&] { return van->num_routes() == routes; }))
+      << van->num_routes() << " routes, " << routes << " before";
   cluster.Finalize();
 }
 
