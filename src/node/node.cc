@@ -387,12 +387,18 @@ void Node::SendLocked(Message&& msg) {
   }
   const Control control = msg.meta.control;
   Status s = van_->Send(std::move(msg));
-  uint64_t left_out = 0;
-  if (!s.ok() && drop_log_.Allow("send to " + std::to_string(recipient),
-                                 clock_->NowMs(), &left_out)) {
+  std::string since;
+  if (!s.ok() && LogAllowed("send to " + std::to_string(recipient), &since)) {
     LOG(WARNING) << ControlName(control) << " to node " << recipient
-                 << " not sent: " << s << LogLimiter::Since(left_out);
+                 << " not sent: " << s << since;
   }
+}
+
+bool Node::LogAllowed(const std::string& key, std::string* since) {
+  uint64_t left_out = 0;
+  if (!drop_log_.Allow(key, clock_->NowMs(), &left_out)) return false;
+  *since = LogLimiter::Since(left_out);
+  return true;
 }
 
 bool Node::IsLocalLocked(int id) const {
@@ -494,11 +500,10 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       break;
   }
   counters_.dropped_bad_control++;
-  uint64_t left_out = 0;
-  if (drop_log_.Allow("control from " + std::to_string(meta.sender),
-                      clock_->NowMs(), &left_out)) {
+  std::string since;
+  if (LogAllowed("control from " + std::to_string(meta.sender), &since)) {
     LOG(WARNING) << "dropping unexpected control message " << meta.DebugString()
-                 << LogLimiter::Since(left_out);
+                 << since;
   }
 }
 
@@ -541,12 +546,10 @@ void Node::DispatchData(Message&& msg, bool from_van) {
     }
     if (!table_.count(sender) || dead_.count(sender)) {
       counters_.dropped_unknown_sender++;
-      uint64_t left_out = 0;
-      if (drop_log_.Allow("data from " + std::to_string(sender),
-                          clock_->NowMs(), &left_out)) {
+      std::string since;
+      if (LogAllowed("data from " + std::to_string(sender), &since)) {
         LOG(WARNING) << "dropping message from unknown or dead node " << sender
-                     << ": " << msg.meta.DebugString()
-                     << LogLimiter::Since(left_out);
+                     << ": " << msg.meta.DebugString() << since;
       }
       return;
     }
@@ -616,11 +619,10 @@ void Node::SweepEarlyMessages() {
   for (Message& a : answers) {
     const int to = a.meta.recipient;
     Status s = Send(std::move(a));
-    uint64_t left_out = 0;
-    if (!s.ok() && drop_log_.Allow("send to " + std::to_string(to),
-                                   clock_->NowMs(), &left_out)) {
+    std::string since;
+    if (!s.ok() && LogAllowed("send to " + std::to_string(to), &since)) {
       LOG(WARNING) << "cannot refuse a request of node " << to << ": " << s
-                   << LogLimiter::Since(left_out);
+                   << since;
     }
   }
 }

@@ -152,6 +152,9 @@ class Node {
   std::string DescribeLocked(int id) const;
   std::vector<int> GetNodeIdsLocked(int group) const;
   bool IsLocalLocked(int id) const;
+  // Whether to log the event of `key` now (drop_log_); if so, *since says
+  // how many of its events went unlogged before.
+  bool LogAllowed(const std::string& key, std::string* since);
 
   // Scheduler side (node_scheduler.cc).
   Status SchedulerStart();

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 namespace ps {
@@ -73,10 +72,10 @@ int CpuContention::ParseRunnable(const char* text, size_t size) {
   return runnable;
 }
 
-bool CpuContention::Contended() {
+bool CpuContention::Contended(Clock::time_point at) {
   if (fd_ < 0) return false;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          Clock::now().time_since_epoch())
+                          at.time_since_epoch())
                           .count();
   if (now < next_sample_ns_.load(std::memory_order_relaxed)) {
     return contended_.load(std::memory_order_relaxed);
@@ -195,11 +194,11 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
   const std::chrono::microseconds spin(
       spin_us_.load(std::memory_order_relaxed));
   const bool timed = spin.count() > 0;  // Timed for the advisor.
+  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
   CpuContention* const contention = contention_.load(std::memory_order_relaxed);
   const bool spins = timed &&
-                     (contention == nullptr || !contention->Contended()) &&
+                     (contention == nullptr || !contention->Contended(start)) &&
                      tls_spin_advisor.ShouldSpin();
-  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
   const Clock::time_point spin_until =
       spins ? start + spin : Clock::time_point{};  // Unset: no spinning.
   Result result;

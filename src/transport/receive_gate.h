@@ -47,44 +47,26 @@
 
 namespace ps {
 
-// Whether a thread's waits are short enough to be worth spinning for: a
-// saturating count of its recent waits, up one for a wait that ended within
-// the spin budget (a spin catches its message) and down one for a wait that
-// did not (a spin only burns the CPU). Spinning is advised while the count
-// is at least half its maximum, so a thread spins while most of its waits
-// are short and stops when they are not: a server whose workers compute for
-// milliseconds between requests, a cluster with more busy threads than
-// CPUs. A wait that did not spin is longer by the very wake-up a spin saves,
-// so it counts down only when it took over twice the budget. And a wait
-// now and then spins against the advice (a probe), so a thread whose waits
-// became short again finds out: the 8th wait after the spin stopped, and
-// twice as many waits later after each probe that did not catch its
-// message, up to every 256th; a spun wait within the budget brings the gap
-// back to 8. The gap grows because a probe is not free in a CPU-bound
-// process (4 MB pushes on 2 cores: a probe every 8th wait of the server's
-// cost 16% of the throughput, far more than the probes' own CPU time; our
-// guess is that a CPU with a spinning thread does not look idle to the
-// scheduler, so a thread woken meanwhile queues behind a busy thread on the
-// other CPU). Starts out advising a spin. Not thread-safe: one per thread.
-//
-// And no thread spins while the machine's CPUs are all taken (CpuContention):
-// a spinning thread's sched_yield does not hand its CPU to a thread queued on
-// the other one, and the CPU it holds never looks idle to the scheduler, so
-// with more runnable threads than CPUs (2 servers and 2 workers on 2 cores)
-// every spin is time taken from a process that has work: on a 2-core EPYC
-// VM, 4 servers x 4 workers of 1000-key pushes ran at 21-25 k requests/s
-// spinning and 31 k not (docs/performance.md).
 // Whether more threads are runnable on the machine than it has CPUs: the
 // kernel's count of runnable threads (/proc/loadavg's fourth field, which
 // counts the asking thread too) sampled at most every kSampleMs by whichever
 // thread asks, smoothed over the last few samples. Where /proc/loadavg
 // cannot be read, never contended (the SpinAdvisor alone decides).
 // Thread-safe; one per process.
+//
+// No thread spins while the machine's CPUs are all taken: a spinning
+// thread's sched_yield does not hand its CPU to a thread queued on the other
+// one, and the CPU it holds never looks idle to the scheduler, so with more
+// runnable threads than CPUs (2 servers and 2 workers on 2 cores)
+// every spin is time taken from a process that has work: on a 2-core EPYC
+// VM, 4 servers x 4 workers of 1000-key pushes ran at 21-25 k requests/s
+// spinning and 31 k not (docs/performance.md).
 class CpuContention {
  public:
   static CpuContention& Get();
-  // Whether the CPUs are all taken; samples if the last sample is stale.
-  bool Contended();
+  // Whether the CPUs are all taken at `now`; samples if the last sample is
+  // older than kSampleMs.
+  bool Contended(std::chrono::steady_clock::time_point now);
 
   // Pure parts, for tests. The runnable count of a /proc/loadavg text
   // ("0.10 0.20 0.30 3/250 1234" gives 3), or -1 if it is malformed.
@@ -109,6 +91,25 @@ class CpuContention {
   std::mutex sample_mu_;
 };
 
+// Whether a thread's waits are short enough to be worth spinning for: a
+// saturating count of its recent waits, up one for a wait that ended within
+// the spin budget (a spin catches its message) and down one for a wait that
+// did not (a spin only burns the CPU). Spinning is advised while the count
+// is at least half its maximum, so a thread spins while most of its waits
+// are short and stops when they are not: a server whose workers compute for
+// milliseconds between requests, a cluster with more busy threads than
+// CPUs. A wait that did not spin is longer by the very wake-up a spin saves,
+// so it counts down only when it took over twice the budget. And a wait
+// now and then spins against the advice (a probe), so a thread whose waits
+// became short again finds out: the 8th wait after the spin stopped, and
+// twice as many waits later after each probe that did not catch its
+// message, up to every 256th; a spun wait within the budget brings the gap
+// back to 8. The gap grows because a probe is not free in a CPU-bound
+// process (4 MB pushes on 2 cores: a probe every 8th wait of the server's
+// cost 16% of the throughput, far more than the probes' own CPU time; our
+// guess is that a CPU with a spinning thread does not look idle to the
+// scheduler, so a thread woken meanwhile queues behind a busy thread on the
+// other CPU). Starts out advising a spin. Not thread-safe: one per thread.
 class SpinAdvisor {
  public:
   // Whether the next wait should spin; counts the wait.
