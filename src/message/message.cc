@@ -119,6 +119,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
   p.set_keys_as_requested(meta.keys_as_requested);
   p.set_value_bytes(meta.value_bytes);
   p.set_status_code(meta.status_code);
+  if (!meta.auth.empty()) p.set_auth(meta.auth);
   if (!meta.status_message.empty()) {
     p.set_status_message(meta.status_message);
   }
@@ -130,6 +131,8 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     c->set_barrier_round(meta.barrier_round);
     c->set_failed_node(meta.failed_node);
     if (!meta.reason.empty()) c->set_reason(meta.reason);
+    if (!meta.process_key.empty()) c->set_process_key(meta.process_key);
+    if (!meta.run_key.empty()) c->set_run_key(meta.run_key);
     if (meta.ring.epoch != 0) {
       pb::RingPb* r = c->mutable_ring();
       r->set_epoch(meta.ring.epoch);
@@ -170,8 +173,11 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->value_bytes = p.value_bytes();
   meta->status_code = p.status_code();
   meta->status_message = p.status_message();
+  meta->auth = p.auth();
   meta->control = Control::kNone;
   meta->nodes.clear();
+  meta->process_key.clear();
+  meta->run_key.clear();
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
@@ -188,6 +194,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->barrier_round = c.barrier_round();
     meta->failed_node = c.failed_node();
     meta->reason = c.reason();
+    meta->process_key = c.process_key();
+    meta->run_key = c.run_key();
     meta->ring.epoch = c.ring().epoch();
     meta->ring.placement = c.ring().placement();
     meta->ring.server_ids.assign(c.ring().server_ids().begin(),

@@ -80,6 +80,9 @@ struct Meta {
   // A pull response whose keys are the request's: no keys frame.
   bool keys_as_requested = false;
   int value_bytes = 0;
+  // Proof of membership (docs/protocol.md, "Authentication"); Node fills it
+  // in and checks it.
+  std::string auth;
 
   // Non-ok only in a response whose request failed on the receiver.
   int status_code = 0;
@@ -93,6 +96,8 @@ struct Meta {
   RingInfo ring;
   int failed_node = kEmpty;
   std::string reason;
+  std::string process_key;  // kJoin: the joining process's key
+  std::string run_key;      // kNodeTable: the run's key
 
   std::string DebugString() const;
 };

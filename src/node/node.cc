@@ -11,6 +11,7 @@
 
 #include "node/customer.h"
 #include "util/malloc_tuning.h"
+#include "util/secret.h"
 #include "util/thread_name.h"
 
 namespace ps {
@@ -33,6 +34,16 @@ int RoleGroup(Role role) {
       return 4;
   }
   return 0;
+}
+
+// A fresh key, or empty if the kernel cannot make one (Start reports it).
+std::string NewKeyOrEmpty() {
+  StatusOr<std::string> key = NewSecret();
+  if (!key.ok()) {
+    LOG(ERROR) << "cannot make a key: " << key.status();
+    return std::string();
+  }
+  return std::move(key.value());
 }
 
 // Writes the port atomically (a launcher polls for the file).
@@ -68,7 +79,10 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
     : options_(std::move(options)),
       van_(std::move(van)),
       clock_(clock),
-      incarnation_(NewIncarnation()) {}
+      incarnation_(NewIncarnation()),
+      process_key_(NewKeyOrEmpty()) {
+  if (options_.role == Role::kScheduler) run_key_ = NewKeyOrEmpty();
+}
 
 Node::~Node() {
   StopThreads();
@@ -77,6 +91,10 @@ Node::~Node() {
 
 Status Node::Start(int customer_id, bool do_barrier) {
   PS_RETURN_IF_ERROR(options_.Validate());
+  if (process_key_.empty() ||
+      (options_.role == Role::kScheduler && run_key_.empty())) {
+    return Status::Internal("cannot make this node's keys (getrandom failed)");
+  }
   PS_RETURN_IF_ERROR(StartVan());
   std::unique_lock<std::mutex> lock(mu_);
   if (options_.role == Role::kScheduler) {
@@ -98,6 +116,8 @@ Status Node::Start(int customer_id, bool do_barrier) {
     join.meta.control = Control::kJoin;
     join.meta.recipient = kSchedulerId;
     join.meta.request = true;
+    join.meta.auth = options_.cluster_token;
+    join.meta.process_key = process_key_;
     NodeInfo me;
     me.role = options_.role;
     me.host = my_host_;
@@ -153,6 +173,12 @@ Status Node::StartVan() {
   if (!scheduler) {
     PS_RETURN_IF_ERROR(van_->Connect(kSchedulerId, options_.scheduler_host,
                                      options_.scheduler_port));
+  }
+  if (scheduler && options_.cluster_token.empty()) {
+    LOG(WARNING) << "EMBER_CLUSTER_TOKEN is not set: anyone who can reach "
+                 << host << ":" << bound.value()
+                 << " may join this cluster before it forms (messages from "
+                    "processes that did not join are refused either way)";
   }
   if (scheduler && !options_.port_file.empty()) {
     PS_RETURN_IF_ERROR(WritePortFile(options_.port_file, bound.value()));
@@ -370,6 +396,7 @@ Status Node::Send(Message&& msg) {
     return Status::InvalidArgument("unknown recipient node " +
                                    std::to_string(recipient));
   }
+  msg.meta.auth = AuthForLocked(recipient);
   if (IsLocalLocked(recipient)) {
     lock.unlock();
     OnMessage(std::move(msg));
@@ -386,6 +413,7 @@ void Node::SendLocked(Message&& msg) {
     return;
   }
   const Control control = msg.meta.control;
+  if (msg.meta.auth.empty()) msg.meta.auth = AuthForLocked(recipient);
   Status s = van_->Send(std::move(msg));
   std::string since;
   if (!s.ok() && LogAllowed("send to " + std::to_string(recipient), &since)) {
@@ -399,6 +427,33 @@ bool Node::LogAllowed(const std::string& key, std::string* since) {
   if (!drop_log_.Allow(key, clock_->NowMs(), &left_out)) return false;
   *since = LogLimiter::Since(left_out);
   return true;
+}
+
+std::string Node::AuthForLocked(int recipient) const {
+  if (options_.role == Role::kScheduler && !IsLocalLocked(recipient)) {
+    auto it = member_keys_.find(recipient);
+    return it == member_keys_.end() ? std::string() : it->second;
+  }
+  return run_key_;
+}
+
+bool Node::AuthenticLocked(const Meta& meta) const {
+  if (options_.role != Role::kScheduler && meta.sender == kSchedulerId) {
+    return SecretsEqual(meta.auth, process_key_);
+  }
+  return SecretsEqual(meta.auth, run_key_);
+}
+
+void Node::DropUnauthenticatedLocked(const Meta& meta) {
+  counters_.dropped_unauthenticated++;
+  // One key for all: the claimed sender is not to be trusted, and a flood
+  // that claims ever-new senders must not buy more lines.
+  std::string since;
+  if (LogAllowed("unauthenticated", &since)) {
+    LOG(WARNING) << "dropping a message without proof of membership (it "
+                    "claims to come from node "
+                 << meta.sender << "): " << meta.DebugString() << since;
+  }
 }
 
 bool Node::IsLocalLocked(int id) const {
@@ -446,6 +501,15 @@ void Node::RemoveCustomer(Customer* customer) {
 void Node::OnMessage(Message&& msg, bool from_van) {
   const Meta& meta = msg.meta;
   VLOG(2) << "received " << meta.DebugString();
+  // Data is checked in DispatchData, joins by the scheduler (the token);
+  // every other control message must prove its sender here.
+  if (meta.control != Control::kNone && meta.control != Control::kJoin) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!AuthenticLocked(meta)) {
+      DropUnauthenticatedLocked(meta);
+      return;
+    }
+  }
   switch (meta.control) {
     case Control::kNone:
       DispatchData(std::move(msg), from_van);
@@ -536,12 +600,27 @@ void Node::DispatchData(Message&& msg, bool from_van) {
     if (!table_ready_) {
       // After StartAsync a peer may be faster than our NODE_TABLE; keep its
       // messages (bounded) until we know who it is.
-      if (before_table_.size() >= 100000) {
+      // Not authenticated yet (the run key comes with the table): bounded
+      // by count and bytes, so a flood before the table cannot grow us.
+      const size_t bytes = msg.data_bytes();
+      if (before_table_.size() >= kMaxHeldBeforeTable ||
+          before_table_bytes_ + bytes > kMaxHeldBytesBeforeTable) {
         counters_.dropped_unknown_sender++;
-        LOG_EVERY_N(WARNING, 1000) << "dropping data before the node table";
+        std::string since;
+        if (LogAllowed("before table", &since)) {
+          LOG(WARNING) << "dropping data that arrived before the node table "
+                          "(holding "
+                       << before_table_.size() << " messages, "
+                       << before_table_bytes_ << " bytes)" << since;
+        }
         return;
       }
+      before_table_bytes_ += bytes;
       before_table_.push_back(std::move(msg));
+      return;
+    }
+    if (!AuthenticLocked(msg.meta)) {
+      DropUnauthenticatedLocked(msg.meta);
       return;
     }
     if (!table_.count(sender) || dead_.count(sender)) {
@@ -632,6 +711,11 @@ void Node::HandleNodeTable(const Message& msg) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (table_ready_) return;  // One per logical node of this process.
+    if (msg.meta.run_key.size() != kSecretBytes) {
+      counters_.dropped_bad_control++;
+      LOG(ERROR) << "dropping a node table without a valid run key";
+      return;
+    }
     const RingInfo& r = msg.meta.ring;
     auto ring = KeyRing::FromRanges(r.server_ids, r.begins, r.owners, r.epoch,
                                     static_cast<Placement>(r.placement));
@@ -641,8 +725,10 @@ void Node::HandleNodeTable(const Message& msg) {
       return;
     }
     ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
+    run_key_ = msg.meta.run_key;
     ApplyNodeTableLocked(msg);
     held.swap(before_table_);
+    before_table_bytes_ = 0;
   }
   for (Message& m : held) DispatchData(std::move(m));
 }

@@ -46,6 +46,9 @@ struct NodeCounters {
   std::atomic<uint64_t> dropped_unknown_sender{0};
   std::atomic<uint64_t> dropped_no_customer{0};
   std::atomic<uint64_t> dropped_bad_control{0};
+  // Messages without proof of membership (docs/protocol.md,
+  // "Authentication"), and joins without the cluster token.
+  std::atomic<uint64_t> dropped_unauthenticated{0};
 };
 
 class Node {
@@ -152,6 +155,12 @@ class Node {
   std::string DescribeLocked(int id) const;
   std::vector<int> GetNodeIdsLocked(int group) const;
   bool IsLocalLocked(int id) const;
+  // Authentication (docs/protocol.md): what a message to `recipient` must
+  // carry, and whether a received one carries what it must.
+  std::string AuthForLocked(int recipient) const;
+  bool AuthenticLocked(const Meta& meta) const;
+  // Counts and logs (rate-limited) a message dropped for want of proof.
+  void DropUnauthenticatedLocked(const Meta& meta);
   // Whether to log the event of `key` now (drop_log_); if so, *since says
   // how many of its events went unlogged before.
   bool LogAllowed(const std::string& key, std::string* since);
@@ -160,7 +169,10 @@ class Node {
   Status SchedulerStart();
   void HandleJoin(const Message& msg);
   void AssignAndBroadcastLocked();
-  void RejectLocked(const NodeInfo& node, const std::string& reason);
+  // Refuses a join: an ABORT with `reason`, authenticated with the
+  // joining process's key.
+  void RejectLocked(const NodeInfo& node, const std::string& key,
+                    const std::string& reason);
   void HandleBarrierRequest(const Message& msg);
   void EvaluateBarriersLocked();
   void ReleaseRoundLocked(int group, const Round& round, const Status& status);
@@ -177,6 +189,10 @@ class Node {
   // At most one line a second per peer for what is dropped or not sent.
   LogLimiter drop_log_;
   const uint64_t incarnation_;
+  // This process's key, sent only to the scheduler in the join: what the
+  // scheduler sends us carries it (empty if the kernel could not make one;
+  // Start then fails).
+  const std::string process_key_;
 
   NodeCounters counters_;
   std::mutex start_mu_;  // Serialises binding the van.
@@ -204,13 +220,22 @@ class Node {
   // time; requests held longer than options_.missing_app_timeout_ms are
   // answered kNotFound (no silent hang on a missing app).
   std::map<int, std::vector<std::pair<int64_t, Message>>> early_;
-  // Data messages that arrived before our node table.
+  // Data messages that arrived before our node table, at most
+  // kMaxHeldBeforeTable of them and kMaxHeldBytesBeforeTable bytes.
+  static constexpr size_t kMaxHeldBeforeTable = 100000;
+  static constexpr size_t kMaxHeldBytesBeforeTable = size_t{256} << 20;
   std::vector<Message> before_table_;
+  size_t before_table_bytes_ = 0;
   std::function<void()> exit_callback_;
   int64_t last_scheduler_echo_ms_ = 0;
+  // The run's key, which members authenticate with: made by the scheduler
+  // at construction, learnt by the others from the node table.
+  std::string run_key_;
 
   // Scheduler state, guarded by mu_.
   std::vector<NodeInfo> joins_;
+  std::map<std::string, std::string> join_keys_;  // address -> process key
+  std::map<int, std::string> member_keys_;        // id -> process key
   std::map<int, std::vector<Round>> rounds_;     // group -> pending rounds
   std::map<std::string, int64_t> last_beat_ms_;  // address -> time
   int next_reject_id_ = -1000;

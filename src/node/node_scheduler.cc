@@ -10,6 +10,7 @@
 
 #include "node/customer.h"
 #include "node/node.h"
+#include "util/secret.h"
 
 namespace ps {
 
@@ -29,7 +30,9 @@ Status Node::SchedulerStart() {
   Status s = Status::DeadlineExceeded(
       "the cluster did not form within " +
       std::to_string(options_.start_timeout_ms / 1000) + " s: " + missing);
-  for (const NodeInfo& n : joins_) RejectLocked(n, s.message());
+  for (const NodeInfo& n : joins_) {
+    RejectLocked(n, join_keys_[n.address()], s.message());
+  }
   abort_status_ = s;
   return s;
 }
@@ -62,7 +65,10 @@ std::string Node::MissingNodesLocked() const {
   return s;
 }
 
-void Node::RejectLocked(const NodeInfo& node, const std::string& reason) {
+void Node::RejectLocked(const NodeInfo& node, const std::string& key,
+                        const std::string& reason) {
+  // Without its key the node would drop our ABORT anyway.
+  if (key.empty()) return;
   int id = next_reject_id_--;
   if (!van_->Connect(id, node.host, node.port).ok()) return;
   Message abort;
@@ -70,6 +76,7 @@ void Node::RejectLocked(const NodeInfo& node, const std::string& reason) {
   abort.meta.sender = kSchedulerId;
   abort.meta.recipient = id;
   abort.meta.reason = reason;
+  abort.meta.auth = key;
   SendLocked(std::move(abort));
   // The refused node is not met again: keep nothing of it (a node that
   // joins again and again must not grow the scheduler).
@@ -85,23 +92,58 @@ void Node::HandleJoin(const Message& msg) {
     return;
   }
   const NodeInfo& node = msg.meta.nodes[0];
-  if (node.role == Role::kScheduler || node.host.empty() || node.port <= 0) {
+  const std::string& key = msg.meta.process_key;
+  if (node.role == Role::kScheduler || node.host.empty() || node.port <= 0 ||
+      key.size() != kSecretBytes) {
     counters_.dropped_bad_control++;
-    LOG(WARNING) << "dropping a malformed join from " << node.DebugString();
+    std::string since;
+    if (LogAllowed("bad join", &since)) {
+      LOG(WARNING) << "dropping a malformed join from " << node.DebugString()
+                   << since;
+    }
+    return;
+  }
+  if (!options_.cluster_token.empty() &&
+      !SecretsEqual(msg.meta.auth, options_.cluster_token)) {
+    counters_.dropped_unauthenticated++;
+    std::string since;
+    if (LogAllowed("join token", &since)) {
+      LOG(WARNING) << "refusing a join from " << node.DebugString() << ": "
+                   << (msg.meta.auth.empty() ? "no cluster token"
+                                             : "a wrong cluster token")
+                   << " (EMBER_CLUSTER_TOKEN)" << since;
+    }
+    RejectLocked(node, key,
+                 "this node's cluster token (EMBER_CLUSTER_TOKEN) does not "
+                 "match the scheduler's");
     return;
   }
   if (!abort_status_.ok()) {
-    RejectLocked(node, abort_status_.message());
+    RejectLocked(node, key, abort_status_.message());
     return;
   }
   if (table_ready_) {
     LOG(WARNING) << "rejecting late " << node.DebugString()
                  << ": the cluster has already formed";
-    RejectLocked(node, "the cluster has already formed with " +
+    RejectLocked(node, key,
+                 "the cluster has already formed with " +
                            std::to_string(options_.num_servers) +
                            " servers and " +
                            std::to_string(options_.num_workers) +
                            " workers; this node is one too many");
+    return;
+  }
+  auto known = join_keys_.find(node.address());
+  if (known != join_keys_.end() && !SecretsEqual(known->second, key)) {
+    // Another process claims the address of one that has joined: the first
+    // keeps it.
+    counters_.dropped_unauthenticated++;
+    std::string since;
+    if (LogAllowed("join key", &since)) {
+      LOG(WARNING) << "refusing a join from " << node.DebugString()
+                   << ": another process has joined from that address"
+                   << since;
+    }
     return;
   }
   int same_role = 0;
@@ -116,7 +158,8 @@ void Node::HandleJoin(const Message& msg) {
   if (same_role >= expected) {
     LOG(WARNING) << "rejecting " << node.DebugString() << ": already "
                  << expected << " " << RoleName(node.role) << "s";
-    RejectLocked(node, "DMLC_NUM_" +
+    RejectLocked(node, key,
+                 "DMLC_NUM_" +
                            std::string(node.role == Role::kServer ? "SERVER"
                                                                   : "WORKER") +
                            "=" + std::to_string(expected) +
@@ -124,6 +167,7 @@ void Node::HandleJoin(const Message& msg) {
     return;
   }
   joins_.push_back(node);
+  join_keys_[node.address()] = key;
   VLOG(1) << "joined: " << node.DebugString() << " (" << joins_.size() << "/"
           << options_.num_servers + options_.num_workers << ")";
   if (static_cast<int>(joins_.size()) ==
@@ -172,6 +216,7 @@ void Node::AssignAndBroadcastLocked() {
   int64_t now = clock_->NowMs();
   for (const NodeInfo& n : joins_) {
     table_[n.id] = n;
+    member_keys_[n.id] = join_keys_[n.address()];
     Status s = van_->Connect(n.id, n.host, n.port);
     if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
     last_beat_ms_[n.address()] = now;
@@ -204,6 +249,7 @@ void Node::AssignAndBroadcastLocked() {
     m.meta.recipient = entry.first;
     for (const auto& e : table_) m.meta.nodes.push_back(e.second);
     m.meta.ring = info;
+    m.meta.run_key = run_key_;
     SendLocked(std::move(m));
   }
   table_ready_ = true;

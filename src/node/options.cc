@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 DEFINE_int32(ember_heartbeat_interval_ms, 500,
              "Interval between heartbeats to the scheduler; 0 disables them "
@@ -133,6 +135,50 @@ Status InterfaceAddress(const std::string& interface, std::string* ip) {
                                  " has no IPv4 address");
 }
 
+// The longest cluster token accepted (it travels in every join).
+constexpr size_t kMaxTokenBytes = 4096;
+
+Status ReadClusterToken(std::string* token) {
+  const char* value = std::getenv("EMBER_CLUSTER_TOKEN");
+  const char* file = std::getenv("EMBER_CLUSTER_TOKEN_FILE");
+  if (value != nullptr && file != nullptr) {
+    return Status::InvalidArgument(
+        "EMBER_CLUSTER_TOKEN and EMBER_CLUSTER_TOKEN_FILE are both set; set "
+        "one");
+  }
+  std::string source = "EMBER_CLUSTER_TOKEN";
+  if (value != nullptr) {
+    *token = value;
+  } else if (file != nullptr) {
+    source = std::string("EMBER_CLUSTER_TOKEN_FILE=") + file;
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      return Status::InvalidArgument(source + ": cannot read the file: " +
+                                     std::strerror(errno));
+    }
+    std::string contents((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+    if (in.bad()) {
+      return Status::InvalidArgument(source + ": cannot read the file");
+    }
+    while (!contents.empty() &&
+           (contents.back() == '\n' || contents.back() == '\r')) {
+      contents.pop_back();
+    }
+    *token = contents;
+  } else {
+    return Status::OK();
+  }
+  if (token->empty()) {
+    return Status::InvalidArgument(source + " is empty");
+  }
+  if (token->size() > kMaxTokenBytes) {
+    return Status::InvalidArgument(source + " is longer than " +
+                                   std::to_string(kMaxTokenBytes) + " bytes");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ParseRole(const std::string& name, Role* role) {
@@ -173,6 +219,7 @@ StatusOr<Options> Options::FromEnvironment() {
                              o.role == Role::kScheduler ? 0 : 1, 65535,
                              &o.scheduler_port));
   if (const char* f = std::getenv("EMBER_PORT_FILE")) o.port_file = f;
+  PS_RETURN_IF_ERROR(ReadClusterToken(&o.cluster_token));
   if (const char* p = std::getenv("EMBER_ON_NODE_FAILURE")) {
     std::string policy = p;
     if (policy == "abort") {

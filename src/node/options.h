@@ -57,6 +57,14 @@ struct Options {
   // scheduler may bind port 0 and let launchers learn the port from it).
   std::string port_file;  // EMBER_PORT_FILE
 
+  // The cluster's join token (EMBER_CLUSTER_TOKEN, or the contents of the
+  // file named by EMBER_CLUSTER_TOKEN_FILE, trailing newline dropped): when
+  // set, the scheduler admits only nodes that present it. When empty, anyone
+  // who can reach the scheduler's port may join before the cluster forms
+  // (the scheduler warns once); messages are authenticated either way
+  // (docs/protocol.md, "Authentication").
+  std::string cluster_token;
+
   // How the key ring places keys (EMBER_KEY_PLACEMENT: range or spread);
   // only the scheduler's setting matters: it goes out with the ring.
   Placement placement = Placement::kRange;

@@ -100,19 +100,123 @@ TEST(NodeTest, ControlClaimingToComeFromTheSchedulerIsDropped) {
   cluster.Start();
   const NodeCounters& counters = cluster.scheduler()->node()->counters();
   const uint64_t before = counters.dropped_bad_control;
+  // Sent by a member (authenticated with the run's key), but a member cannot
+  // speak for the scheduler.
   for (Control c : {Control::kHeartbeat, Control::kLeave}) {
     Message forged;
     forged.meta.control = c;
     forged.meta.request = true;
     forged.meta.sender = Node::kSchedulerId;
     forged.meta.recipient = Node::kSchedulerId;
-    ASSERT_TRUE(cluster.worker(0)->node()->van()->Send(std::move(forged)).ok());
+    ASSERT_TRUE(cluster.worker(0)->node()->Send(std::move(forged)).ok());
   }
   ASSERT_TRUE(
       WaitUntil([&] { return counters.dropped_bad_control >= before + 2; }));
   // The scheduler still serves barriers and still hears the worker.
   EXPECT_TRUE(cluster.worker(0)->BarrierStatus(0, kWorkerGroup).ok());
   cluster.Beat(cluster.worker(0));
+}
+
+// A process that never joined knows none of the run's keys: whatever it
+// claims to be, it cannot abort, reconfigure, expel or feed the cluster.
+TEST(NodeTest, MessagesFromAProcessThatNeverJoinedAreDropped) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  const int server = cluster.server(0)->node()->my_id();
+  const int worker = cluster.worker(0)->node()->my_id();
+  InProcVan stranger(cluster.network());
+  ASSERT_TRUE(stranger.Start("stranger", 0, [](Message&&) {}).ok());
+  auto connect = [&](int id) {
+    std::string address = cluster.AddressOf(id);
+    size_t colon = address.rfind(':');
+    ASSERT_TRUE(stranger
+                    .Connect(id, address.substr(0, colon),
+                             std::stoi(address.substr(colon + 1)))
+                    .ok());
+  };
+  connect(server);
+  connect(worker);
+  ASSERT_TRUE(stranger.Connect(Node::kSchedulerId, "scheduler", 1).ok());
+
+  std::vector<Message> forged;
+  auto add = [&](int from, int to, Control control) -> Meta& {
+    forged.emplace_back();
+    Meta& m = forged.back().meta;
+    m.sender = from;
+    m.recipient = to;
+    m.control = control;
+    m.request = true;
+    return m;
+  };
+  for (int victim : {server, worker}) {
+    add(Node::kSchedulerId, victim, Control::kAbort).reason = "forged";
+    Meta& table = add(Node::kSchedulerId, victim, Control::kNodeTable);
+    table.ring.epoch = 7;
+    table.ring.server_ids = {99};
+    table.ring.begins = {5};  // Not a ring: must start at 0.
+    table.ring.owners = {3};
+    add(Node::kSchedulerId, victim, Control::kNodeFailed).failed_node =
+        victim == server ? worker : server;
+    Meta& echo = add(Node::kSchedulerId, victim, Control::kHeartbeat);
+    echo.request = false;
+    // Guessed keys prove nothing either.
+    echo.auth = std::string(16, 'x');
+  }
+  add(server, Node::kSchedulerId, Control::kHeartbeat);
+  add(worker, Node::kSchedulerId, Control::kLeave);
+  add(worker, Node::kSchedulerId, Control::kBarrier).barrier_group =
+      kWorkerGroup;
+  Meta& push = add(worker, server, Control::kNone);
+  push.push = true;
+  const size_t sent = forged.size();
+  for (Message& m : forged) ASSERT_TRUE(stranger.Send(std::move(m)).ok());
+
+  auto dropped = [&] {
+    uint64_t n = 0;
+    for (Postoffice* p : cluster.all()) {
+      n += p->node()->counters().dropped_unauthenticated;
+    }
+    return n;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return dropped() == sent; })) << dropped();
+  // Nobody aborted, nobody was expelled or left, and the ring is the real one.
+  for (Postoffice* p : cluster.all()) {
+    EXPECT_TRUE(p->node()->IsAlive(server));
+    EXPECT_TRUE(p->node()->IsAlive(worker));
+  }
+  EXPECT_EQ(cluster.worker(0)->node()->key_ring()->epoch(), 1u);
+  stranger.Stop();
+  cluster.Finalize();
+}
+
+// With a cluster token, a node that does not present it is refused with a
+// reason before it can take a place; the cluster forms with those that do.
+TEST(NodeTest, JoinWithoutTheClusterTokenIsRefused) {
+  InProcCluster cluster(1, 1, [](Options* o) { o->cluster_token = "s3cret"; });
+  auto formed = std::async(std::launch::async, [&] { cluster.Start(); });
+  for (std::string token : {"", "wrong"}) {
+    Options o;
+    o.role = Role::kWorker;
+    o.scheduler_host = "scheduler";
+    o.scheduler_port = 1;
+    o.node_host = "intruder" + token;
+    o.num_servers = 1;
+    o.num_workers = 1;
+    o.heartbeat_interval_ms = 0;
+    o.start_timeout_ms = 30000;
+    o.cluster_token = token;
+    Node intruder(o, std::make_unique<InProcVan>(cluster.network()),
+                  cluster.clock());
+    Status s = intruder.Start(0, false);
+    EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+    EXPECT_NE(s.message().find("EMBER_CLUSTER_TOKEN"), std::string::npos)
+        << s;
+  }
+  formed.get();
+  EXPECT_EQ(cluster.scheduler()->node()->counters().dropped_unauthenticated,
+            2u);
+  EXPECT_EQ(cluster.scheduler()->node()->GetNodeIds(kWorkerGroup).size(), 1u);
+  cluster.Finalize();
 }
 
 TEST(NodeTest, SilentSchedulerIsDetectedByNodes) {

@@ -5,6 +5,8 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,6 +43,8 @@ const char* const kVariables[] = {
     "EMBER_KEY_PLACEMENT",
     "EMBER_MALLOC_KEEP_MB",
     "EMBER_SPIN_US",
+    "EMBER_CLUSTER_TOKEN",
+    "EMBER_CLUSTER_TOKEN_FILE",
 };
 
 // Clears the variables above for each test and restores the process's own
@@ -290,6 +294,44 @@ TEST_F(OptionsTest, ZeroHeartbeatIntervalDisablesTimeoutCheck) {
   StatusOr<Options> o = Options::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o.value().heartbeat_interval_ms, 0);
+}
+
+TEST_F(OptionsTest, ClusterTokenComesFromTheVariableOrAFile) {
+  SetRequired();
+  StatusOr<Options> none = Options::FromEnvironment();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none.value().cluster_token, "");
+
+  Set("EMBER_CLUSTER_TOKEN", "open sesame");
+  StatusOr<Options> direct = Options::FromEnvironment();
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct.value().cluster_token, "open sesame");
+  unsetenv("EMBER_CLUSTER_TOKEN");
+
+  std::string path = testing::TempDir() + "/ember_token";
+  {
+    std::ofstream f(path);
+    f << "from a file\n";
+  }
+  Set("EMBER_CLUSTER_TOKEN_FILE", path);
+  StatusOr<Options> file = Options::FromEnvironment();
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file.value().cluster_token, "from a file");
+  std::remove(path.c_str());
+}
+
+TEST_F(OptionsTest, BadClusterTokensAreInvalidArgument) {
+  ExpectEachRejected("EMBER_CLUSTER_TOKEN", {"", std::string(4097, 't')});
+  ExpectEachRejected("EMBER_CLUSTER_TOKEN_FILE", {"/no/such/token/file"});
+  std::string path = testing::TempDir() + "/ember_empty_token";
+  { std::ofstream f(path); }
+  ExpectEachRejected("EMBER_CLUSTER_TOKEN_FILE", {path});
+  std::remove(path.c_str());
+  // Both at once: which would win is not obvious, so neither does.
+  SetRequired();
+  Set("EMBER_CLUSTER_TOKEN", "a");
+  Set("EMBER_CLUSTER_TOKEN_FILE", "/tmp/x");
+  ExpectRejected("EMBER_CLUSTER_TOKEN_FILE");
 }
 
 TEST_F(OptionsTest, NodeHostWinsOverInterface) {

@@ -117,6 +117,15 @@ class InProcCluster {
         WaitUntil([&] { return p->node()->last_scheduler_echo_ms() == now; }));
   }
 
+  // The host:port of node `id`, from the scheduler's table.
+  std::string AddressOf(int id) {
+    std::string d = scheduler()->node()->Describe(id);
+    // "... (id N, host:port)" -> host:port
+    size_t comma = d.find(", ", d.find("(id "));
+    size_t close = d.find_first_of(",)", comma + 2);
+    return d.substr(comma + 2, close - comma - 2);
+  }
+
   FakeClock* clock() { return &clock_; }
   InProcNetwork* network() { return &network_; }
 
@@ -129,14 +138,6 @@ class InProcCluster {
   std::string Address(Postoffice* p) {
     int id = p->node()->my_id();
     return p == scheduler() ? "scheduler:1" : AddressOf(id);
-  }
-
-  std::string AddressOf(int id) {
-    std::string d = scheduler()->node()->Describe(id);
-    // "... (id N, host:port)" -> host:port
-    size_t comma = d.find(", ", d.find("(id "));
-    size_t close = d.find_first_of(",)", comma + 2);
-    return d.substr(comma + 2, close - comma - 2);
   }
 
   void ForAll(const std::function<Status(Postoffice*)>& fn) {

@@ -1,0 +1,33 @@
+// Secrets of a run: random keys that prove membership (docs/protocol.md,
+// "Authentication"), and a comparison that takes the same time wherever
+// the first difference is.
+//
+// Keys come from the kernel's random source (getrandom(2)); 16 bytes cannot
+// be guessed by a process that was never given them. Comparing takes time
+// independent of the contents, so a peer cannot learn a key byte by byte
+// from how fast its guesses are refused.
+//
+// Thread safety: pure functions.
+#ifndef PS_UTIL_SECRET_H_
+#define PS_UTIL_SECRET_H_
+
+#include <cstddef>
+#include <string>
+
+#include "ps/status.h"
+
+namespace ps {
+
+// Bytes in a key made by NewSecret.
+constexpr size_t kSecretBytes = 16;
+
+// `bytes` random bytes from the kernel; kInternal if it cannot give them.
+[[nodiscard]] StatusOr<std::string> NewSecret(size_t bytes = kSecretBytes);
+
+// Whether `a` equals `b`, in time that depends only on their sizes. Two
+// empty strings are not a match: an empty key proves nothing.
+bool SecretsEqual(const std::string& a, const std::string& b);
+
+}  // namespace ps
+
+#endif  // PS_UTIL_SECRET_H_
