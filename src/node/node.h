@@ -236,8 +236,8 @@ class Node {
   std::vector<NodeInfo> joins_;
   std::map<std::string, std::string> join_keys_;  // address -> process key
   std::map<int, std::string> member_keys_;        // id -> process key
-  std::map<int, std::vector<Round>> rounds_;     // group -> pending rounds
-  std::map<std::string, int64_t> last_beat_ms_;  // address -> time
+  std::map<int, std::vector<Round>> rounds_;      // group -> pending rounds
+  std::map<std::string, int64_t> last_beat_ms_;   // address -> time
   int next_reject_id_ = -1000;
 
   // Heartbeat thread.

@@ -127,10 +127,9 @@ void Node::HandleJoin(const Message& msg) {
                  << ": the cluster has already formed";
     RejectLocked(node, key,
                  "the cluster has already formed with " +
-                           std::to_string(options_.num_servers) +
-                           " servers and " +
-                           std::to_string(options_.num_workers) +
-                           " workers; this node is one too many");
+                     std::to_string(options_.num_servers) + " servers and " +
+                     std::to_string(options_.num_workers) +
+                     " workers; this node is one too many");
     return;
   }
   auto known = join_keys_.find(node.address());
@@ -141,8 +140,7 @@ void Node::HandleJoin(const Message& msg) {
     std::string since;
     if (LogAllowed("join key", &since)) {
       LOG(WARNING) << "refusing a join from " << node.DebugString()
-                   << ": another process has joined from that address"
-                   << since;
+                   << ": another process has joined from that address" << since;
     }
     return;
   }
@@ -158,12 +156,12 @@ void Node::HandleJoin(const Message& msg) {
   if (same_role >= expected) {
     LOG(WARNING) << "rejecting " << node.DebugString() << ": already "
                  << expected << " " << RoleName(node.role) << "s";
-    RejectLocked(node, key,
-                 "DMLC_NUM_" +
-                           std::string(node.role == Role::kServer ? "SERVER"
-                                                                  : "WORKER") +
-                           "=" + std::to_string(expected) +
-                           " and that many have joined already");
+    RejectLocked(
+        node, key,
+        "DMLC_NUM_" +
+            std::string(node.role == Role::kServer ? "SERVER" : "WORKER") +
+            "=" + std::to_string(expected) +
+            " and that many have joined already");
     return;
   }
   joins_.push_back(node);

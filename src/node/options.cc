@@ -153,8 +153,8 @@ Status ReadClusterToken(std::string* token) {
     source = std::string("EMBER_CLUSTER_TOKEN_FILE=") + file;
     std::ifstream in(file, std::ios::binary);
     if (!in) {
-      return Status::InvalidArgument(source + ": cannot read the file: " +
-                                     std::strerror(errno));
+      return Status::InvalidArgument(
+          source + ": cannot read the file: " + std::strerror(errno));
     }
     std::string contents((std::istreambuf_iterator<char>(in)),
                          std::istreambuf_iterator<char>());

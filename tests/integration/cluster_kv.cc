@@ -6,15 +6,27 @@
 
 #include <gflags/gflags.h>
 
+#include <atomic>
+#include <cstdio>
 #include <deque>
+#include <fstream>
 #include <random>
+#include <thread>
 
+#include "node/node.h"
 #include "ps/ps.h"
 
 DEFINE_int32(rounds, 20, "push rounds per worker");
 DEFINE_int32(shared_keys, 5000, "dense keys 0..N-1 every worker pushes to");
 DEFINE_int32(own_keys, 3000, "random 64-bit keys private to each worker");
 DEFINE_int32(window, 8, "pushes in flight");
+DEFINE_string(attack, "",
+              "worker 0 runs this command halfway through, with "
+              "--scheduler=HOST:PORT --nodes=ID@HOST:PORT,... appended "
+              "(forge: a process that never joined)");
+DEFINE_int32(max_rss_growth_mb, 0,
+             "fail if this node's resident memory grows by more (0: no "
+             "check); every node reports what it dropped and its memory");
 
 namespace {
 
@@ -35,6 +47,44 @@ std::vector<Key> OwnKeys(int rank) {
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   return keys;
+}
+
+// "server 0 (id 8, 127.0.0.1:4567)" -> "127.0.0.1:4567".
+std::string AddressOf(int id) {
+  std::string d = ps::Postoffice::Get()->node()->Describe(id);
+  size_t comma = d.find(", ", d.find("(id "));
+  size_t close = d.find_first_of(",)", comma + 2);
+  return d.substr(comma + 2, close - comma - 2);
+}
+
+// Runs the --attack command against every node, on a thread of its own.
+std::atomic<bool> attack_done{false};
+
+std::thread StartAttack() {
+  std::string command =
+      FLAGS_attack + " --scheduler=" + AddressOf(1) + " --nodes=";
+  std::vector<int> ids =
+      ps::Postoffice::Get()->GetNodeIDs(ps::kServerGroup + ps::kWorkerGroup);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    command +=
+        (i ? "," : "") + std::to_string(ids[i]) + "@" + AddressOf(ids[i]);
+  }
+  return std::thread([command] {
+    LOG(INFO) << "cluster_kv: attacking: " << command;
+    int rc = std::system(command.c_str());
+    LOG(INFO) << "cluster_kv: the attack ended with status " << rc;
+    attack_done = true;
+  });
+}
+
+// Resident memory of this process, in kB (VmRSS), or -1.
+long ResidentKb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
 }
 
 int Fail(const std::string& what) {
@@ -79,7 +129,11 @@ int RunWorker() {
     }
     return ps::Status::OK();
   };
+  std::thread attack;
   for (int r = 0; r < FLAGS_rounds; ++r) {
+    if (rank == 0 && r == FLAGS_rounds / 2 && !FLAGS_attack.empty()) {
+      attack = StartAttack();
+    }
     kv_flight.push_back(
         kv.ZPush(ps::SArray<Key>(shared), ps::SArray<float>(shared_vals)));
     kv_flight.push_back(kv.Push(own, own_vals));
@@ -91,6 +145,18 @@ int RunWorker() {
   ps::Status s = drain(&kv, &kv_flight, 0);
   if (s.ok()) s = drain(&var, &var_flight, 0);
   if (!s.ok()) return Fail("push failed: " + s.ToString());
+  // The sums are checked after the attack has done all it could; until it
+  // ends, worker 0 keeps the servers busy answering pulls.
+  if (attack.joinable()) {
+    int pulls = 0;
+    std::vector<float> ignored;
+    while (!attack_done) {
+      kv.Wait(kv.Pull(shared, &ignored));
+      ++pulls;
+    }
+    attack.join();
+    LOG(INFO) << "cluster_kv: " << pulls << " pulls during the attack";
+  }
   ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup);
 
   std::vector<float> got;
@@ -149,8 +215,25 @@ int main(int argc, char* argv[]) {
     var_server = std::make_unique<ps::KVServer<float>>(1);
     var_server->set_request_handle(ps::KVServerDefaultHandle<float>());
   }
+  const long rss_start_kb = ResidentKb();
   int rc = ps::IsWorker() ? RunWorker() : 0;
   if (rc != 0) return rc;
+  // After the final barrier every attack is over (worker 0 waits for its
+  // end before it pulls).
   ps::Finalize(0, true);
+  const long growth_mb = (ResidentKb() - rss_start_kb) / 1024;
+  ps::Node* node = ps::Postoffice::Get()->node();
+  LOG(INFO) << "cluster_kv: dropped "
+            << node->counters().dropped_unauthenticated
+            << " unauthenticated and " << node->counters().dropped_bad_control
+            << " bad control messages, rejected "
+            << node->van()->counters().rejected_messages
+            << " undecodable ones; resident memory grew by " << growth_mb
+            << " MB";
+  if (FLAGS_max_rss_growth_mb > 0 && growth_mb > FLAGS_max_rss_growth_mb) {
+    return Fail("resident memory grew by " + std::to_string(growth_mb) +
+                " MB, more than --max_rss_growth_mb=" +
+                std::to_string(FLAGS_max_rss_growth_mb));
+  }
   return 0;
 }

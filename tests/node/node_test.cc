@@ -209,8 +209,7 @@ TEST(NodeTest, JoinWithoutTheClusterTokenIsRefused) {
                   cluster.clock());
     Status s = intruder.Start(0, false);
     EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
-    EXPECT_NE(s.message().find("EMBER_CLUSTER_TOKEN"), std::string::npos)
-        << s;
+    EXPECT_NE(s.message().find("EMBER_CLUSTER_TOKEN"), std::string::npos) << s;
   }
   formed.get();
   EXPECT_EQ(cluster.scheduler()->node()->counters().dropped_unauthenticated,

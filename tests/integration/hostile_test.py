@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""A 2 x 2 job under attack by a process that never joined it (forge).
+
+usage: hostile_test.py control|token|garbage LOCAL_SH CLUSTER_KV FORGE
+
+control  forged ABORT, NODE_TABLE, NODE_FAILED, heartbeats, LEAVE, barrier
+         requests and pushes, and a late join: each node drops and counts what
+         it was sent, logs it, and the job finishes with exact sums.
+token    the same with EMBER_CLUSTER_TOKEN set: the scheduler also refuses the
+         join for its missing token, and says so.
+garbage  10 s of random frames at every node's port: each node's resident
+         memory grows by at most 20 MB (cluster_kv checks), each logs at most
+         100 lines about it, and the job finishes with exact sums.
+
+The program is the scheduler too (EMBER_PROGRAM_SCHEDULER=1), so the
+scheduler reports what it dropped like the others. Every process's output is
+printed when the test fails.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROLES = ["scheduler-0", "server-0", "server-1", "worker-0", "worker-1"]
+MAX_LOG_LINES = 100
+MAX_RSS_GROWTH_MB = 20
+
+
+def fail(why, output):
+    sys.stdout.write(output)
+    print(f"hostile_test: FAIL: {why}")
+    sys.exit(1)
+
+
+def main():
+    if len(sys.argv) != 5 or sys.argv[1] not in ("control", "token", "garbage"):
+        print(__doc__)
+        return 2
+    mode, local_sh, cluster_kv, forge = sys.argv[1:]
+    forge_mode = "garbage --seconds=10" if mode == "garbage" else "control"
+    env = dict(os.environ)
+    env.update({"EMBER_PROGRAM_SCHEDULER": "1", "EMBER_TIMEOUT": "90"})
+    env.pop("EMBER_CLUSTER_TOKEN", None)
+    env.pop("EMBER_CLUSTER_TOKEN_FILE", None)
+    if mode == "token":
+        env["EMBER_CLUSTER_TOKEN"] = "hostile-test-token"
+    with tempfile.TemporaryDirectory() as logs:
+        env["EMBER_LOG_DIR"] = logs
+        command = [local_sh, "2", "2", cluster_kv,
+                   f"--attack={forge} --mode={forge_mode}"]
+        if mode == "garbage":
+            command.append(f"--max_rss_growth_mb={MAX_RSS_GROWTH_MB}")
+        try:
+            run = subprocess.run(command, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, timeout=110,
+                                 check=False)
+        except subprocess.TimeoutExpired as e:
+            fail("the job did not end within 110 s",
+                 (e.output or b"").decode(errors="replace"))
+        output = run.stdout.decode(errors="replace")
+        if run.returncode != 0:
+            fail(f"the job ended with status {run.returncode}", output)
+        node_logs = {}
+        for role in ROLES:
+            path = os.path.join(logs, role + ".log")
+            if not os.path.exists(path):
+                fail(f"no log of {role}", output)
+            with open(path, errors="replace") as f:
+                node_logs[role] = f.read()
+
+    if "forge: " not in output:
+        fail("the attack did not run", output)
+    for role, log in node_logs.items():
+        report = re.search(r"cluster_kv: dropped (\d+) unauthenticated", log)
+        if not report:
+            fail(f"{role} did not report what it dropped", output)
+        if int(report.group(1)) == 0:
+            fail(f"{role} dropped nothing: the attack did not reach it",
+                 output)
+        if "aborted" in log or "declared dead" in log:
+            fail(f"{role} took a forged message for real", output)
+        lines = sum(1 for line in log.splitlines() if "dropping" in line)
+        if lines > MAX_LOG_LINES:
+            fail(f"{role} logged {lines} lines about dropped messages "
+                 f"(at most {MAX_LOG_LINES})", output)
+        print(f"hostile_test: {role}: {report.group(0)}, "
+              f"{lines} log lines about drops")
+    if mode in ("control", "token"):
+        answer = re.search(r"forge: the join was answered: abort: (.*)", output)
+        if not answer:
+            fail("the forged join got no ABORT", output)
+        print(f"hostile_test: the forged join was refused: {answer.group(1)}")
+        if mode == "token":
+            if "EMBER_CLUSTER_TOKEN" not in answer.group(1):
+                fail("the join was not refused for its token", output)
+            if not re.search(r"refusing a join from worker .*: no cluster "
+                             r"token", node_logs["scheduler-0"]):
+                fail("the scheduler did not log the refused join", output)
+    print(f"hostile_test: PASS ({mode})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
