@@ -43,6 +43,9 @@ class SimpleApp {
   virtual void Wait(int timestamp);
   // Ember: the same, returning the failure.
   [[nodiscard]] Status WaitStatus(int timestamp);
+  // Ember: the same, failing with kDeadlineExceeded (naming the nodes that
+  // have not answered) after `timeout_ms`.
+  [[nodiscard]] Status WaitStatus(int timestamp, int64_t timeout_ms);
 
   virtual void Response(const SimpleData& recv_req,
                         const std::string& res_body = "");

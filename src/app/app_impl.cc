@@ -53,6 +53,14 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler(peer, s);
     });
+    customer_->set_watch_handler([this](int64_t older_than_ms) {
+      Customer::WatchHandler handler;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        handler = watch_;
+      }
+      if (handler) handler(older_than_ms);
+    });
     customer_ptr_.store(customer_.get(), std::memory_order_release);
   }
   return customer_.get();
@@ -72,6 +80,11 @@ void AppImpl::set_inline_predicate(Customer::InlinePredicate predicate) {
 void AppImpl::set_peer_failure_handler(Customer::PeerFailureHandler handler) {
   std::lock_guard<std::mutex> lock(mu_);
   peer_failure_ = std::move(handler);
+}
+
+void AppImpl::set_watch_handler(Customer::WatchHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_ = std::move(handler);
 }
 
 void AppImpl::set_request_handle(SimpleApp::Handle handle) {
@@ -143,6 +156,10 @@ int AppImpl::Request(int head, const std::string& body, int recv_id) {
 
 Status AppImpl::Wait(int timestamp) { return customer()->Wait(timestamp); }
 
+Status AppImpl::WaitFor(int timestamp, int64_t timeout_ms) {
+  return customer()->WaitFor(timestamp, timeout_ms);
+}
+
 void AppImpl::Response(const SimpleData& req, const std::string& body) {
   Message msg;
   msg.meta.app_id = app_id_;
@@ -197,6 +214,10 @@ void SimpleApp::Wait(int timestamp) {
 }
 
 Status SimpleApp::WaitStatus(int timestamp) { return impl_->Wait(timestamp); }
+
+Status SimpleApp::WaitStatus(int timestamp, int64_t timeout_ms) {
+  return impl_->WaitFor(timestamp, timeout_ms);
+}
 
 void SimpleApp::Response(const SimpleData& recv_req,
                          const std::string& res_body) {

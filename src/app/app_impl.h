@@ -45,6 +45,8 @@ class AppImpl {
   // Runs on the customer thread when a peer dies (its id) or the node fails
   // (-1).
   void set_peer_failure_handler(Customer::PeerFailureHandler handler);
+  // Customer::set_watch_handler, on the customer thread.
+  void set_watch_handler(Customer::WatchHandler handler);
   // Customer::set_inline_predicate on the app's customer, if it exists
   // (after StopDelivery it does not, and none is created).
   void set_inline_predicate(Customer::InlinePredicate predicate);
@@ -53,6 +55,7 @@ class AppImpl {
 
   int Request(int head, const std::string& body, int recv_id);
   Status Wait(int timestamp);
+  Status WaitFor(int timestamp, int64_t timeout_ms);
   void Response(const SimpleData& req, const std::string& body);
 
  private:
@@ -72,6 +75,7 @@ class AppImpl {
   KVHandler kv_handler_;                       // Guarded by mu_.
   FailureHandler kv_failure_;                  // Guarded by mu_.
   Customer::PeerFailureHandler peer_failure_;  // Guarded by mu_.
+  Customer::WatchHandler watch_;               // Guarded by mu_.
   // Shared so a call runs the one instance (handles may hold state) without
   // holding mu_.
   std::shared_ptr<SimpleApp::Handle> request_handle_;   // Guarded by mu_.

@@ -26,10 +26,12 @@ class KVServerCore::Impl {
     app_->set_kv_handler([this](Message& msg) { Process(msg); }, nullptr);
     app_->set_peer_failure_handler(
         [this](int peer, const Status& s) { OnPeerFailed(peer, s); });
+    app_->set_watch_handler([this](int64_t ms) { LogLongWaits(ms); });
   }
   ~Impl() {
     app_->set_kv_handler(nullptr, nullptr);
     app_->set_peer_failure_handler(nullptr);
+    app_->set_watch_handler(nullptr);
     std::lock_guard<std::mutex> lock(mu_);
     if (controller_ && (config_.mode != ConsistencyConfig::Mode::kAsp ||
                         app_->node()->options().verbose > 0)) {
@@ -144,6 +146,17 @@ class KVServerCore::Impl {
       }
     }
     return controller_.get();
+  }
+
+  // The pulls the consistency controller holds, and on whom they wait.
+  void LogLongWaits(int64_t older_than_ms) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!controller_) return;
+    for (const std::string& line :
+         controller_->DescribeLongWaits(older_than_ms)) {
+      LOG(WARNING) << "server app " << app_->app_id() << " ("
+                   << config_.ToString() << "): " << line;
+    }
   }
 
   void OnPeerFailed(int peer, const Status& status) {

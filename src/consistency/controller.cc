@@ -200,6 +200,60 @@ void ConsistencyController::OnFailAll(const Status& status) {
   for (auto& p : pulls) cb_.fail(p.request, status);
 }
 
+std::vector<std::string> ConsistencyController::DescribeLongWaits(
+    int64_t older_than_ms, size_t max) const {
+  std::vector<std::string> lines;
+  const int64_t now = clock_->NowMs();
+  size_t long_ones = 0;
+  auto name = [this](size_t rank) {
+    return "worker " + std::to_string(rank) + " (id " +
+           std::to_string(workers_[rank]) + ")";
+  };
+  for (const PendingPull& p : pulls_) {
+    const int64_t waited = now - p.arrived_ms;
+    if (waited < older_than_ms) continue;
+    if (++long_ones > max) continue;
+    const int64_t c = p.request.clock;
+    std::string line = "pull from " + name(p.worker) + " at clock " +
+                       std::to_string(c) + " has waited " +
+                       std::to_string(waited / 1000) + " s";
+    std::string behind;
+    if (config_.staleness != ConsistencyConfig::kUnbounded) {
+      // It needs every live worker at clock c - staleness or later.
+      for (size_t j = 0; j < workers_.size(); ++j) {
+        if (live_[j] && clocks_[j] < c - config_.staleness) {
+          behind += (behind.empty() ? "" : ", ") + name(j) + " at clock " +
+                    std::to_string(clocks_[j]);
+        }
+      }
+    }
+    if (!behind.empty()) {
+      line += " for " + behind + " (staleness " +
+              std::to_string(config_.staleness) + ")";
+    } else if (config_.mode == ConsistencyConfig::Mode::kBsp &&
+               HasPendingPush(p.worker, p.request.kvs.keys)) {
+      // Its own pushes of the round wait for the others' pushes to the same
+      // keys, or their clocks.
+      std::string open;
+      for (size_t j = 0; j < workers_.size(); ++j) {
+        if (live_[j] && static_cast<int>(j) != p.worker && clocks_[j] <= c) {
+          open += (open.empty() ? "" : ", ") + name(j) + " (clock " +
+                  std::to_string(clocks_[j]) + ")";
+        }
+      }
+      line += " for its own pushes of clock " + std::to_string(c) +
+              " to be applied: the round needs the pushes or the clock of " +
+              (open.empty() ? std::string("nobody (a bug)") : open);
+    }
+    lines.push_back(line);
+  }
+  if (long_ones > max) {
+    lines.push_back("and " + std::to_string(long_ones - max) +
+                    " more pulls held as long");
+  }
+  return lines;
+}
+
 bool ConsistencyController::PullReady(const PendingPull& p) const {
   if (config_.staleness != ConsistencyConfig::kUnbounded &&
       MinLiveClock() < p.request.clock - config_.staleness) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -59,6 +60,13 @@ class ConsistencyController {
   void OnWorkerFailed(int worker, const Status& status);
   // The node is failing: answer every waiting request with `status`.
   void OnFailAll(const Status& status);
+
+  // One line for each of the (at most `max`) pulls held longer than
+  // `older_than_ms`, saying what each waits for and on whom, e.g. "pull
+  // from worker 0 (id 9) at clock 7 has waited 5 s for worker 2 (id 13) at
+  // clock 6"; a last line counts the rest.
+  std::vector<std::string> DescribeLongWaits(int64_t older_than_ms,
+                                             size_t max = 5) const;
 
   // Thread-safe.
   ConsistencyStats stats() const;

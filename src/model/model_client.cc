@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "model/model_protocol.h"
+#include "node/node.h"
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
@@ -375,7 +376,15 @@ class ModelClient::Impl {
   Status Ask(ControlOp op, const std::string& body,
              std::vector<std::string>* replies) {
     int ts = control_->Request(static_cast<int>(op), body, kServerGroup);
-    Status s = control_->WaitStatus(ts);
+    // Bounded: a server that never answers (its control thread stuck, say)
+    // fails the call with the servers named, instead of hanging the caller.
+    Status s = control_->WaitStatus(
+        ts, postoffice_->node()->options().model_timeout_ms);
+    if (s.code() == Status::Code::kDeadlineExceeded) {
+      s = Status::DeadlineExceeded(std::string("model ") + model::OpName(op) +
+                                   ": " + s.message() +
+                                   " (EMBER_MODEL_TIMEOUT)");
+    }
     std::vector<std::string> answers;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -53,6 +53,26 @@ enum class ControlOp : int {
   kLoadAbort = 7,
 };
 
+inline const char* OpName(ControlOp op) {
+  switch (op) {
+    case ControlOp::kRegisterTable:
+      return "RegisterTable";
+    case ControlOp::kRegisterDense:
+      return "RegisterDense";
+    case ControlOp::kSave:
+      return "Save";
+    case ControlOp::kLoad:
+      return "Load";
+    case ControlOp::kVersion:
+      return "version";
+    case ControlOp::kLoadCommit:
+      return "Load (commit)";
+    case ControlOp::kLoadAbort:
+      return "Load (abort)";
+  }
+  return "control";
+}
+
 enum class RowOp : int {
   kPull = 1,       // pull rows (tables: created on first pull)
   kPush = 2,       // push gradients

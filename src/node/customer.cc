@@ -49,6 +49,58 @@ void Customer::set_peer_failure_handler(PeerFailureHandler handler) {
   peer_failure_handler_ = std::move(handler);
 }
 
+void Customer::set_watch_handler(WatchHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_handler_ = std::move(handler);
+}
+
+void Customer::Watch(int64_t older_than_ms) {
+  Event e;
+  e.watch_ms = older_than_ms;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (watch_queued_) return;  // The last one has not run yet.
+    watch_queued_ = true;
+    ++queued_;
+  }
+  if (!queue_.Push(std::move(e))) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --queued_;
+    watch_queued_ = false;
+    return;
+  }
+  WakeLoop();
+}
+
+void Customer::LogLongWaits(int64_t older_than_ms) {
+  constexpr size_t kMaxLines = 5;
+  size_t total = 0;
+  std::vector<RequestTracker::LongWait> waits =
+      tracker_.LongWaits(older_than_ms, kMaxLines, &total);
+  for (const RequestTracker::LongWait& w : waits) {
+    std::string whom;
+    if (!w.expected) {
+      whom = " (being sent)";
+    } else {
+      constexpr size_t kMaxNames = 4;
+      for (size_t i = 0; i < w.peers.size() && i < kMaxNames; ++i) {
+        whom += (i ? ", " : " for ") + node_->Describe(w.peers[i]);
+      }
+      if (w.peers.size() > kMaxNames) {
+        whom += " and " + std::to_string(w.peers.size() - kMaxNames) + " more";
+      }
+    }
+    LOG(WARNING) << "app " << app_id_ << " (customer " << customer_id_
+                 << "): request " << w.timestamp << " has waited "
+                 << w.waited_ms / 1000 << " s" << whom;
+  }
+  if (total > waits.size()) {
+    LOG(WARNING) << "app " << app_id_ << " (customer " << customer_id_
+                 << "): and " << total - waits.size()
+                 << " more requests waiting as long";
+  }
+}
+
 void Customer::set_inline_predicate(InlinePredicate predicate) {
   std::lock_guard<std::mutex> lock(mu_);
   inline_predicate_ = std::move(predicate);
@@ -243,7 +295,30 @@ Status Customer::Wait(int timestamp) {
   return tracker_.Wait(timestamp);
 }
 
+Status Customer::WaitFor(int timestamp, int64_t timeout_ms) {
+  Status s = tracker_.Wait(timestamp, timeout_ms);
+  if (s.code() != Status::Code::kDeadlineExceeded) return s;
+  std::string who;
+  for (int peer : tracker_.Owed(timestamp)) {
+    who += (who.empty() ? "" : ", ") + node_->Describe(peer);
+  }
+  return Status::DeadlineExceeded("no answer within " +
+                                  std::to_string(timeout_ms / 1000) +
+                                  " s from " + who);
+}
+
 void Customer::Handle(Event& e) {
+  if (e.watch_ms >= 0) {
+    WatchHandler handler;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watch_queued_ = false;
+      handler = watch_handler_;
+    }
+    LogLongWaits(e.watch_ms);
+    if (handler) handler(e.watch_ms);
+    return;
+  }
   if (e.failed_peer >= 0 || e.fail_all) {
     std::vector<int> failed =
         e.fail_all ? tracker_.FailAll(e.status)

@@ -62,6 +62,15 @@ class Customer {
   // node fails as a whole (-1), after the affected requests have failed.
   using PeerFailureHandler = std::function<void(int peer, const Status&)>;
   void set_peer_failure_handler(PeerFailureHandler handler);
+  // Runs on the customer thread at each Watch(), after this customer has
+  // logged its own long waits: an app logs what it holds (a server's
+  // bsp/ssp pulls).
+  using WatchHandler = std::function<void(int64_t older_than_ms)>;
+  void set_watch_handler(WatchHandler handler);
+  // Logs, on the customer thread, every request of this customer open for
+  // longer than `older_than_ms` and whom it waits for; then runs the watch
+  // handler. Called by the node every EMBER_WAIT_LOG_INTERVAL_MS.
+  void Watch(int64_t older_than_ms);
 
   // Messages for which `predicate` (called under this customer's lock; it
   // must be cheap and must not block) returns true may be handled on the
@@ -99,6 +108,11 @@ class Customer {
   // thread already does so, the caller waits inside Van::CoReceive, so the
   // response it waits for is handled on its own thread if it receives it.
   Status Wait(int timestamp);
+  // The same, giving up after `timeout_ms` with kDeadlineExceeded naming
+  // the peers that have not answered (the request stays open: their late
+  // answers are handled and dropped). It waits on the tracker, not inside
+  // the van: for rare requests (model control), not the data path.
+  Status WaitFor(int timestamp, int64_t timeout_ms);
   // Called when `peer` is declared dead: its requests fail on this thread.
   void OnPeerFailed(int peer, const Status& status);
   // Fails every open request (expulsion, abort).
@@ -115,8 +129,10 @@ class Customer {
     Message msg;
     int failed_peer = -1;  // >= 0: a peer failure, not a message
     bool fail_all = false;
+    int64_t watch_ms = -1;  // >= 0: a Watch, not a message
     Status status;
   };
+  void LogLongWaits(int64_t older_than_ms);
   void Loop();
   // Waits for work inside the van (see Route::kKeep); false if the van
   // cannot be waited in now (then wait on the queue).
@@ -139,6 +155,8 @@ class Customer {
   std::condition_variable idle_cv_;
   FailureHandler failure_handler_;           // Guarded by mu_.
   PeerFailureHandler peer_failure_handler_;  // Guarded by mu_.
+  WatchHandler watch_handler_;               // Guarded by mu_.
+  bool watch_queued_ = false;                // Guarded by mu_.
   uint64_t queued_ = 0;                      // Guarded by mu_.
   uint64_t handled_ = 0;                     // Guarded by mu_.
   bool held_ = false;                        // Guarded by mu_.

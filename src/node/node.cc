@@ -131,10 +131,32 @@ Status Node::Start(int customer_id, bool do_barrier) {
     lock.lock();
     // The scheduler has its own start deadline and names what is missing;
     // ours is a little longer so its explanation arrives first.
-    auto deadline = std::chrono::milliseconds(options_.start_timeout_ms + 2000);
-    bool done = cv_.wait_for(lock, deadline, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline =
+        start + std::chrono::milliseconds(options_.start_timeout_ms + 2000);
+    auto joined = [&] {
       return logical_.count(customer_id) > 0 || !abort_status_.ok();
-    });
+    };
+    bool done = false;
+    while (!(done = joined()) && std::chrono::steady_clock::now() < deadline) {
+      auto next = deadline;
+      if (options_.wait_log_interval_ms > 0) {
+        next = std::min(
+            next, std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(options_.wait_log_interval_ms));
+      }
+      if (cv_.wait_until(lock, next, joined)) continue;
+      if (next < deadline) {
+        LOG(WARNING) << "waiting "
+                     << std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count()
+                     << " s for the node table from the scheduler at "
+                     << options_.scheduler_host << ":"
+                     << options_.scheduler_port
+                     << " (the cluster forms when every node has joined)";
+      }
+    }
     if (!abort_status_.ok()) return abort_status_;
     if (!done) {
       return Status::DeadlineExceeded(
@@ -213,10 +235,17 @@ void Node::HeartbeatLoop() {
   NameThisThread("ember-heartbeat");
   std::unique_lock<std::mutex> lock(hb_mu_);
   auto interval = std::chrono::milliseconds(options_.heartbeat_interval_ms);
+  int64_t last_watch_ms = clock_->NowMs();
   while (!hb_cv_.wait_for(lock, interval, [this] { return hb_stop_; })) {
     lock.unlock();
     SendHeartbeat();
     CheckLiveness();
+    const int64_t now = clock_->NowMs();
+    if (options_.wait_log_interval_ms > 0 &&
+        now - last_watch_ms >= options_.wait_log_interval_ms) {
+      last_watch_ms = now;
+      WatchWaits();
+    }
     lock.lock();
   }
 }
@@ -261,6 +290,42 @@ void Node::CheckLiveness() {
   }
 }
 
+void Node::WatchWaits() {
+  const int64_t interval = options_.wait_log_interval_ms;
+  if (interval <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return;
+  const int64_t now = clock_->NowMs();
+  // Under mu_, so no customer is destroyed meanwhile; Watch only queues.
+  for (const auto& c : customers_) c.second->Watch(interval);
+  for (const auto& b : barrier_since_) {
+    if (now - b.second.second < interval) continue;
+    LOG(WARNING) << "customer " << b.first << " has waited "
+                 << (now - b.second.second) / 1000 << " s at a barrier over "
+                 << "group " << b.second.first
+                 << (options_.role == Role::kScheduler
+                         ? ""
+                         : " (the scheduler logs whom it waits for)");
+  }
+  if (options_.role != Role::kScheduler) return;
+  for (const auto& entry : rounds_) {
+    if (entry.second.empty()) continue;
+    const Round& round = entry.second.front();
+    if (now - round.started_ms < interval) continue;
+    std::string missing;
+    size_t count = 0;
+    for (int id : GetNodeIdsLocked(entry.first)) {
+      if (left_.count(id) || dead_.count(id) || round.arrived.count(id)) {
+        continue;
+      }
+      if (++count <= 8) missing += (count > 1 ? ", " : "") + DescribeLocked(id);
+    }
+    if (count > 8) missing += " and " + std::to_string(count - 8) + " more";
+    LOG(WARNING) << "barrier over group " << entry.first << " has waited "
+                 << (now - round.started_ms) / 1000 << " s for " << missing;
+  }
+}
+
 Status Node::Barrier(int customer_id, int group) {
   // A program that reaches a barrier has set up its apps: let every held one
   // start handling messages (peers may need their answers to get here too).
@@ -283,6 +348,7 @@ Status Node::Barrier(int customer_id, int group) {
                                    ", which has not called Start");
   }
   barrier_waits_[customer_id] = {false, Status::OK()};
+  barrier_since_[customer_id] = {group, clock_->NowMs()};
   Message req;
   req.meta.control = Control::kBarrier;
   req.meta.request = true;
@@ -304,6 +370,7 @@ Status Node::Barrier(int customer_id, int group) {
                  ? barrier_waits_[customer_id].second
                  : abort_status_;
   barrier_waits_.erase(customer_id);
+  barrier_since_.erase(customer_id);
   return s;
 }
 

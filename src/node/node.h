@@ -120,6 +120,11 @@ class Node {
   // with a fake clock and heartbeats disabled can drive them.
   void SendHeartbeat();
   void CheckLiveness();
+  // Logs every wait that has lasted longer than EMBER_WAIT_LOG_INTERVAL_MS
+  // and what it waits for: requests (each customer logs its own, on its
+  // thread), barriers and, on the scheduler, whom a barrier waits for. The
+  // heartbeat thread calls it once an interval.
+  void WatchWaits();
 
   // Data messages held for apps this node has not created (yet).
   size_t held_messages() const;
@@ -133,6 +138,7 @@ class Node {
  private:
   struct Round {
     std::map<int, int> arrived;  // id -> customer id
+    int64_t started_ms = 0;      // when the first one arrived
   };
 
   Status StartVan();
@@ -215,6 +221,7 @@ class Node {
   std::set<int> left_;
   Status abort_status_;
   std::map<int, std::pair<bool, Status>> barrier_waits_;  // by customer id
+  std::map<int, std::pair<int, int64_t>> barrier_since_;  // -> group, start
   std::map<std::pair<int, int>, Customer*> customers_;
   // Data messages for apps not created yet, by app id, with their arrival
   // time; requests held longer than options_.missing_app_timeout_ms are

@@ -21,9 +21,24 @@ constexpr uint64_t kFirstEpoch = 1;
 
 Status Node::SchedulerStart() {
   std::unique_lock<std::mutex> lock(mu_);
-  auto timeout = std::chrono::milliseconds(options_.start_timeout_ms);
-  bool formed = cv_.wait_for(
-      lock, timeout, [this] { return table_ready_ || !abort_status_.ok(); });
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(options_.start_timeout_ms);
+  auto done = [this] { return table_ready_ || !abort_status_.ok(); };
+  bool formed = false;
+  while (!(formed = done()) && std::chrono::steady_clock::now() < deadline) {
+    auto next = deadline;
+    if (options_.wait_log_interval_ms > 0) {
+      next = std::min(
+          next, std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(options_.wait_log_interval_ms));
+    }
+    if (cv_.wait_until(lock, next, done)) continue;
+    if (next < deadline) {
+      LOG(WARNING) << "waiting for the cluster to form: "
+                   << MissingNodesLocked();
+    }
+  }
+  formed = table_ready_;
   if (!abort_status_.ok()) return abort_status_;
   if (formed) return Status::OK();
   std::string missing = MissingNodesLocked();
@@ -269,7 +284,10 @@ void Node::HandleBarrierRequest(const Message& msg) {
   // A node that is already in the oldest pending round joins the next one.
   size_t r = 0;
   while (r < rounds.size() && rounds[r].arrived.count(sender)) ++r;
-  if (r == rounds.size()) rounds.emplace_back();
+  if (r == rounds.size()) {
+    rounds.emplace_back();
+    rounds.back().started_ms = clock_->NowMs();
+  }
   rounds[r].arrived[sender] = msg.meta.customer_id;
   VLOG(1) << "barrier " << group << ": " << rounds[r].arrived.size()
           << " arrived";

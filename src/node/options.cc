@@ -253,6 +253,12 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(ReadInt("EMBER_START_TIMEOUT", "ember_start_timeout", 1,
                              86400, &start_timeout_s));  // A day at most.
   o.start_timeout_ms = start_timeout_s * 1000;
+  int model_timeout_s = o.model_timeout_ms / 1000;
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_MODEL_TIMEOUT", nullptr, 1, 86400, &model_timeout_s));
+  o.model_timeout_ms = model_timeout_s * 1000;
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_WAIT_LOG_INTERVAL_MS", nullptr, 0, 3600000,
+                             &o.wait_log_interval_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_MISSING_APP_TIMEOUT_MS", nullptr, 1,
                              86400000, &o.missing_app_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_FINALIZE_TIMEOUT_MS", nullptr, 1, 3600000,

@@ -46,6 +46,13 @@ struct Options {
   int heartbeat_timeout_ms = 4000;  // EMBER_HEARTBEAT_TIMEOUT_MS
   int start_timeout_ms = 60000;     // EMBER_START_TIMEOUT (seconds in env)
   int finalize_timeout_ms = 10000;  // EMBER_FINALIZE_TIMEOUT_MS
+  // How long a model-layer control request (register, Save, Load, version)
+  // waits for every server before it fails naming the silent ones.
+  int model_timeout_ms = 600000;  // EMBER_MODEL_TIMEOUT (seconds in env)
+  // Every this often a wait that lasts (a request without its answers, a
+  // barrier, a server's held bsp/ssp pull, the cluster forming) is logged
+  // with what it waits for and on whom; 0 never.
+  int wait_log_interval_ms = 5000;  // EMBER_WAIT_LOG_INTERVAL_MS
   // How long a request may wait for its app to be created on this node
   // before it is answered kNotFound.
   int missing_app_timeout_ms = 10000;  // EMBER_MISSING_APP_TIMEOUT_MS

@@ -8,7 +8,8 @@ namespace ps {
 int RequestTracker::NewRequest() {
   std::lock_guard<std::mutex> lock(mu_);
   int ts = next_timestamp_++;
-  open_[ts] = Entry();
+  Entry& e = open_[ts];
+  e.opened = std::chrono::steady_clock::now();
   return ts;
 }
 
@@ -123,6 +124,32 @@ bool RequestTracker::ClearWaker() {
   std::lock_guard<std::mutex> lock(mu_);
   waker_ = nullptr;
   return waker_fired_;
+}
+
+std::vector<RequestTracker::LongWait> RequestTracker::LongWaits(
+    int64_t older_than_ms, size_t max, size_t* total) const {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<LongWait> waits;
+  *total = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Timestamps grow with time: the oldest requests come first.
+  for (const auto& entry : open_) {
+    const int64_t waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            now - entry.second.opened)
+            .count();
+    if (waited < older_than_ms) continue;
+    if (++*total > max) continue;
+    waits.push_back(LongWait{entry.first, waited, entry.second.expected,
+                             entry.second.peers});
+  }
+  return waits;
+}
+
+std::vector<int> RequestTracker::Owed(int timestamp) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(timestamp);
+  return it == open_.end() ? std::vector<int>() : it->second.peers;
 }
 
 Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {

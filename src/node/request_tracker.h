@@ -10,6 +10,7 @@
 #ifndef PS_NODE_REQUEST_TRACKER_H_
 #define PS_NODE_REQUEST_TRACKER_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -42,6 +43,8 @@ class RequestTracker {
 
   // Responses still owed; 0 if the request is not open.
   int Outstanding(int timestamp) const;
+  // The peers that still owe a response (none if the request is not open).
+  std::vector<int> Owed(int timestamp) const;
 
   // Records `peer`'s answer. Returns true if this completed the request
   // (successfully or not). Unexpected answers are ignored (false).
@@ -71,6 +74,17 @@ class RequestTracker {
   bool SetWaker(WakeFd* waker, int awaited = -1);
   bool ClearWaker();
 
+  // Open requests older than `older_than_ms`, oldest first, at most `max`
+  // of them; *total counts them all.
+  struct LongWait {
+    int timestamp = 0;
+    int64_t waited_ms = 0;
+    bool expected = false;   // false: not sent yet
+    std::vector<int> peers;  // still owed
+  };
+  std::vector<LongWait> LongWaits(int64_t older_than_ms, size_t max,
+                                  size_t* total) const;
+
   bool IsOpen(int timestamp) const;
   size_t open_requests() const;
 
@@ -78,6 +92,7 @@ class RequestTracker {
   struct Entry {
     std::vector<int> peers;  // Still owed.
     bool expected = false;   // Expect() was called.
+    std::chrono::steady_clock::time_point opened;
   };
   // Closes the request; the caller then calls NotifyAndUnlock (a waiter
   // woken under the lock would only block on it again).

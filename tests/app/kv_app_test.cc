@@ -8,8 +8,10 @@
 #include <memory>
 #include <random>
 
+#include "node/node.h"
 #include "ps/ps.h"
 #include "testutil/inproc_cluster.h"
+#include "testutil/log_capture.h"
 
 namespace ps {
 namespace {
@@ -18,8 +20,9 @@ namespace {
 // test.
 class KVAppTest : public ::testing::Test {
  protected:
-  void Form(int servers, int workers) {
-    cluster_ = std::make_unique<InProcCluster>(servers, workers);
+  void Form(int servers, int workers,
+            const std::function<void(Options*)>& tweak = nullptr) {
+    cluster_ = std::make_unique<InProcCluster>(servers, workers, tweak);
     cluster_->Start();
     for (int i = 0; i < servers; ++i) {
       auto s = std::make_unique<KVServer<float>>(0, cluster_->server(i));
@@ -502,6 +505,29 @@ TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
   // New requests that need the dead server fail at once.
   Status again = kv->WaitStatus(kv->Pull(keys, &out));
   EXPECT_EQ(again.code(), Status::Code::kUnavailable) << again;
+  DropClusterWithoutBarrier();
+}
+
+// No silent wait: a request that lasts is logged with the servers that owe
+// it an answer.
+TEST_F(KVAppTest, ARequestWithoutItsAnswersIsLoggedWithWhomItWaitsFor) {
+  Form(2, 1, [](Options* o) { o->wait_log_interval_ms = 1; });
+  Silence(1);
+  KVWorker<float>* kv = Worker(0);
+  std::vector<float> out;
+  LogCapture log;
+  int ts = kv->Pull(RandomKeys(100, 4), &out);
+  Node* node = cluster_->worker(0)->node();
+  const std::string waited = "request " + std::to_string(ts) + " has waited";
+  ASSERT_TRUE(WaitUntil([&] {
+    node->WatchWaits();
+    return !log.Find(waited).empty();
+  }));
+  std::string line = log.Find(waited)[0];
+  EXPECT_NE(line.find("for server 1 (id 10"), std::string::npos) << line;
+  EXPECT_EQ(line.find("server 0"), std::string::npos) << line;
+  cluster_->KillByHeartbeat(cluster_->server(1));
+  EXPECT_FALSE(kv->WaitStatus(ts).ok());
   DropClusterWithoutBarrier();
 }
 

@@ -121,6 +121,43 @@ TEST_F(ControllerTest, SspPullWaitsForTheSlowestWithinTheBound) {
   EXPECT_EQ(s.min_clock, 1);
 }
 
+// A held pull says what it waits for and on whom, once it has waited long.
+TEST_F(ControllerTest, LongHeldPullsAreDescribedWithWhomTheyWaitFor) {
+  Make("ssp:1", {kA, kB, kC});
+  c_->OnClock(kA, 7);
+  c_->OnClock(kB, 6);
+  Pull(kA, 1, 7, {1});  // Needs every worker at clock >= 6: C is at 0.
+  EXPECT_TRUE(Take().empty());
+  EXPECT_TRUE(c_->DescribeLongWaits(5000).empty());  // Not long yet.
+  clock_.Advance(6000);
+  std::vector<std::string> lines = c_->DescribeLongWaits(5000);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0],
+            "pull from worker 0 (id 9) at clock 7 has waited 6 s for worker 2 "
+            "(id 13) at clock 0 (staleness 1)");
+
+  // bsp: a pull waits for its own pushes of the round, which wait for the
+  // other workers.
+  Make("bsp");
+  Push(kA, 1, 0, {1});
+  Take();
+  Pull(kA, 2, 0, {1});
+  clock_.Advance(6000);
+  lines = c_->DescribeLongWaits(5000);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("for its own pushes of clock 0 to be applied: the "
+                          "round needs the pushes or the clock of worker 1 "
+                          "(id 11) (clock 0)"),
+            std::string::npos)
+      << lines[0];
+  // At most `max` lines and a count of the rest.
+  for (int ts = 3; ts < 10; ++ts) Pull(kA, ts, 0, {1});
+  clock_.Advance(6000);
+  lines = c_->DescribeLongWaits(5000, 2);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[2], "and 6 more pulls held as long");
+}
+
 TEST_F(ControllerTest, SspPushPullAppliesThePushAndHoldsThePull) {
   Make("ssp:0");
   c_->OnClock(kA, 1);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,10 +19,14 @@ namespace {
 
 class ModelClientTest : public ::testing::Test {
  protected:
-  void Form(int servers, int workers) {
-    cluster_ = std::make_unique<InProcCluster>(servers, workers);
+  // `model_servers`: how many servers run a ModelServer (-1: all).
+  void Form(int servers, int workers,
+            const std::function<void(Options*)>& tweak = nullptr,
+            int model_servers = -1) {
+    cluster_ = std::make_unique<InProcCluster>(servers, workers, tweak);
     cluster_->Start();
-    for (int i = 0; i < servers; ++i) {
+    if (model_servers < 0) model_servers = servers;
+    for (int i = 0; i < model_servers; ++i) {
       servers_.push_back(std::make_unique<ModelServer>(cluster_->server(i)));
     }
     for (int i = 0; i < workers; ++i) {
@@ -281,6 +286,68 @@ TEST_F(ModelClientTest, BspMergesARoundIntoOneOptimizerStep) {
           << mode << " " << row[0];
     }
   }
+}
+
+// Save and Load complete under every consistency mode while a round is
+// open: one worker has pushed for it, the other waits at a barrier for the
+// first.
+TEST_F(ModelClientTest, SaveAndLoadCompleteWhileARoundIsOpen) {
+  Form(2, 2);
+  const std::vector<uint64_t> ids{1, 2, 3};
+  char tmpl[] = "/tmp/ember-ckpt.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  for (const char* mode : {"asp", "ssp:1", "bsp"}) {
+    SCOPED_TRACE(mode);
+    const std::string name = std::string("e_") + mode;
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_TRUE(
+          client(w)->RegisterTable({name, 2, "zeros", "sgd(lr=1)", mode}).ok());
+    }
+    // Worker 0 pushes for round 0; worker 1 has not.
+    ASSERT_TRUE(
+        client(0)->Push({}, {{name, ids, std::vector<float>(6, 1.0f)}}).ok());
+    auto waiting = std::async(std::launch::async, [&] {
+      return cluster_->worker(1)->BarrierStatus(0, kWorkerGroup);
+    });
+    EXPECT_TRUE(client(0)->Save(dir).ok());
+    EXPECT_TRUE(client(0)->Load(dir).ok());
+    EXPECT_TRUE(cluster_->worker(0)->BarrierStatus(0, kWorkerGroup).ok());
+    EXPECT_TRUE(waiting.get().ok());
+    // Training goes on: worker 1 pushes for the round, both finish it and
+    // pull (the rows are what was loaded plus worker 1's step, or plus
+    // both: worker 0's push went to the model the load replaced).
+    auto step = [&](int w) {
+      return std::async(std::launch::async, [&, w] {
+        Status s = w == 1 ? client(1)->Push(
+                                {}, {{name, ids, std::vector<float>(6, 1.0f)}})
+                          : Status::OK();
+        if (s.ok()) s = client(w)->Clock();
+        std::vector<float> rows;
+        if (s.ok()) s = client(w)->PullRows(name, ids, &rows);
+        return s;
+      });
+    };
+    auto a = step(0), b = step(1);
+    ASSERT_EQ(a.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    ASSERT_EQ(b.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    EXPECT_TRUE(a.get().ok());
+    EXPECT_TRUE(b.get().ok());
+  }
+  system(("rm -rf " + dir).c_str());
+}
+
+// A server that never answers a model control request (here: it runs no
+// ModelServer) fails the call within EMBER_MODEL_TIMEOUT, naming it.
+TEST_F(ModelClientTest, ControlRequestsFailNamingASilentServer) {
+  Form(
+      2, 1, [](Options* o) { o->model_timeout_ms = 200; },
+      /*model_servers=*/1);
+  Status s = client(0)->RegisterTable({"e", 2, "zeros", "sgd(lr=1)", "asp"});
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("model RegisterTable"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("server 1"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("server 0"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "testutil/inproc_cluster.h"
+#include "testutil/log_capture.h"
 
 namespace ps {
 namespace {
@@ -216,6 +217,32 @@ TEST(NodeTest, JoinWithoutTheClusterTokenIsRefused) {
             2u);
   EXPECT_EQ(cluster.scheduler()->node()->GetNodeIds(kWorkerGroup).size(), 1u);
   cluster.Finalize();
+}
+
+// No silent wait: a barrier that lasts is logged by the scheduler with
+// whom it waits for, and by the waiting node.
+TEST(NodeTest, LongBarrierWaitsAreLoggedWithWhomTheyWaitFor) {
+  InProcCluster cluster(1, 2,
+                        [](Options* o) { o->wait_log_interval_ms = 5000; });
+  cluster.Start();
+  LogCapture log;
+  auto waiting = std::async(std::launch::async, [&] {
+    return cluster.worker(0)->BarrierStatus(0, kWorkerGroup);
+  });
+  Node* scheduler = cluster.scheduler()->node();
+  Node* worker = cluster.worker(0)->node();
+  ASSERT_TRUE(WaitUntil([&] {
+    cluster.clock()->Advance(1000);
+    scheduler->WatchWaits();
+    return !log.Find("barrier over group 4 has waited").empty();
+  }));
+  std::string line = log.Find("barrier over group 4 has waited")[0];
+  EXPECT_NE(line.find("for worker 1 (id 11"), std::string::npos) << line;
+  EXPECT_EQ(line.find("worker 0"), std::string::npos) << line;
+  worker->WatchWaits();
+  EXPECT_FALSE(log.Find("customer 0 has waited").empty());
+  EXPECT_TRUE(cluster.worker(1)->BarrierStatus(0, kWorkerGroup).ok());
+  EXPECT_TRUE(waiting.get().ok());
 }
 
 TEST(NodeTest, SilentSchedulerIsDetectedByNodes) {
