@@ -13,6 +13,8 @@
 #include "app/kv_frames.h"
 #include "consistency/controller.h"
 #include "ps/internal/kv_core.h"
+#include "util/clock.h"
+#include "util/log_limiter.h"
 
 namespace ps {
 
@@ -188,10 +190,20 @@ class KVServerCore::Impl {
     req.customer_id = msg.meta.customer_id;
     req.clock = msg.meta.clock;
     Status s = ParseKVFrames(msg, value_bytes_, &req.kvs);
+    const int max_keys = app_->node()->options().max_keys_per_request;
+    if (s.ok() && req.kvs.keys.size() > static_cast<size_t>(max_keys)) {
+      s = Status::InvalidArgument(
+          "a request of " + std::to_string(req.kvs.keys.size()) +
+          " keys; EMBER_MAX_KEYS_PER_REQUEST is " + std::to_string(max_keys));
+    }
     if (!s.ok()) {
       ++rejected_;
-      LOG(WARNING) << "rejecting request " << msg.meta.DebugString() << ": "
-                   << s;
+      uint64_t left_out = 0;
+      if (reject_log_.Allow(std::to_string(req.sender), Clock::Real()->NowMs(),
+                            &left_out)) {
+        LOG(WARNING) << "rejecting request " << msg.meta.DebugString() << ": "
+                     << s << LogLimiter::Since(left_out);
+      }
       Answer(req, s);
       return;
     }
@@ -212,6 +224,8 @@ class KVServerCore::Impl {
   const size_t value_bytes_;
   const Handler handler_;
   std::atomic<uint64_t> rejected_{0};
+  // At most a line a second per worker about its rejected requests.
+  LogLimiter reject_log_;
 
   mutable std::mutex mu_;
   ConsistencyConfig config_;  // Guarded by mu_.

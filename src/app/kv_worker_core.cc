@@ -177,8 +177,15 @@ Status KVWorkerCore::Impl::Validate(bool push, const RawKVs& kvs) const {
 // The shape checks of a push that do not look at every key: lens against
 // keys, values against lens or keys.
 Status KVWorkerCore::Impl::CheckShape(bool push, const RawKVs& kvs) const {
-  if (!push) return Status::OK();
   const size_t n = kvs.keys.size();
+  const int max_keys = app_->node()->options().max_keys_per_request;
+  if (n > static_cast<size_t>(max_keys)) {
+    return Status::InvalidArgument(
+        "a request of " + std::to_string(n) +
+        " keys; servers refuse more than EMBER_MAX_KEYS_PER_REQUEST=" +
+        std::to_string(max_keys));
+  }
+  if (!push) return Status::OK();
   const size_t nvals = kvs.vals.size() / value_bytes_;
   if (!kvs.lens.empty()) {
     if (kvs.lens.size() != n) {

@@ -185,6 +185,10 @@ Status Node::StartVan() {
   }
   TuneMalloc(options_.malloc_keep_mb);
   van_->set_spin(std::chrono::microseconds(options_.spin_us));
+  VanLimits limits;
+  limits.max_frame_bytes = int64_t{options_.max_frame_mb} << 20;
+  limits.receive_queue = options_.receive_queue;
+  van_->set_limits(limits);
   bool scheduler = options_.role == Role::kScheduler;
   std::string host = scheduler ? options_.scheduler_host : options_.node_host;
   int port = scheduler ? options_.scheduler_port : 0;
@@ -455,6 +459,16 @@ Status Node::Send(Message&& msg) {
     msg.meta.sender = it->second;
   }
   if (!abort_status_.ok()) return abort_status_;
+  const int64_t max_frame = int64_t{options_.max_frame_mb} << 20;
+  for (const SArray<char>& d : msg.data) {
+    if (static_cast<int64_t>(d.size()) > max_frame) {
+      return Status::InvalidArgument(
+          "a message frame of " + std::to_string(d.size()) +
+          " bytes is larger than EMBER_MAX_FRAME_MB=" +
+          std::to_string(options_.max_frame_mb) +
+          " (every node refuses such frames)");
+    }
+  }
   int recipient = msg.meta.recipient;
   if (dead_.count(recipient)) {
     return Status::Unavailable(DescribeLocked(recipient) + " is dead");

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 DEFINE_int32(ember_heartbeat_interval_ms, 500,
              "Interval between heartbeats to the scheduler; 0 disables them "
@@ -278,6 +279,13 @@ StatusOr<Options> Options::FromEnvironment() {
   }
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_MALLOC_KEEP_MB", nullptr, 0, 1 << 20, &o.malloc_keep_mb));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_MAX_FRAME_MB", nullptr, 1, 1 << 20, &o.max_frame_mb));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_MAX_KEYS_PER_REQUEST", nullptr, 1,
+                             std::numeric_limits<int>::max(),
+                             &o.max_keys_per_request));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_RECEIVE_QUEUE", nullptr, 0, 1 << 24, &o.receive_queue));
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_SPIN_US", "ember_spin_us", 0, 1000000, &o.spin_us));
   PS_RETURN_IF_ERROR(ReadConsistency(&o.consistency));

@@ -72,6 +72,20 @@ struct Options {
   // (docs/protocol.md, "Authentication").
   std::string cluster_token;
 
+  // Limits on what a peer may send (docs/protocol.md, "Limits"). The largest
+  // data frame or header, in MiB: ZeroMQ drops the connection of a peer that
+  // sends a larger one before allocating it, and a node refuses to send
+  // one (EMBER_MAX_FRAME_MB).
+  int max_frame_mb = 1024;
+  // Most keys in one key-value request: workers refuse to send more, servers
+  // refuse to handle more (EMBER_MAX_KEYS_PER_REQUEST).
+  int max_keys_per_request = 1 << 28;
+  // Messages received from one peer connection and not yet taken by the
+  // node: beyond it ZeroMQ stops reading that connection, so a fast sender
+  // waits instead of growing this process (EMBER_RECEIVE_QUEUE; 0: no
+  // bound). ZeroMQ counts messages, not bytes.
+  int receive_queue = 10000;
+
   // How the key ring places keys (EMBER_KEY_PLACEMENT: range or spread);
   // only the scheduler's setting matters: it goes out with the ring.
   Placement placement = Placement::kRange;

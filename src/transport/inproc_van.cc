@@ -156,8 +156,21 @@ void InProcVan::ReceiveAll() {
   while (inbox_.TryPop(&packet)) {
     Message msg;
     std::vector<uint64_t> frame_bytes;
-    Status s = DecodeMeta(packet.header.data(), packet.header.size(), &msg.meta,
-                          &frame_bytes);
+    // As ZeroMQ's ZMQ_MAXMSGSIZE would (it disconnects the peer instead).
+    Status s;
+    const int64_t max = limits_.max_frame_bytes;
+    auto too_big = [max](size_t n) {
+      return max >= 0 && static_cast<int64_t>(n) > max;
+    };
+    bool big = too_big(packet.header.size());
+    for (const SArray<char>& d : packet.data) big = big || too_big(d.size());
+    if (big) {
+      s = Status::Corruption("a frame larger than " + std::to_string(max) +
+                             " bytes");
+    } else {
+      s = DecodeMeta(packet.header.data(), packet.header.size(), &msg.meta,
+                     &frame_bytes);
+    }
     if (s.ok()) s = CheckFrames(frame_bytes, packet.data);
     if (!s.ok()) {
       counters_.rejected_messages++;

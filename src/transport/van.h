@@ -31,6 +31,16 @@ struct VanCounters {
   std::atomic<uint64_t> send_errors{0};
 };
 
+// What a van accepts from its peers (Options has the settings).
+struct VanLimits {
+  // Largest frame (header or data) received, in bytes; < 0: any. A peer
+  // that sends a larger one is disconnected before it is allocated.
+  int64_t max_frame_bytes = -1;
+  // Messages queued per peer connection before reading from it pauses;
+  // 0: no bound.
+  int receive_queue = 0;
+};
+
 class Van {
  public:
   using Handler = std::function<void(Message&& msg)>;
@@ -83,10 +93,15 @@ class Van {
   // 0 sleeps at once.
   virtual void set_spin(std::chrono::microseconds /*spin*/) {}
 
+  // Before Start.
+  virtual void set_limits(const VanLimits& limits) { limits_ = limits; }
+  const VanLimits& limits() const { return limits_; }
+
   const VanCounters& counters() const { return counters_; }
 
  protected:
   VanCounters counters_;
+  VanLimits limits_;
 };
 
 }  // namespace ps

@@ -62,10 +62,26 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   }
   zmq_ctx_set(context_, ZMQ_MAX_SOCKETS, 65536);
   router_ = zmq_socket(context_, ZMQ_ROUTER);
-  int zero = 0;
-  zmq_setsockopt(router_, ZMQ_RCVHWM, &zero, sizeof(zero));
-  int linger = 0;
-  zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger));
+  if (router_ == nullptr) {
+    Status s = Status::Internal("zmq_socket failed: " + ZmqError());
+    zmq_ctx_term(context_);
+    context_ = nullptr;
+    return s;
+  }
+  const int hwm = limits_.receive_queue;
+  const int linger = 0;
+  const int64_t max_frame = limits_.max_frame_bytes;
+  if (zmq_setsockopt(router_, ZMQ_RCVHWM, &hwm, sizeof(hwm)) != 0 ||
+      zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
+      zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_frame, sizeof(max_frame)) !=
+          0) {
+    Status s = Status::Internal("cannot set the receiving socket's options: " +
+                                ZmqError());
+    zmq_close(router_);
+    zmq_ctx_term(context_);
+    router_ = context_ = nullptr;
+    return s;
+  }
   std::string endpoint =
       "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
   if (zmq_bind(router_, endpoint.c_str()) != 0) {

@@ -508,6 +508,56 @@ TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
   DropClusterWithoutBarrier();
 }
 
+// EMBER_MAX_KEYS_PER_REQUEST: a worker refuses to send more keys, and a
+// server configured lower refuses to handle them; both name the setting.
+TEST_F(KVAppTest, RequestsWithTooManyKeysAreRefusedNamingTheLimit) {
+  Form(1, 1, [](Options* o) {
+    o->max_keys_per_request = o->role == Role::kServer ? 100 : 200;
+  });
+  KVWorker<float>* kv = Worker(0);
+  std::vector<Key> keys(300);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  std::vector<float> vals(keys.size(), 1.0f);
+  Status worker = kv->WaitStatus(kv->Push(keys, vals));
+  EXPECT_EQ(worker.code(), Status::Code::kInvalidArgument) << worker;
+  EXPECT_NE(worker.message().find("EMBER_MAX_KEYS_PER_REQUEST=200"),
+            std::string::npos)
+      << worker;
+  keys.resize(150);
+  vals.resize(150);
+  Status server = kv->WaitStatus(kv->Push(keys, vals));
+  EXPECT_EQ(server.code(), Status::Code::kInvalidArgument) << server;
+  EXPECT_NE(server.message().find("EMBER_MAX_KEYS_PER_REQUEST is 100"),
+            std::string::npos)
+      << server;
+  keys.resize(100);
+  vals.resize(100);
+  EXPECT_TRUE(kv->WaitStatus(kv->Push(keys, vals)).ok());
+}
+
+// EMBER_MAX_FRAME_MB: a node refuses to send a larger frame, and drops one it
+// receives (ZeroMQ disconnects the sender) before decoding it.
+TEST_F(KVAppTest, FramesLargerThanTheLimitAreNeitherSentNorTaken) {
+  Form(1, 1,
+       [](Options* o) { o->max_frame_mb = o->role == Role::kServer ? 1 : 2; });
+  KVWorker<float>* kv = Worker(0);
+  std::vector<Key> keys{1, 2};
+  std::vector<float> big(2 * 400000, 1.0f);  // 3.2 MB
+  Status s = kv->WaitStatus(kv->Push(keys, big));
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("EMBER_MAX_FRAME_MB=2"), std::string::npos) << s;
+  Van* server_van = cluster_->server(0)->node()->van();
+  const uint64_t rejected = server_van->counters().rejected_messages;
+  std::vector<float> medium(2 * 200000, 1.0f);  // 1.6 MB: the worker sends it
+  kv->Push(keys, medium);
+  EXPECT_TRUE(WaitUntil([&] {
+    return server_van->counters().rejected_messages == rejected + 1;
+  }));
+  // The server dropped it unread, so the request is never answered: end
+  // without the final barrier's wait for it.
+  DropClusterWithoutBarrier();
+}
+
 // No silent wait: a request that lasts is logged with the servers that owe
 // it an answer.
 TEST_F(KVAppTest, ARequestWithoutItsAnswersIsLoggedWithWhomItWaitsFor) {

@@ -45,6 +45,11 @@ const char* const kVariables[] = {
     "EMBER_SPIN_US",
     "EMBER_CLUSTER_TOKEN",
     "EMBER_CLUSTER_TOKEN_FILE",
+    "EMBER_MODEL_TIMEOUT",
+    "EMBER_WAIT_LOG_INTERVAL_MS",
+    "EMBER_MAX_FRAME_MB",
+    "EMBER_MAX_KEYS_PER_REQUEST",
+    "EMBER_RECEIVE_QUEUE",
 };
 
 // Clears the variables above for each test and restores the process's own
@@ -265,6 +270,11 @@ TEST_F(OptionsTest, OutOfRangeOptionalIntegersAreInvalidArgument) {
   ExpectEachRejected("EMBER_KEY_PLACEMENT", {"", "hash", "Range"});
   ExpectEachRejected("EMBER_MALLOC_KEEP_MB", {"-1", "1048577", "lots"});
   ExpectEachRejected("EMBER_SPIN_US", {"-1", "1000001", "200us"});
+  ExpectEachRejected("EMBER_MODEL_TIMEOUT", {"0", "86401"});
+  ExpectEachRejected("EMBER_WAIT_LOG_INTERVAL_MS", {"-1", "3600001"});
+  ExpectEachRejected("EMBER_MAX_FRAME_MB", {"0", "1048577", "1G"});
+  ExpectEachRejected("EMBER_MAX_KEYS_PER_REQUEST", {"0", "2147483648"});
+  ExpectEachRejected("EMBER_RECEIVE_QUEUE", {"-1", "16777217"});
 }
 
 TEST_F(OptionsTest, HeartbeatTimeoutBelowTwiceIntervalIsInvalidArgument) {

@@ -37,7 +37,7 @@ class InProcCluster {
  public:
   static constexpr int kTimeoutMs = 1000;
 
-  // `tweak`, if given, edits every node's options.
+  // `tweak`, if given, edits every node's options (its role is set).
   InProcCluster(int num_servers, int num_workers,
                 const std::function<void(Options*)>& tweak = nullptr) {
     Options base;
@@ -50,21 +50,24 @@ class InProcCluster {
     base.heartbeat_timeout_ms = kTimeoutMs;
     base.start_timeout_ms = 30000;
     base.finalize_timeout_ms = 30000;
-    if (tweak) tweak(&base);
+    auto make = [&](Options o) {
+      if (tweak) tweak(&o);
+      return Make(o);
+    };
     Options s = base;
     s.role = Role::kScheduler;
-    scheduler_ = Make(s);
+    scheduler_ = make(s);
     for (int i = 0; i < num_servers; ++i) {
       Options o = base;
       o.role = Role::kServer;
       o.rank_hint = i;
-      servers_.push_back(Make(o));
+      servers_.push_back(make(o));
     }
     for (int i = 0; i < num_workers; ++i) {
       Options o = base;
       o.role = Role::kWorker;
       o.rank_hint = i;
-      workers_.push_back(Make(o));
+      workers_.push_back(make(o));
     }
   }
 
