@@ -23,6 +23,7 @@ Standard library only; runs on Debian's /usr/bin/python3 (3.11).
 import argparse
 import ctypes
 import os
+import re
 import selectors
 import shlex
 import shutil
@@ -104,20 +105,23 @@ def parse_seconds(text, what):
     return value
 
 
+def is_variable_name(text):
+    return bool(text) and text.replace("_", "a").isalnum() and \
+        text.isascii() and not text[0].isdigit()
+
+
 def parse_env_pair(text, environ):
     """--env NAME=VALUE, NAME:VALUE (MXNet's launch.py) or NAME (its value
     here)."""
     for sep in ("=", ":"):
         name, found, value = text.partition(sep)
-        if found and name:
-            break
-    else:
-        name, value = text, environ.get(text)
-        if value is None:
-            raise UsageError("--env %s: not set here; give NAME=VALUE" % text)
-    if not name.replace("_", "a").isalnum() or name[0].isdigit():
-        raise UsageError("--env '%s': not a variable name" % text)
-    return name, value
+        if found and is_variable_name(name):
+            return name, value
+    if not is_variable_name(text):
+        raise UsageError("--env '%s': not NAME=VALUE" % text)
+    if text not in environ:
+        raise UsageError("--env %s: not set here; give NAME=VALUE" % text)
+    return text, environ[text]
 
 
 def resolve_executable(name, path=None):
@@ -586,6 +590,7 @@ class Node:
         self.buffer = b""
         self.status = None  # Exit status once reaped (128 + signal).
         self.group = False  # Leads a process group of its own.
+        self.relays_nodes = False  # An engine relaying --node output.
         self.stdin_pipe = None  # Write end of its stdin pipe (ssh), if any.
 
     @property
@@ -605,6 +610,12 @@ class Supervisor:
         self.nodes = []
         self.selector = selectors.DefaultSelector()
         self.signal_number = None
+        # The first failure a --node line reported through an engine:
+        # (name, pid, host, status).
+        self.reported_failure = None
+        self.failure_line = re.compile(
+            rb"^%s: ((?:server|worker) \d+) \(pid (\d+) on ([^)]*)\) "
+            rb"exited with status (\d+)$" % re.escape(name.encode()))
         self.use_pidfd = hasattr(os, "pidfd_open")
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -633,11 +644,12 @@ class Supervisor:
         sys.stderr.flush()
 
     def start(self, name, prefix, argv, env, log_path=None, stdin=None,
-              new_group=True, preexec_fn=None):
+              new_group=True, death_signal=signal.SIGKILL):
         """Starts ARGV with ENV in a process group of its own (so stop()
         reaches its children too; a session of its own would put it in an
         autogroup of its own, which halved a 4 x 4 cluster's throughput on 2
-        cores). Raises OSError if it cannot be started."""
+        cores). It gets DEATH_SIGNAL if this process dies first, even by
+        SIGKILL. Raises OSError if it cannot be started."""
         log = open(log_path, "wb") if log_path else None
         r, w = os.pipe()
         try:
@@ -645,7 +657,7 @@ class Supervisor:
                 argv, env=env, stdin=subprocess.DEVNULL if stdin is None
                 else stdin, stdout=w, stderr=w, close_fds=True,
                 process_group=0 if new_group else None,
-                preexec_fn=preexec_fn)
+                preexec_fn=lambda: set_parent_death_signal(death_signal))
         except OSError:
             os.close(r)
             if log:
@@ -682,6 +694,15 @@ class Supervisor:
             self.out_broken = True  # Output closed: keep supervising.
 
     def _emit(self, node, lines):
+        if node.relays_nodes and self.reported_failure is None:
+            for line in lines:
+                m = self.failure_line.match(line)
+                if m:
+                    self.reported_failure = (m.group(1).decode(),
+                                             int(m.group(2)),
+                                             m.group(3).decode(),
+                                             int(m.group(4)))
+                    break
         if node.log:
             node.log.write(b"".join(line + b"\n" for line in lines))
             node.log.flush()
@@ -881,7 +902,15 @@ def _wait(sup, job, deadline, until=None, engines=()):
         timeout = None if deadline is None else deadline - now
         if until is not None:
             timeout = 0.05 if timeout is None else min(timeout, 0.05)
-        for node in sup.step(timeout):
+        exited = sup.step(timeout)
+        if sup.reported_failure is not None:
+            name, pid, host, status = sup.reported_failure
+            sup.message("%s (pid %d on %s) exited with status %d; stopping "
+                        "the cluster" % (name, pid, host, status))
+            sup.describe_running()
+            sup.stop(engines)
+            raise JobFailed(status)
+        for node in exited:
             if node.status != 0:
                 sup.message("%s (pid %d) exited with status %d; stopping "
                             "the cluster" % (node.name, node.pid,
@@ -1051,7 +1080,9 @@ def _start_engine(sup, job, name, argv, environ, root_uri, root_port):
     env = dict(environ)
     env.pop("EMBER_PORT_FILE", None)
     env.update(job_environment(job, root_uri, root_port))
-    return _start(sup, name, "", argv, env, None)
+    node = _start(sup, name, "", argv, env, None, death_signal=signal.SIGTERM)
+    node.relays_nodes = True
+    return node
 
 
 def _start_ssh(sup, job, environ, script_path, hosts, root_uri, root_port):
@@ -1083,11 +1114,15 @@ def _start_ssh(sup, job, environ, script_path, hosts, root_uri, root_port):
             r, w = os.pipe()
             try:
                 node = _start(sup, "%s %d" % (role, i),
-                              "[%s %d] " % (role, i), argv, dict(environ),
-                              _log_path(job, role, i), stdin=r)
+                              "[%s %d] " % (role, i), argv,
+                              dict(environ, **job_environment(
+                                  job, root_uri, root_port)),
+                              _log_path(job, role, i), stdin=r,
+                              death_signal=signal.SIGTERM)
             finally:
                 os.close(r)
             node.stdin_pipe = w
+            node.relays_nodes = True  # The remote line names the real PID.
             clients.append(node)
     return clients
 
@@ -1165,8 +1200,7 @@ def run_node(argv, environ):
         try:
             child = sup.start(
                 label, "[%s] " % label if args.prefix else "", command, env,
-                new_group=False, preexec_fn=lambda: set_parent_death_signal(
-                    signal.SIGKILL))
+                new_group=False)
         except OSError as e:
             sys.stderr.write("%s: %s on %s: cannot start %s: %s\n" %
                              (name, label, host, command[0], e.strerror))
