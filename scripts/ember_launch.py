@@ -959,9 +959,6 @@ def _run(sup, job, environ, script_path, port_dir):
         sched_env["EMBER_PORT_FILE"] = port_file
     elif environ.get("EMBER_PORT_FILE"):
         sched_env["EMBER_PORT_FILE"] = environ["EMBER_PORT_FILE"]
-    if not local and not environ.get("DMLC_NODE_HOST") and \
-            not environ.get("DMLC_INTERFACE"):
-        sched_env["DMLC_NODE_HOST"] = root_uri
     stdbuf = ["stdbuf", "-oL", "-eL"] if shutil.which("stdbuf") else []
     sched_argv = job.scheduler or substitute_role(job.command, "scheduler")
     scheduler = _start(sup, "scheduler 0", "[scheduler] ",
