@@ -22,6 +22,7 @@ Standard library only; runs on Debian's /usr/bin/python3 (3.11).
 
 import argparse
 import ctypes
+import errno
 import os
 import re
 import selectors
@@ -680,18 +681,16 @@ class Supervisor:
         return node
 
     # Output --------------------------------------------------------------
-    def _write(self, data):
-        if self.out_broken:
-            return
-        try:
-            while data:
-                n = os.write(self.out_fd, data)
-                data = data[n:]
-        except BlockingIOError:
-            time.sleep(0.01)
-            self._write(data)
-        except OSError:
-            self.out_broken = True  # Output closed: keep supervising.
+    def write(self, data):
+        """Writes DATA to the output whole; drops it once the output is
+        closed."""
+        while data and not self.out_broken:
+            try:
+                data = data[os.write(self.out_fd, data):]
+            except BlockingIOError:  # An output someone made non-blocking.
+                time.sleep(0.01)
+            except OSError:
+                self.out_broken = True  # Output closed: keep supervising.
 
     def _emit(self, node, lines):
         if node.relays_nodes and self.reported_failure is None:
@@ -706,7 +705,7 @@ class Supervisor:
         if node.log:
             node.log.write(b"".join(line + b"\n" for line in lines))
             node.log.flush()
-        self._write(b"".join(node.prefix + line + b"\n" for line in lines))
+        self.write(b"".join(node.prefix + line + b"\n" for line in lines))
 
     def _read(self, node):
         try:
@@ -765,11 +764,30 @@ class Supervisor:
             kind, node = key.data
             if kind == "out":
                 self._read(node)
+            elif kind == "eof":
+                self._watch_eof(key.fd, node)
             elif self._reap(node):
                 exited.append(node)
         if not self.use_pidfd:
             exited += [n for n in self.nodes if self._reap(n)]
         return exited
+
+    def watch_eof(self, fd, callback):
+        """Calls CALLBACK() once FD (read, and its data dropped) reaches end
+        of file."""
+        os.set_blocking(fd, False)
+        self.selector.register(fd, selectors.EVENT_READ, ("eof", callback))
+
+    def _watch_eof(self, fd, callback):
+        try:
+            if os.read(fd, 4096):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self.selector.unregister(fd)
+        callback()
 
     def running(self):
         return [n for n in self.nodes if n.running]
@@ -925,7 +943,7 @@ def _start(sup, *args, **kwargs):
         return sup.start(*args, **kwargs)
     except OSError as e:
         sup.message("cannot start %s: %s" % (args[2][0], e.strerror))
-        raise JobFailed(126 if e.errno == 13 else 127)
+        raise JobFailed(126 if e.errno == errno.EACCES else 127)
 
 
 def _run(sup, job, environ, script_path, port_dir):
@@ -967,9 +985,7 @@ def _run(sup, job, environ, script_path, port_dir):
 
     root_port = job.root_port
     if root_port is None:
-        port_deadline = time.monotonic() + PORT_WAIT_S
-        if deadline is not None:
-            port_deadline = min(port_deadline, deadline)
+        port_deadline = time.monotonic() + PORT_WAIT_S  # --timeout: _wait.
 
         def port_known():
             try:
@@ -1188,12 +1204,10 @@ def run_node(argv, environ):
     if shutil.which("stdbuf"):
         command = ["stdbuf", "-oL", "-eL"] + command
 
+    parent = os.getppid()
     set_parent_death_signal(signal.SIGTERM)
     sup = Supervisor(name)
     try:
-        if args.watch_stdin:
-            os.set_blocking(0, False)
-            sup.selector.register(0, selectors.EVENT_READ, ("stdin", None))
         try:
             child = sup.start(
                 label, "[%s] " % label if args.prefix else "", command, env,
@@ -1202,44 +1216,29 @@ def run_node(argv, environ):
             sys.stderr.write("%s: %s on %s: cannot start %s: %s\n" %
                              (name, label, host, command[0], e.strerror))
             return 127
-        stop_reason = None
-        while child.running and stop_reason is None:
+        stop_reasons = []
+        if args.watch_stdin:
+            sup.watch_eof(0, lambda: stop_reasons.append(
+                "the launcher went away"))
+        if os.getppid() != parent:  # It died before the death signal was set.
+            stop_reasons.append("the engine went away")
+        while child.running and not stop_reasons:
             if sup.signal_number is not None:
-                stop_reason = signal.Signals(sup.signal_number).name
+                stop_reasons.append(signal.Signals(sup.signal_number).name)
                 break
-            events = sup.selector.select(None if sup.use_pidfd else 0.2)
-            for key, _ in events:
-                if key.data is None:
-                    try:
-                        while os.read(sup.wake_r, 512):
-                            pass
-                    except OSError:
-                        pass
-                elif key.data[0] == "stdin":
-                    try:
-                        data = os.read(0, 4096)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        data = b""
-                    if not data:
-                        stop_reason = "the launcher went away"
-                        sup.selector.unregister(0)
-                elif key.data[0] == "out":
-                    sup._read(child)
-                else:
-                    sup._reap(child)
-            if not sup.use_pidfd:
-                sup._reap(child)
+            sup.step(None)
+        stop_reason = stop_reasons[0] if stop_reasons else None
         if stop_reason is not None and child.running:
-            # Forward the stop: SIGTERM, then SIGKILL after the grace.
+            # Forward the stop: SIGTERM, then SIGKILL after the grace, its
+            # output relayed meanwhile.
             child.popen.send_signal(signal.SIGTERM)
-            try:
-                child.popen.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + STOP_GRACE_S
+            while child.running and time.monotonic() < deadline:
+                sup.step(0.05)
+            if child.running:
                 child.popen.kill()
                 child.popen.wait()
-            sup._reap(child)
+                sup._reap(child)
         deadline = time.monotonic() + DRAIN_S
         while child.fd is not None and time.monotonic() < deadline:
             sup.step(0.05)
@@ -1249,7 +1248,7 @@ def run_node(argv, environ):
                 name, label, child.pid, host, status)
             if stop_reason:
                 msg += " (stopped: %s)" % stop_reason
-            sup._write((msg + "\n").encode())
+            sup.write((msg + "\n").encode())
         return status
     finally:
         sup.close()

@@ -132,6 +132,9 @@ class Job:
         full_env = dict(os.environ)
         full_env.pop("EMBER_SCHEDULER", None)
         full_env.update(env or {})
+        # The launcher's own temporary files go with the job's, even when
+        # a test kills it with SIGKILL.
+        full_env["TMPDIR"] = self.dir
         self.out = open(self.out_path, "wb")
         self.started = time.monotonic()
         self.popen = subprocess.Popen(argv, stdout=self.out,
@@ -276,6 +279,62 @@ class EngineTests:
               "%d processes gone" % (self.launcher, role, index, status,
                                      elapsed, len(processes)),
               file=sys.stderr)
+
+
+# --------------------------------------------------------------- node mode --
+class NodeModeTest(unittest.TestCase):
+    """ember-launch --node, as an engine starts it, without an engine: the
+    role from the rank, the prefix, the status, the stop on EOF."""
+
+    def node(self, options, env, program, stdin=subprocess.DEVNULL):
+        full = {k: v for k, v in os.environ.items()
+                if k not in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                             "SLURM_PROCID", "PMI_RANK", "DMLC_NODE_HOST",
+                             "DMLC_INTERFACE")}
+        full.update(env, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT="9")
+        return subprocess.Popen(
+            [PYTHON, SCRIPT, "--node", "--server-procs", "2",
+             "--worker-procs", "3"] + options + ["--", "/bin/sh", "-c",
+                                                 program, "{role}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin,
+            env=full)
+
+    def test_rank_picks_the_role_and_output_is_prefixed(self):
+        program = ('echo "$0 $DMLC_ROLE $EMBER_RANK_HINT $DMLC_NODE_HOST"; '
+                   'printf partial; exit 3')
+        for variable, rank, label in (("OMPI_COMM_WORLD_RANK", "1",
+                                       "server 1"),
+                                      ("SLURM_PROCID", "4", "worker 2")):
+            with self.subTest(variable=variable):
+                node = self.node(["--prefix"], {variable: rank}, program)
+                out, _ = node.communicate(timeout=30)
+                role, index = label.split()
+                self.assertEqual(node.returncode, 3, out)
+                self.assertEqual(out.decode().splitlines(), [
+                    "[%s] %s %s %s 127.0.0.1" % (label, role, role, index),
+                    "[%s] partial" % label,
+                    "ember-launch: %s (pid %d on %s) exited with status 3" %
+                    (label, int(re.search(rb"pid (\d+)", out).group(1)),
+                     socket.gethostname())])
+
+    def test_a_rank_beyond_the_job_is_refused(self):
+        node = self.node([], {"SLURM_PROCID": "5"}, "exit 0")
+        out, _ = node.communicate(timeout=30)
+        self.assertEqual(node.returncode, 2)
+        self.assertIn(b"rank 5 is outside 0..4", out)
+
+    def test_eof_on_stdin_stops_the_program(self):
+        r, w = os.pipe()
+        node = self.node(["--role", "worker", "--index", "0",
+                          "--watch-stdin"], {},
+                         "echo started; exec sleep 300", stdin=r)
+        os.close(r)
+        self.assertEqual(node.stdout.readline(), b"started\n")
+        os.close(w)
+        out, _ = node.communicate(timeout=10)
+        self.assertEqual(node.returncode, 143, out)
+        self.assertRegex(out, rb"worker 0 \(pid \d+ on .*\) exited with "
+                         rb"status 143 \(stopped: the launcher went away\)")
 
 
 # ------------------------------------------------------------------- local --
