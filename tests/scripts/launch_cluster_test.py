@@ -247,7 +247,10 @@ class EngineTests:
 
     def check_kill(self, role, index):
         tag = uuid.uuid4().hex
+        # Ember's own failure detection would end the survivors after the
+        # heartbeat timeout; a long one leaves the ending to the launcher.
         job = Job(self, self.argv(CLUSTER_SOAK, "--env", "%s=%s" % (TAG, tag),
+                                  "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=120000",
                                   "--log-dir", "{LOGS}") +
                   ["--seconds=%d" % JOB_LIMIT], self.env(), tag)
         job.wait_running()
