@@ -88,7 +88,8 @@ class Job:
 
 
 def parse_count(text, what):
-    """A non-negative decimal integer (leading zeros allowed), or UsageError."""
+    """A non-negative decimal integer (leading zeros allowed); else
+    UsageError."""
     if not text.isdigit() or not text.isascii():
         raise UsageError("%s must be a non-negative integer, got '%s'" %
                          (what, text))
@@ -212,10 +213,12 @@ Output lines are prefixed with "[scheduler] ", "[server I] ", "[worker I] ".
 local.sh runs ember-launch --launcher local (see docs/launching.md).
 
 Environment:
-  DMLC_PS_ROOT_PORT        scheduler port (default: the scheduler binds a port the
-                           kernel picks and publishes it through EMBER_PORT_FILE)
+  DMLC_PS_ROOT_PORT        scheduler port (default: the scheduler binds a port
+                           the kernel picks and publishes it through
+                           EMBER_PORT_FILE)
   EMBER_SCHEDULER          scheduler binary to run (no arguments)
-  EMBER_PROGRAM_SCHEDULER  =1: run PROGRAM ARGS as the scheduler (ps-lite style)
+  EMBER_PROGRAM_SCHEDULER  =1: run PROGRAM ARGS as the scheduler (ps-lite's
+                           way)
   EMBER_BUILD_DIR          build tree searched for scheduler/ember_scheduler
   EMBER_SERVER_PROCS       number of server processes (default NUM_SERVERS)
   EMBER_WORKER_PROCS       number of worker processes (default NUM_WORKERS)

@@ -352,7 +352,8 @@ class LocalTest(EngineTests, unittest.TestCase):
                   {"EMBER_SCHEDULER": SCHEDULER,
                    "EMBER_TIMEOUT": str(JOB_LIMIT)})
         self.assertEqual(job.wait(JOB_LIMIT + 15), 0, job.report())
-        self.assertRegex(job.output(), r"(?m)^\[server 1\] ")
+        self.assertRegex(job.output(), r"(?m)^\[worker 1\] .*worker 1 "
+                         r"verified", job.report())
         usage = subprocess.run([LOCAL_SH, "2", "x", CLUSTER_KV],
                                stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, timeout=30)

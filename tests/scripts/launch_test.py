@@ -36,7 +36,8 @@ class EmberLaunchArgumentsTest(unittest.TestCase):
         job = parse(["-n", "3", "-s", "2", "--launcher", "mpi", "-H",
                      "hosts", "--timeout", "7.5", "--log-dir", "logs",
                      "--env", "A=1", "--env", "B:x=y",
-                     "--engine-arg=--mca", "--", "/bin/echo", "--flag", "{role}"])
+                     "--engine-arg=--mca", "--", "/bin/echo", "--flag",
+                     "{role}"])
         self.assertEqual((job.workers, job.servers), (3, 2))
         self.assertEqual((job.worker_procs, job.server_procs), (3, 2))
         self.assertEqual(job.launcher, "mpi")
