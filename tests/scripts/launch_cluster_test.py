@@ -373,6 +373,20 @@ class LocalTest(EngineTests, unittest.TestCase):
                       job.output())
         self.assertEqual(tagged_processes(tag), {}, job.report())
 
+    def test_sigterm_to_the_launcher_stops_the_job_with_143(self):
+        tag = uuid.uuid4().hex
+        job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env",
+                                    "%s=%s" % (TAG, tag)) +
+                  ["--seconds=%d" % JOB_LIMIT], tag=tag)
+        job.wait_running()
+        processes = tagged_processes(tag)
+        self.assertEqual(len(processes), 5, job.report())
+        job.popen.send_signal(signal.SIGTERM)
+        self.assertEqual(job.wait(KILL_LIMIT), 143, job.report())
+        self.assertIn("ember-launch: interrupted (SIGTERM); stopping the "
+                      "cluster", job.output())
+        self.assertEqual(still_alive(processes), [], job.report())
+
     def test_sigkill_of_the_launcher_leaves_no_node(self):
         tag = uuid.uuid4().hex
         job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env",
