@@ -23,6 +23,7 @@ Standard library only; runs on Debian's /usr/bin/python3 (3.11).
 import argparse
 import ctypes
 import errno
+import json
 import os
 import re
 import selectors
@@ -1079,9 +1080,10 @@ def _mpirun_argv(job, environ, script_path, root_uri, root_port):
              "-np", str(job.server_procs + job.worker_procs)]
     if job.hostfile:
         argv += ["--hostfile", job.hostfile]
-    for name, value in sorted(remote_environment(environ, job, root_uri,
-                                                 root_port).items()):
-        argv += ["-x", "%s=%s" % (name, value)]
+    # -x NAME exports mpirun's own value (_start_engine sets them all): a
+    # value on the command line would be visible to anyone running ps.
+    for name in sorted(remote_environment(environ, job, root_uri, root_port)):
+        argv += ["-x", name]
     argv += job.engine_args
     return argv + _node_args(job, script_path, True) + ["--"] + job.command
 
@@ -1103,8 +1105,9 @@ def _start_engine(sup, job, name, argv, environ, root_uri, root_port):
 
 def _start_ssh(sup, job, environ, script_path, hosts, root_uri, root_port):
     """One ssh client a node, hosts taken round-robin. Each client's stdin
-    is a pipe that is never written: when the launcher ends, the remote
-    node sees EOF and stops its program."""
+    is a pipe that carries the node's environment (one JSON line: not on a
+    command line, where ps would show it) and then stays open: when the
+    launcher ends, the remote node sees EOF and stops its program."""
     remote_env = remote_environment(environ, job, root_uri, root_port)
     cwd = os.getcwd()
     clients = []
@@ -1115,14 +1118,10 @@ def _start_ssh(sup, job, environ, script_path, hosts, root_uri, root_port):
             dest, port = hosts[slot % len(hosts)]
             slot += 1
             env = dict(remote_env, DMLC_ROLE=role, EMBER_RANK_HINT=str(i))
-            remote = ("cd %s && exec env %s %s" % (
-                shlex.quote(cwd),
-                " ".join(shlex.quote("%s=%s" % kv) for kv in
-                         sorted(env.items())),
-                " ".join(shlex.quote(a) for a in
-                         _node_args(job, script_path, False) +
-                         ["--role", role, "--index", str(i), "--watch-stdin",
-                          "--"] + job.command)))
+            remote = "cd %s && exec %s" % (shlex.quote(cwd), " ".join(
+                shlex.quote(a) for a in _node_args(job, script_path, False) +
+                ["--role", role, "--index", str(i), "--env-from-stdin",
+                 "--watch-stdin", "--"] + job.command))
             argv = list(job.ssh_command)
             if port:
                 argv += ["-p", str(port)]
@@ -1137,6 +1136,9 @@ def _start_ssh(sup, job, environ, script_path, hosts, root_uri, root_port):
                               death_signal=signal.SIGTERM)
             finally:
                 os.close(r)
+            line = (json.dumps(env) + "\n").encode()
+            while line:  # Fits the pipe: it does not block.
+                line = line[os.write(w, line):]
             node.stdin_pipe = w
             node.relays_nodes = True  # The remote line names the real PID.
             clients.append(node)
@@ -1153,6 +1155,21 @@ def set_parent_death_signal(sig):
         pass
 
 
+def read_environment(fd):
+    """One JSON object of NAME: VALUE strings, on one line of FD."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise ValueError("no environment on stdin")
+        data += chunk
+    env = json.loads(data)
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("the environment on stdin is not NAME: VALUE")
+    return env
+
+
 def run_node(argv, environ):
     """--node: one server or worker under an engine. Picks the role (from
     --role/--index, or from the engine's rank), runs the program as its
@@ -1166,9 +1183,17 @@ def run_node(argv, environ):
     p.add_argument("--role", choices=("server", "worker"))
     p.add_argument("--index", type=int, default=0)
     p.add_argument("--prefix", action="store_true")
+    p.add_argument("--env-from-stdin", action="store_true")
     p.add_argument("--watch-stdin", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
+    environ = dict(environ)
+    if args.env_from_stdin:
+        try:
+            environ.update(read_environment(0))
+        except ValueError as e:
+            sys.stderr.write("%s: --node: %s\n" % (args.name, e))
+            return 2
     command = args.command[1:] if args.command[:1] == ["--"] else \
         args.command
     host = socket.gethostname()

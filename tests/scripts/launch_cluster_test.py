@@ -36,7 +36,7 @@ CLUSTER_SOAK = os.path.join(BUILD, "tests", "integration", "cluster_soak")
 PYTHON = "/usr/bin/python3"
 JOB_LIMIT = 60  # ember-launch --timeout of every job, in seconds.
 KILL_LIMIT = 15  # A killed node must end the job within this, in seconds.
-TAG = "LAUNCH_TEST_TAG"  # Marks every process of one job (--env).
+TAG = "LAUNCH_TEST_TAG"  # Marks the processes of one job (--env TAG).
 
 
 def setUpModule():
@@ -107,6 +107,46 @@ def tagged_processes(tag):
     return found
 
 
+def command_lines_with(text):
+    """The command lines (of any process) that contain TEXT."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(cmdline.replace(b"\0", b" ").decode(
+                    errors="replace"))
+    return found
+
+
+def descendants(root):
+    """The live descendants of process ROOT: {pid: info}."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(
+                (int(entry), int(fields[19])))
+    found, todo = {}, [root]
+    while todo:
+        for pid, start in children.get(todo.pop(), []):
+            found[pid] = {"exe": "descendant of %d" % root, "start": start,
+                          "role": None, "rank": None}
+            todo.append(pid)
+    return found
+
+
 def still_alive(processes):
     """The PIDs of PROCESSES that still run (same start time, not zombie)."""
     alive = []
@@ -135,6 +175,10 @@ class Job:
         # The launcher's own temporary files go with the job's, even when
         # a test kills it with SIGKILL.
         full_env["TMPDIR"] = self.dir
+        if tag:
+            # The launcher passes it on with "--env LAUNCH_TEST_TAG", so the
+            # tag is in no command line.
+            full_env[TAG] = tag
         self.out = open(self.out_path, "wb")
         self.started = time.monotonic()
         self.popen = subprocess.Popen(argv, stdout=self.out,
@@ -191,12 +235,15 @@ class Job:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def check_launcher_kill(test, job, tag, expected):
-    """SIGKILLs JOB's launcher: its EXPECTED processes must all end within
-    KILL_LIMIT s, with no one left to stop them."""
+def check_launcher_kill(test, job, tag, expected, untagged=None):
+    """SIGKILLs JOB's launcher: its EXPECTED tagged processes (launcher
+    included) and the UNTAGGED ones must all end within KILL_LIMIT s, with
+    no one left to stop them."""
     processes = tagged_processes(tag)
     test.assertEqual(len(processes), expected, "%s\n%s" % (processes,
                                                            job.report()))
+    for pid, info in (untagged or {}).items():
+        processes.setdefault(pid, info)
     os.kill(job.popen.pid, signal.SIGKILL)
     killed = time.monotonic()
     job.wait(5)
@@ -228,9 +275,13 @@ class EngineTests:
     def env(self):
         return {}
 
+    def untagged_processes(self):
+        """Processes of the running job that carry no tag: {pid: info}."""
+        return {}
+
     def test_2x2_job_succeeds_with_prefixed_output(self):
         tag = uuid.uuid4().hex
-        job = Job(self, self.argv(CLUSTER_KV, "--env", "%s=%s" % (TAG, tag),
+        job = Job(self, self.argv(CLUSTER_KV, "--env", TAG,
                                   "--log-dir", "{LOGS}"), self.env(), tag)
         status = job.wait(JOB_LIMIT + 15)
         out = job.output()
@@ -249,12 +300,18 @@ class EngineTests:
         tag = uuid.uuid4().hex
         # Ember's own failure detection would end the survivors after the
         # heartbeat timeout; a long one leaves the ending to the launcher.
-        job = Job(self, self.argv(CLUSTER_SOAK, "--env", "%s=%s" % (TAG, tag),
+        job = Job(self, self.argv(CLUSTER_SOAK, "--env", TAG,
                                   "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=120000",
                                   "--log-dir", "{LOGS}") +
                   ["--seconds=%d" % JOB_LIMIT], self.env(), tag)
         job.wait_running()
         processes = tagged_processes(tag)
+        for pid, info in self.untagged_processes().items():
+            processes.setdefault(pid, info)
+        # The environment travels out of sight: no command line (which ps
+        # shows to everyone) carries a value given with --env.
+        self.assertEqual(command_lines_with(tag.encode()), [],
+                         job.report())
         victims = [pid for pid, p in processes.items()
                    if p["role"] == role and p["rank"] == str(index) and
                    p["exe"] == os.path.basename(CLUSTER_SOAK)]
@@ -326,13 +383,15 @@ class NodeModeTest(unittest.TestCase):
         self.assertEqual(node.returncode, 2)
         self.assertIn(b"rank 5 is outside 0..4", out)
 
-    def test_eof_on_stdin_stops_the_program(self):
+    def test_environment_from_stdin_then_eof_stops_the_program(self):
         r, w = os.pipe()
         node = self.node(["--role", "worker", "--index", "0",
-                          "--watch-stdin"], {},
-                         "echo started; exec sleep 300", stdin=r)
+                          "--env-from-stdin", "--watch-stdin"], {},
+                         'echo "started $FOO"; exec sleep 300', stdin=r)
         os.close(r)
-        self.assertEqual(node.stdout.readline(), b"started\n")
+        os.write(w, b'{"FOO": "a b\\nc"}\n')
+        self.assertEqual(node.stdout.readline(), b"started a b\n")
+        self.assertEqual(node.stdout.readline(), b"c\n")
         os.close(w)
         out, _ = node.communicate(timeout=10)
         self.assertEqual(node.returncode, 143, out)
@@ -365,8 +424,8 @@ class LocalTest(EngineTests, unittest.TestCase):
     def test_the_time_limit_stops_everything_with_124(self):
         tag = uuid.uuid4().hex
         job = Job(self, [PYTHON, SCRIPT, "-n", "1", "-s", "1", "--timeout",
-                         "1.5", "--scheduler", SCHEDULER, "--env",
-                         "%s=%s" % (TAG, tag), "--", "/bin/sleep", "300"],
+                         "1.5", "--scheduler", SCHEDULER, "--env", TAG, "--",
+                         "/bin/sleep", "300"],
                   tag=tag)
         self.assertEqual(job.wait(15), 124, job.report())
         self.assertIn("ember-launch: time limit of 1.5 s exceeded",
@@ -375,12 +434,11 @@ class LocalTest(EngineTests, unittest.TestCase):
 
     def test_sigterm_to_the_launcher_stops_the_job_with_143(self):
         tag = uuid.uuid4().hex
-        job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env",
-                                    "%s=%s" % (TAG, tag)) +
+        job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env", TAG) +
                   ["--seconds=%d" % JOB_LIMIT], tag=tag)
         job.wait_running()
         processes = tagged_processes(tag)
-        self.assertEqual(len(processes), 5, job.report())
+        self.assertEqual(len(processes), 6, job.report())
         job.popen.send_signal(signal.SIGTERM)
         self.assertEqual(job.wait(KILL_LIMIT), 143, job.report())
         self.assertIn("ember-launch: interrupted (SIGTERM); stopping the "
@@ -389,11 +447,11 @@ class LocalTest(EngineTests, unittest.TestCase):
 
     def test_sigkill_of_the_launcher_leaves_no_node(self):
         tag = uuid.uuid4().hex
-        job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env",
-                                    "%s=%s" % (TAG, tag)) +
+        job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env", TAG) +
                   ["--seconds=%d" % JOB_LIMIT], tag=tag)
         job.wait_running()
-        check_launcher_kill(self, job, tag, 5)
+        # The launcher, the scheduler and four nodes.
+        check_launcher_kill(self, job, tag, 6)
 
     def test_installed_layout_finds_its_scheduler(self):
         # bin/ as `cmake --install` lays it out: local.sh, ember-launch and
@@ -527,6 +585,9 @@ class SshTest(EngineTests, unittest.TestCase):
         cls.log.close()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
+    def untagged_processes(self):
+        return descendants(self.sshd.pid)
+
     def argv(self, program, *options):
         return launch_argv("ssh", program, "-H",
                            os.path.join(self.dir, "hosts"), "--ssh-command",
@@ -534,11 +595,13 @@ class SshTest(EngineTests, unittest.TestCase):
 
     def test_sigkill_of_the_launcher_stops_the_remote_nodes(self):
         tag = uuid.uuid4().hex
-        job = Job(self, self.argv(CLUSTER_SOAK, "--env", "%s=%s" % (TAG, tag))
+        job = Job(self, self.argv(CLUSTER_SOAK, "--env", TAG)
                   + ["--seconds=%d" % JOB_LIMIT], tag=tag)
         job.wait_running()
-        # The scheduler; an ssh client, a node mode and a program a node.
-        check_launcher_kill(self, job, tag, 13)
+        # The launcher, the scheduler, an ssh client and a program a node;
+        # the node modes, which read their environment from stdin, and
+        # sshd's sessions are the test's sshd's descendants.
+        check_launcher_kill(self, job, tag, 10, self.untagged_processes())
 
 
 # ------------------------------------------------------------------- slurm --

@@ -330,11 +330,10 @@ class EngineCommandTest(unittest.TestCase):
         self.assertIn("--oversubscribe", argv)
         self.assertEqual(argv[argv.index("-np") + 1], "5")
         exported = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
-        self.assertIn("A=b c", exported)
-        self.assertIn("EMBER_X=1", exported)
-        self.assertIn("DMLC_PS_ROOT_URI=10.0.0.1", exported)
-        self.assertIn("DMLC_PS_ROOT_PORT=4000", exported)
-        self.assertNotIn("HOME=/h", exported)
+        # Names only: mpirun exports its own values (no secret in argv).
+        self.assertEqual(exported, sorted([
+            "A", "EMBER_X", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
+            "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT"]))
         node = argv.index("/usr/bin/python3")
         self.assertEqual(argv[node:], [
             "/usr/bin/python3", "/s/ember_launch.py", "--node", "--name",
