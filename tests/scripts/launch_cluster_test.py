@@ -33,6 +33,8 @@ BUILD = os.environ.get("EMBER_BUILD_DIR") or os.path.join(ROOT, "build")
 SCHEDULER = os.path.join(BUILD, "scheduler", "ember_scheduler")
 CLUSTER_KV = os.path.join(BUILD, "tests", "integration", "cluster_kv")
 CLUSTER_SOAK = os.path.join(BUILD, "tests", "integration", "cluster_soak")
+# ps-lite's API as a ps-lite program uses it (tests/integration/consumer).
+API_TOUR = os.path.join(BUILD, "tests", "integration", "api_tour")
 PYTHON = "/usr/bin/python3"
 JOB_LIMIT = 60  # ember-launch --timeout of every job, in seconds.
 KILL_LIMIT = 15  # A killed node must end the job within this, in seconds.
@@ -44,7 +46,7 @@ def setUpModule():
     # (but not for a build tree that is not there).
     deadline = time.monotonic() + (60 if os.path.isdir(BUILD) else 0)
     while True:
-        missing = [p for p in (SCHEDULER, CLUSTER_KV, CLUSTER_SOAK)
+        missing = [p for p in (SCHEDULER, CLUSTER_KV, CLUSTER_SOAK, API_TOUR)
                    if not os.access(p, os.X_OK)]
         if not missing or time.monotonic() > deadline:
             break
@@ -292,6 +294,14 @@ class EngineTests:
         self.assertRegex(out, r"(?m)^\[scheduler\] .*cluster formed: 2 "
                          r"servers, 2 workers", job.report())
         self.assertEqual(tagged_processes(tag), {}, job.report())
+
+    def test_ps_lite_api_tour_succeeds(self):
+        job = Job(self, self.argv(API_TOUR, "--log-dir", "{LOGS}"),
+                  self.env())
+        self.assertEqual(job.wait(JOB_LIMIT + 15), 0, job.report())
+        for w in (0, 1):
+            self.assertRegex(job.output(), r"(?m)^\[worker %d\] .*api_tour: "
+                             r"worker %d done" % (w, w), job.report())
 
     def test_sigkill_of_a_node_ends_the_job_within_15_s(self):
         self.check_kill("worker", 1)
