@@ -656,13 +656,16 @@ class Supervisor:
         cores). It gets DEATH_SIGNAL if this process dies first, even by
         SIGKILL. Raises OSError if it cannot be started."""
         log = open(log_path, "wb") if log_path else None
+        # process_group is Python 3.11's; the node mode, which may run on
+        # other hosts' older Pythons, does without.
+        group = {"process_group": 0} if new_group else {}
         r, w = os.pipe()
         try:
             popen = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL if stdin is None
                 else stdin, stdout=w, stderr=w, close_fds=True,
-                process_group=0 if new_group else None,
-                preexec_fn=lambda: set_parent_death_signal(death_signal))
+                preexec_fn=lambda: set_parent_death_signal(death_signal),
+                **group)
         except OSError:
             os.close(r)
             if log:
