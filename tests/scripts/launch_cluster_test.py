@@ -125,6 +125,24 @@ def command_lines_with(text):
     return found
 
 
+def slurm_processes(conf):
+    """Live processes whose environment has SLURM_CONF=conf."""
+    marker = ("SLURM_CONF=%s" % conf).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        start = proc_start_time(int(entry))
+        if marker in env and start is not None and not start[1]:
+            found.append(int(entry))
+    return found
+
+
 def descendants(root):
     """The live descendants of process ROOT: {pid: info}."""
     children = {}
@@ -726,6 +744,19 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     @classmethod
     def tearDownClass(cls):
+        # slurmstepd (one a job step, detached from slurmd) may still be
+        # finishing a step: give it time, and stop what is left of it
+        # after the daemons. Ours carry SLURM_CONF, as slurmd does.
+        conf = cls.env_vars.get("SLURM_CONF", "") if hasattr(
+            cls, "env_vars") else ""
+        daemons = set()
+        for daemon, _ in cls.daemons:
+            daemons.add(daemon.pid)
+            daemons.update(descendants(daemon.pid))
+        deadline = time.monotonic() + 15
+        while conf and time.monotonic() < deadline and any(
+                pid not in daemons for pid in slurm_processes(conf)):
+            time.sleep(0.2)
         for daemon, log in reversed(cls.daemons):
             if daemon.poll() is None:
                 daemon.terminate()
@@ -736,6 +767,11 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     daemon.wait()
             log.close()
         cls.daemons = []
+        for pid in slurm_processes(conf) if conf else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     def env(self):
