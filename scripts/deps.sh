@@ -2,28 +2,50 @@
 # Installs Ember's build and test dependencies from Debian's packages
 # (bookworm). Does nothing if they are already there. Needs root.
 #
-# usage: scripts/deps.sh [--bench]
-#   --bench  also what scripts/bench.sh needs to draw its chart
-#            (python3-matplotlib) and scripts/callgrind.sh (valgrind)
+# usage: scripts/deps.sh [--bench | --launchers]
+#   --bench      also what scripts/bench.sh needs to draw its chart
+#                (python3-matplotlib) and scripts/callgrind.sh (valgrind)
+#   --launchers  also the engines ember-launch's tests start on this host:
+#                Open MPI's mpirun, sshd and ssh, and a one-node Slurm
+#                cluster (munge, slurmctld, slurmd, the client commands).
+#                Their services are not configured or enabled by the tests;
+#                on a machine with systemd, installing openssh-server and
+#                munge starts them.
 set -eu
 packages=(build-essential cmake pkg-config libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgflags-dev
   libgtest-dev python3)
+# Installed without their recommendations (openssh-server's would bring
+# systemd into a container).
+lean=()
 case ${1:-} in
   "") ;;
   --bench) packages+=(python3-matplotlib valgrind) ;;
+  --launchers)
+    lean+=(openmpi-bin openssh-server openssh-client munge slurmctld slurmd
+      slurm-client)
+    ;;
   *)
-    echo "usage: scripts/deps.sh [--bench]" >&2
+    echo "usage: scripts/deps.sh [--bench | --launchers]" >&2
     exit 2
     ;;
 esac
-missing=()
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
+missing=() missing_lean=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-    missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
-if ((${#missing[@]})); then
-  echo "deps.sh: installing ${missing[*]}"
+for p in "${lean[@]}"; do
+  installed "$p" || missing_lean+=("$p")
+done
+if ((${#missing[@]} + ${#missing_lean[@]})); then
+  echo "deps.sh: installing ${missing[*]} ${missing_lean[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  if ((${#missing[@]})); then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if ((${#missing_lean[@]})); then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends "${missing_lean[@]}" >/dev/null
+  fi
 fi

@@ -6,7 +6,8 @@
 # sanitizer passes.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/deps.sh"
+# --launchers: the engines the ember-launch tests start (mpirun, sshd, Slurm).
+"$root/scripts/deps.sh" --launchers
 BUILD_DIR=$root/build "$root/scripts/build.sh"
 (cd "$root/build" && ctest --output-on-failure -j 2)
 if [[ ${EMBER_SKIP_SANITIZE:-0} != 1 ]]; then

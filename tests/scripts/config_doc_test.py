@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """docs/configuration.md lists every setting the code reads: each EMBER_*,
 DMLC_* and PS_* variable named in src/, include/ and scheduler/, each
-variable scripts/local.sh reads, and each --ember_* flag."""
+variable the launcher (scripts/ember_launch.py, and scripts/local.sh
+around it) reads or sets, and each --ember_* flag."""
 
 import os
 import re
@@ -12,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 DOC = os.path.join(ROOT, "docs", "configuration.md")
 VAR = re.compile(r'"((?:EMBER|DMLC|PS)_[A-Z0-9_]*[A-Z0-9])"')
 SHELL_VAR = re.compile(r"\$\{?((?:EMBER|DMLC)_[A-Z0-9_]+)")
+PY_VAR = re.compile(r"[\"']((?:EMBER|DMLC)_[A-Z0-9_]+)[\"']")
 FLAG = re.compile(r"\bDEFINE_[a-z0-9]+\(\s*(ember_[a-z0-9_]+)")
 
 
@@ -53,11 +55,13 @@ class ConfigDocTest(unittest.TestCase):
 
     def test_every_variable_the_launcher_reads_is_listed(self):
         names, _ = documented()
-        used = set(SHELL_VAR.findall(read(os.path.join(ROOT, "scripts",
-                                                       "local.sh"))))
-        self.assertIn("EMBER_TIMEOUT", used)
+        scripts = os.path.join(ROOT, "scripts")
+        used = set(SHELL_VAR.findall(read(os.path.join(scripts, "local.sh"))))
+        used |= set(PY_VAR.findall(read(os.path.join(scripts,
+                                                     "ember_launch.py"))))
+        self.assertIn("EMBER_TIMEOUT", used)  # The scan works.
         self.assertEqual(sorted(used - names), [],
-                         "read by local.sh, not in docs/configuration.md")
+                         "used by the launcher, not in docs/configuration.md")
 
     def test_every_flag_is_listed(self):
         _, flags = documented()

@@ -1,0 +1,786 @@
+#!/usr/bin/python3
+"""ember-launch runs real jobs on every engine it supports, each started by
+the test itself on this host: local processes, Open MPI's mpirun, an sshd on
+127.0.0.1 with a generated key, and a one-node Slurm cluster (munged,
+slurmctld and slurmd configured for localhost). On each engine a 2 x 2 job
+of cluster_kv succeeds, and a SIGKILL of one node ends the job non-zero
+within 15 s with no process of the job left (checked by PID). An engine that
+cannot start here skips its tests with the reason; nothing passes silently.
+
+The programs come from the build tree: EMBER_BUILD_DIR (CTest sets it), else
+build/ in the repository. Every job is bounded in time, and on a failure the
+job's whole output (every node's lines, prefixed) and logs are printed."""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+sys.dont_write_bytecode = True
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "ember_launch.py")
+LOCAL_SH = os.path.join(ROOT, "scripts", "local.sh")
+BUILD = os.environ.get("EMBER_BUILD_DIR") or os.path.join(ROOT, "build")
+SCHEDULER = os.path.join(BUILD, "scheduler", "ember_scheduler")
+CLUSTER_KV = os.path.join(BUILD, "tests", "integration", "cluster_kv")
+CLUSTER_SOAK = os.path.join(BUILD, "tests", "integration", "cluster_soak")
+# ps-lite's API as a ps-lite program uses it (tests/integration/consumer).
+API_TOUR = os.path.join(BUILD, "tests", "integration", "api_tour")
+PYTHON = "/usr/bin/python3"
+JOB_LIMIT = 60  # ember-launch --timeout of every job, in seconds.
+KILL_LIMIT = 15  # A killed node must end the job within this, in seconds.
+TAG = "LAUNCH_TEST_TAG"  # Marks the processes of one job (--env TAG).
+
+
+def setUpModule():
+    # The binaries may be relinked by a concurrent build: wait a little
+    # (but not for a build tree that is not there).
+    deadline = time.monotonic() + (60 if os.path.isdir(BUILD) else 0)
+    while True:
+        missing = [p for p in (SCHEDULER, CLUSTER_KV, CLUSTER_SOAK, API_TOUR)
+                   if not os.access(p, os.X_OK)]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    if missing:
+        raise RuntimeError("build first (missing %s; EMBER_BUILD_DIR=%s)" %
+                           (", ".join(missing), BUILD))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_text(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError as e:
+        return "(cannot read: %s)" % e
+
+
+# ---------------------------------------------------------------- processes --
+def proc_start_time(pid):
+    """Field 22 of /proc/PID/stat and whether it is a zombie; None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return int(fields[19]), fields[0] == b"Z"
+
+
+def tagged_processes(tag):
+    """Live processes whose environment holds TAG=tag: {pid: info}."""
+    found = {}
+    marker = ("%s=%s" % (TAG, tag)).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            exe = os.path.basename(os.readlink("/proc/%d/exe" % pid))
+        except OSError:
+            continue
+        if marker not in env:
+            continue
+        start = proc_start_time(pid)
+        if start is None or start[1]:
+            continue
+        variables = dict(v.decode(errors="replace").partition("=")[::2]
+                         for v in env if b"=" in v)
+        found[pid] = {"exe": exe, "start": start[0],
+                      "role": variables.get("DMLC_ROLE"),
+                      "rank": variables.get("EMBER_RANK_HINT")}
+    return found
+
+
+def command_lines_with(text):
+    """The command lines (of any process) that contain TEXT."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(cmdline.replace(b"\0", b" ").decode(
+                    errors="replace"))
+    return found
+
+
+def slurm_processes(conf):
+    """Live processes whose environment has SLURM_CONF=conf."""
+    marker = ("SLURM_CONF=%s" % conf).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        start = proc_start_time(int(entry))
+        if marker in env and start is not None and not start[1]:
+            found.append(int(entry))
+    return found
+
+
+def descendants(root):
+    """The live descendants of process ROOT: {pid: info}."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(
+                (int(entry), int(fields[19])))
+    found, todo = {}, [root]
+    while todo:
+        for pid, start in children.get(todo.pop(), []):
+            found[pid] = {"exe": "descendant of %d" % root, "start": start,
+                          "role": None, "rank": None}
+            todo.append(pid)
+    return found
+
+
+def still_alive(processes):
+    """The PIDs of PROCESSES that still run (same start time, not zombie)."""
+    alive = []
+    for pid, info in processes.items():
+        start = proc_start_time(pid)
+        if start is not None and start[0] == info["start"] and not start[1]:
+            alive.append(pid)
+    return alive
+
+
+class Job:
+    """One launcher run: its output in a file, its processes marked by a
+    unique tag, and a hard cleanup whatever happens. An argument {LOGS}
+    becomes a directory whose files are printed on a failure."""
+
+    def __init__(self, test, argv, env=None, tag=None):
+        self.test = test
+        self.tag = tag
+        self.dir = tempfile.mkdtemp(prefix="ember-launch-test.")
+        self.out_path = os.path.join(self.dir, "output")
+        self.log_dir = os.path.join(self.dir, "logs")
+        argv = [self.log_dir if a == "{LOGS}" else a for a in argv]
+        full_env = dict(os.environ)
+        full_env.pop("EMBER_SCHEDULER", None)
+        full_env.update(env or {})
+        # The launcher's own temporary files go with the job's, even when
+        # a test kills it with SIGKILL.
+        full_env["TMPDIR"] = self.dir
+        if tag:
+            # The launcher passes it on with "--env LAUNCH_TEST_TAG", so the
+            # tag is in no command line.
+            full_env[TAG] = tag
+        self.out = open(self.out_path, "wb")
+        self.started = time.monotonic()
+        self.popen = subprocess.Popen(argv, stdout=self.out,
+                                      stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL,
+                                      env=full_env, start_new_session=True)
+        test.addCleanup(self.cleanup)
+
+    def output(self):
+        return read_text(self.out_path)
+
+    def report(self):
+        text = ["----- job output (%s)" % self.out_path, self.output()]
+        if os.path.isdir(self.log_dir):
+            for name in sorted(os.listdir(self.log_dir)):
+                text += ["----- %s" % name,
+                         read_text(os.path.join(self.log_dir, name))]
+        return "\n".join(text)
+
+    def wait_running(self):
+        """Waits (30 s at most) until both workers of a cluster_soak job
+        report progress."""
+        deadline = time.monotonic() + 30
+        pattern = [re.compile(r"(?m)^\[worker %d\] .*progress" % w)
+                   for w in (0, 1)]
+        while not all(p.search(self.output()) for p in pattern):
+            if self.popen.poll() is not None or time.monotonic() > deadline:
+                self.test.fail("the job did not get going (status %s)\n%s" %
+                               (self.popen.poll(), self.report()))
+            time.sleep(0.1)
+
+    def wait(self, timeout):
+        """The exit status, or fails the test (with the output) on expiry."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.test.fail("the launcher still runs after %g s\n%s" %
+                           (timeout, self.report()))
+
+    def cleanup(self):
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.popen.wait()
+        if self.tag:
+            for pid in tagged_processes(self.tag):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.out.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def check_launcher_kill(test, job, tag, expected, untagged=None):
+    """SIGKILLs JOB's launcher: its EXPECTED tagged processes (launcher
+    included) and the UNTAGGED ones must all end within KILL_LIMIT s, with
+    no one left to stop them."""
+    processes = tagged_processes(tag)
+    test.assertEqual(len(processes), expected, "%s\n%s" % (processes,
+                                                           job.report()))
+    for pid, info in (untagged or {}).items():
+        processes.setdefault(pid, info)
+    os.kill(job.popen.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    job.wait(5)
+    while still_alive(processes) and time.monotonic() - killed < KILL_LIMIT:
+        time.sleep(0.1)
+    left = still_alive(processes)
+    test.assertEqual(left, [], "left running: %s\n%s" % (
+        {p: processes[p] for p in left}, job.report()))
+    print("%s: launcher killed; its %d processes ended within %.2f s" % (
+        job.popen.args[3], len(processes), time.monotonic() - killed),
+        file=sys.stderr)
+
+
+def launch_argv(launcher, program, *options):
+    return ([PYTHON, SCRIPT, "--launcher", launcher, "-n", "2", "-s", "2",
+             "--timeout", str(JOB_LIMIT), "--scheduler", SCHEDULER] +
+            list(options) + ["--", program])
+
+
+class EngineTests:
+    """The checks every engine passes; mixed into one TestCase per engine."""
+
+    launcher = None
+
+    def argv(self, program, *options):
+        """The command that runs PROGRAM as a 2 x 2 job on this engine."""
+        return launch_argv(self.launcher, program, *options)
+
+    def env(self):
+        return {}
+
+    def untagged_processes(self):
+        """Processes of the running job that carry no tag: {pid: info}."""
+        return {}
+
+    def test_2x2_job_succeeds_with_prefixed_output(self):
+        tag = uuid.uuid4().hex
+        job = Job(self, self.argv(CLUSTER_KV, "--env", TAG,
+                                  "--log-dir", "{LOGS}"), self.env(), tag)
+        status = job.wait(JOB_LIMIT + 15)
+        out = job.output()
+        self.assertEqual(status, 0, job.report())
+        for w in (0, 1):
+            self.assertRegex(out, r"(?m)^\[worker %d\] .*worker %d verified "
+                             r"8200 keys" % (w, w), job.report())
+        self.assertRegex(out, r"(?m)^\[scheduler\] .*cluster formed: 2 "
+                         r"servers, 2 workers", job.report())
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
+    def test_ps_lite_api_tour_succeeds(self):
+        job = Job(self, self.argv(API_TOUR, "--log-dir", "{LOGS}"),
+                  self.env())
+        self.assertEqual(job.wait(JOB_LIMIT + 15), 0, job.report())
+        for w in (0, 1):
+            self.assertRegex(job.output(), r"(?m)^\[worker %d\] .*api_tour: "
+                             r"worker %d done" % (w, w), job.report())
+
+    def test_sigkill_of_a_node_ends_the_job_within_15_s(self):
+        self.check_kill("worker", 1)
+
+    def check_kill(self, role, index):
+        tag = uuid.uuid4().hex
+        # Ember's own failure detection would end the survivors after the
+        # heartbeat timeout; a long one leaves the ending to the launcher.
+        job = Job(self, self.argv(CLUSTER_SOAK, "--env", TAG,
+                                  "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=120000",
+                                  "--log-dir", "{LOGS}") +
+                  ["--seconds=%d" % JOB_LIMIT], self.env(), tag)
+        job.wait_running()
+        processes = tagged_processes(tag)
+        for pid, info in self.untagged_processes().items():
+            processes.setdefault(pid, info)
+        # The environment travels out of sight: no command line (which ps
+        # shows to everyone) carries a value given with --env.
+        self.assertEqual(command_lines_with(tag.encode()), [],
+                         job.report())
+        victims = [pid for pid, p in processes.items()
+                   if p["role"] == role and p["rank"] == str(index) and
+                   p["exe"] == os.path.basename(CLUSTER_SOAK)]
+        self.assertEqual(len(victims), 1, "%s\n%s" % (processes,
+                                                      job.report()))
+        os.kill(victims[0], signal.SIGKILL)
+        killed = time.monotonic()
+        status = job.wait(KILL_LIMIT)
+        elapsed = time.monotonic() - killed
+        self.assertNotEqual(status, 0, job.report())
+        self.assertRegex(job.output(), r"(?m)^ember-launch: %s %d \(pid %d.*"
+                         r"\) exited with status 137; stopping the cluster" %
+                         (role, index, victims[0]), job.report())
+        # Nothing of the job may be left: every process seen before the kill
+        # (launcher's children, engines, nodes, scheduler) and any other
+        # carrying the tag.
+        while still_alive(processes) and \
+                time.monotonic() - killed < KILL_LIMIT:
+            time.sleep(0.1)
+        left = still_alive(processes)
+        self.assertEqual(left, [], "left running: %s\n%s" % (
+            {p: processes[p] for p in left}, job.report()))
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+        print("%s: killed %s %d; the job ended with status %d after %.2f s, "
+              "%d processes gone" % (self.launcher, role, index, status,
+                                     elapsed, len(processes)),
+              file=sys.stderr)
+
+
+# --------------------------------------------------------------- node mode --
+class NodeModeTest(unittest.TestCase):
+    """ember-launch --node, as an engine starts it, without an engine: the
+    role from the rank, the prefix, the status, the stop on EOF."""
+
+    def node(self, options, env, program, stdin=subprocess.DEVNULL):
+        full = {k: v for k, v in os.environ.items()
+                if k not in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                             "SLURM_PROCID", "PMI_RANK", "DMLC_NODE_HOST",
+                             "DMLC_INTERFACE")}
+        full.update(env, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT="9")
+        return subprocess.Popen(
+            [PYTHON, SCRIPT, "--node", "--server-procs", "2",
+             "--worker-procs", "3"] + options + ["--", "/bin/sh", "-c",
+                                                 program, "{role}"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin,
+            env=full)
+
+    def test_rank_picks_the_role_and_output_is_prefixed(self):
+        program = ('echo "$0 $DMLC_ROLE $EMBER_RANK_HINT $DMLC_NODE_HOST"; '
+                   'printf partial; exit 3')
+        for variable, rank, label in (("OMPI_COMM_WORLD_RANK", "1",
+                                       "server 1"),
+                                      ("SLURM_PROCID", "4", "worker 2")):
+            with self.subTest(variable=variable):
+                node = self.node(["--prefix"], {variable: rank}, program)
+                out, _ = node.communicate(timeout=30)
+                role, index = label.split()
+                self.assertEqual(node.returncode, 3, out)
+                self.assertEqual(out.decode().splitlines(), [
+                    "[%s] %s %s %s 127.0.0.1" % (label, role, role, index),
+                    "[%s] partial" % label,
+                    "ember-launch: %s (pid %d on %s) exited with status 3" %
+                    (label, int(re.search(rb"pid (\d+)", out).group(1)),
+                     socket.gethostname())])
+
+    def test_a_rank_beyond_the_job_is_refused(self):
+        node = self.node([], {"SLURM_PROCID": "5"}, "exit 0")
+        out, _ = node.communicate(timeout=30)
+        self.assertEqual(node.returncode, 2)
+        self.assertIn(b"rank 5 is outside 0..4", out)
+
+    def test_environment_from_stdin_then_eof_stops_the_program(self):
+        r, w = os.pipe()
+        node = self.node(["--role", "worker", "--index", "0",
+                          "--env-from-stdin", "--watch-stdin"], {},
+                         'echo "started $FOO"; exec sleep 300', stdin=r)
+        os.close(r)
+        os.write(w, b'{"FOO": "a b\\nc"}\n')
+        self.assertEqual(node.stdout.readline(), b"started a b\n")
+        self.assertEqual(node.stdout.readline(), b"c\n")
+        os.close(w)
+        out, _ = node.communicate(timeout=10)
+        self.assertEqual(node.returncode, 143, out)
+        self.assertRegex(out, rb"worker 0 \(pid \d+ on .*\) exited with "
+                         rb"status 143 \(stopped: the launcher went away\)")
+
+
+# ------------------------------------------------------------------- local --
+class LocalTest(EngineTests, unittest.TestCase):
+    launcher = "local"
+
+    def test_sigkill_of_a_server_ends_the_job_within_15_s(self):
+        self.check_kill("server", 0)
+
+    def test_local_sh_keeps_its_interface(self):
+        job = Job(self, [LOCAL_SH, "2", "2", CLUSTER_KV],
+                  {"EMBER_SCHEDULER": SCHEDULER,
+                   "EMBER_TIMEOUT": str(JOB_LIMIT)})
+        self.assertEqual(job.wait(JOB_LIMIT + 15), 0, job.report())
+        self.assertRegex(job.output(), r"(?m)^\[worker 1\] .*worker 1 "
+                         r"verified", job.report())
+        usage = subprocess.run([LOCAL_SH, "2", "x", CLUSTER_KV],
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=30)
+        self.assertEqual(usage.returncode, 2)
+        self.assertEqual(usage.stdout.decode(), (
+            "local.sh: NUM_WORKERS must be a non-negative integer, got 'x'\n"
+            "usage: local.sh NUM_SERVERS NUM_WORKERS PROGRAM [ARGS...]\n"))
+
+    def test_the_time_limit_stops_everything_with_124(self):
+        tag = uuid.uuid4().hex
+        job = Job(self, [PYTHON, SCRIPT, "-n", "1", "-s", "1", "--timeout",
+                         "1.5", "--scheduler", SCHEDULER, "--env", TAG, "--",
+                         "/bin/sleep", "300"],
+                  tag=tag)
+        self.assertEqual(job.wait(15), 124, job.report())
+        self.assertIn("ember-launch: time limit of 1.5 s exceeded",
+                      job.output())
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
+    def test_sigterm_to_the_launcher_stops_the_job_with_143(self):
+        tag = uuid.uuid4().hex
+        job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env", TAG) +
+                  ["--seconds=%d" % JOB_LIMIT], tag=tag)
+        job.wait_running()
+        processes = tagged_processes(tag)
+        self.assertEqual(len(processes), 6, job.report())
+        job.popen.send_signal(signal.SIGTERM)
+        self.assertEqual(job.wait(KILL_LIMIT), 143, job.report())
+        self.assertIn("ember-launch: interrupted (SIGTERM); stopping the "
+                      "cluster", job.output())
+        self.assertEqual(still_alive(processes), [], job.report())
+
+    def test_sigkill_of_the_launcher_leaves_no_node(self):
+        tag = uuid.uuid4().hex
+        job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env", TAG) +
+                  ["--seconds=%d" % JOB_LIMIT], tag=tag)
+        job.wait_running()
+        # The launcher, the scheduler and four nodes.
+        check_launcher_kill(self, job, tag, 6)
+
+    def test_installed_layout_finds_its_scheduler(self):
+        # bin/ as `cmake --install` lays it out: local.sh, ember-launch and
+        # ember_scheduler side by side, nothing from the build tree on PATH.
+        with tempfile.TemporaryDirectory() as prefix:
+            bin_dir = os.path.join(prefix, "bin")
+            os.mkdir(bin_dir)
+            shutil.copy(LOCAL_SH, os.path.join(bin_dir, "local.sh"))
+            shutil.copy(SCRIPT, os.path.join(bin_dir, "ember-launch"))
+            os.symlink(SCHEDULER, os.path.join(bin_dir, "ember_scheduler"))
+            env = {"PATH": "/usr/bin:/bin", "EMBER_TIMEOUT": str(JOB_LIMIT)}
+            env.pop("EMBER_BUILD_DIR", None)
+            for argv in ([os.path.join(bin_dir, "local.sh"), "1", "1",
+                          CLUSTER_KV],
+                         [os.path.join(bin_dir, "ember-launch"), "-n", "1",
+                          CLUSTER_KV]):
+                full = {k: v for k, v in os.environ.items()
+                        if k not in ("EMBER_SCHEDULER", "EMBER_BUILD_DIR")}
+                full.update(env)
+                run = subprocess.run(argv, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=full,
+                                     timeout=JOB_LIMIT + 15)
+                out = run.stdout.decode(errors="replace")
+                self.assertEqual(run.returncode, 0, out)
+                self.assertNotIn("ember_scheduler not found", out)
+                self.assertRegex(out, r"(?m)^\[scheduler\] .*cluster formed")
+
+
+# --------------------------------------------------------------------- mpi --
+class MpiTest(EngineTests, unittest.TestCase):
+    launcher = "mpi"
+
+    @classmethod
+    def setUpClass(cls):
+        mpirun = shutil.which("mpirun")
+        if mpirun is None:
+            raise unittest.SkipTest(skip_reason(
+                "mpi", "mpirun is not installed (Debian: openmpi-bin)"))
+        argv = [mpirun, "--oversubscribe", "-np", "2", "/bin/true"]
+        if os.geteuid() == 0:
+            argv.insert(1, "--allow-run-as-root")
+        try:
+            probe = subprocess.run(argv, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, timeout=60)
+        except subprocess.TimeoutExpired:
+            raise unittest.SkipTest(skip_reason(
+                "mpi", "mpirun -np 2 /bin/true did not end within 60 s"))
+        if probe.returncode != 0:
+            raise unittest.SkipTest(skip_reason(
+                "mpi", "mpirun cannot start processes here: %s" %
+                probe.stdout.decode(errors="replace")[-1000:]))
+
+
+def skip_reason(engine, reason):
+    text = "%s engine cannot start: %s" % (engine, reason)
+    print("SKIP " + text, file=sys.stderr)
+    return text
+
+
+# --------------------------------------------------------------------- ssh --
+class SshTest(EngineTests, unittest.TestCase):
+    """Against an sshd of the test's own on 127.0.0.1, with generated host
+    and user keys."""
+
+    launcher = "ssh"
+
+    @classmethod
+    def setUpClass(cls):
+        sshd, ssh = "/usr/sbin/sshd", shutil.which("ssh")
+        keygen = shutil.which("ssh-keygen")
+        if not os.access(sshd, os.X_OK) or ssh is None or keygen is None:
+            raise unittest.SkipTest(skip_reason(
+                "ssh", "sshd, ssh or ssh-keygen is not installed (Debian: "
+                "openssh-server, openssh-client)"))
+        cls.dir = tempfile.mkdtemp(prefix="ember-sshd.")
+        d = cls.dir
+        for key in ("host_key", "user_key"):
+            subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f",
+                            os.path.join(d, key)], check=True, timeout=30)
+        shutil.copy(os.path.join(d, "user_key.pub"),
+                    os.path.join(d, "authorized_keys"))
+        cls.port = free_port()
+        with open(os.path.join(d, "sshd_config"), "w") as f:
+            f.write("Port %d\nListenAddress 127.0.0.1\nHostKey %s/host_key\n"
+                    "AuthorizedKeysFile %s/authorized_keys\n"
+                    "PidFile %s/sshd.pid\nStrictModes no\nUsePAM no\n"
+                    "PasswordAuthentication no\n"
+                    "KbdInteractiveAuthentication no\n"
+                    "PermitRootLogin prohibit-password\n" % (cls.port, d, d,
+                                                            d))
+        try:
+            os.makedirs("/run/sshd", exist_ok=True)  # Privilege separation.
+        except OSError:
+            pass
+        cls.log = open(os.path.join(d, "sshd.log"), "wb")
+        cls.sshd = subprocess.Popen(
+            [sshd, "-D", "-e", "-f", os.path.join(d, "sshd_config")],
+            stdout=cls.log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL)
+        with open(os.path.join(d, "hosts"), "w") as f:
+            f.write("# the test's sshd\n127.0.0.1:%d\n" % cls.port)
+        cls.ssh_command = ("%s -F /dev/null -i %s/user_key -o BatchMode=yes "
+                           "-o StrictHostKeyChecking=no -o "
+                           "UserKnownHostsFile=/dev/null -o LogLevel=ERROR" %
+                           (ssh, d))
+        deadline = time.monotonic() + 20
+        while True:
+            probe = subprocess.run(
+                cls.ssh_command.split() + ["-p", str(cls.port), "127.0.0.1",
+                                           "echo ok"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+            if probe.returncode == 0 and probe.stdout == b"ok\n":
+                break
+            if cls.sshd.poll() is not None or time.monotonic() > deadline:
+                reason = "sshd on 127.0.0.1:%d does not take logins: %s %s" % (
+                    cls.port, probe.stdout.decode(errors="replace")[-500:],
+                    read_text(os.path.join(d, "sshd.log"))[-1000:])
+                cls.tearDownClass()
+                raise unittest.SkipTest(skip_reason("ssh", reason))
+            time.sleep(0.2)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.sshd.poll() is None:
+            cls.sshd.terminate()
+            try:
+                cls.sshd.wait(10)
+            except subprocess.TimeoutExpired:
+                cls.sshd.kill()
+                cls.sshd.wait()
+        cls.log.close()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def untagged_processes(self):
+        return descendants(self.sshd.pid)
+
+    def argv(self, program, *options):
+        return launch_argv("ssh", program, "-H",
+                           os.path.join(self.dir, "hosts"), "--ssh-command",
+                           self.ssh_command, *options)
+
+    def test_sigkill_of_the_launcher_stops_the_remote_nodes(self):
+        tag = uuid.uuid4().hex
+        job = Job(self, self.argv(CLUSTER_SOAK, "--env", TAG)
+                  + ["--seconds=%d" % JOB_LIMIT], tag=tag)
+        job.wait_running()
+        # The launcher, the scheduler, an ssh client and a program a node;
+        # the node modes, which read their environment from stdin, and
+        # sshd's sessions are the test's sshd's descendants.
+        check_launcher_kill(self, job, tag, 10, self.untagged_processes())
+
+
+# ------------------------------------------------------------------- slurm --
+class SlurmTest(EngineTests, unittest.TestCase):
+    """A one-node Slurm cluster of the test's own: munged on a private
+    socket and key, slurmctld and slurmd on free ports, proctrack/linuxproc
+    and task/none (no cgroups). Jobs run inside an allocation (salloc)."""
+
+    launcher = "slurm"
+
+    @classmethod
+    def setUpClass(cls):
+        tools = ["/usr/sbin/munged", "/usr/sbin/slurmctld",
+                 "/usr/sbin/slurmd"]
+        missing = [t for t in tools if not os.access(t, os.X_OK)]
+        missing += [t for t in ("salloc", "srun", "sinfo")
+                    if shutil.which(t) is None]
+        if missing:
+            raise unittest.SkipTest(skip_reason(
+                "slurm", "not installed: %s (Debian: munge, slurmctld, "
+                "slurmd, slurm-client)" % ", ".join(missing)))
+        if os.geteuid() != 0:
+            raise unittest.SkipTest(skip_reason(
+                "slurm", "slurmd must run as root here"))
+        cls.daemons = []
+        cls.dir = d = tempfile.mkdtemp(prefix="ember-slurm.")
+        os.chmod(d, 0o755)
+        for sub in ("state", "spool"):
+            os.mkdir(os.path.join(d, sub))
+        key = os.path.join(d, "munge.key")
+        with open(key, "wb") as f:
+            f.write(os.urandom(128))
+        os.chmod(key, 0o600)
+        host = socket.gethostname().split(".")[0]
+        conf = os.path.join(d, "slurm.conf")
+        with open(conf, "w") as f:
+            f.write("""ClusterName=embertest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={d}/munge.sock
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""".format(host=host, d=d, ctld_port=free_port(), slurmd_port=free_port()))
+        cls.env_vars = {"SLURM_CONF": conf}
+        env = dict(os.environ, SLURM_CONF=conf)
+        try:
+            cls.start(["/usr/sbin/munged", "-F", "--socket=%s/munge.sock" % d,
+                       "--key-file=" + key, "--pid-file=%s/munged.pid" % d,
+                       "--log-file=%s/munged.log" % d,
+                       "--seed-file=%s/munge.seed" % d, "--force"], env,
+                      "munged")
+            deadline = time.monotonic() + 20
+            while not os.path.exists(os.path.join(d, "munge.sock")):
+                cls.check_time(deadline, "munged made no socket")
+            cls.start(["/usr/sbin/slurmctld", "-D", "-c", "-f", conf], env,
+                      "slurmctld")
+            cls.start(["/usr/sbin/slurmd", "-D", "-f", conf, "-N", host], env,
+                      "slurmd")
+            deadline = time.monotonic() + 45
+            while True:
+                state = subprocess.run(
+                    ["sinfo", "-h", "-o", "%T"], env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    timeout=30).stdout.decode(errors="replace").strip()
+                if state == "idle":
+                    break
+                cls.check_time(deadline, "the node is '%s', not idle" % state)
+        except unittest.SkipTest:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def start(cls, argv, env, name):
+        log = open(os.path.join(cls.dir, name + ".out"), "wb")
+        cls.daemons.append((subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL), log))
+
+    @classmethod
+    def check_time(cls, deadline, what):
+        for daemon, _ in cls.daemons:
+            if daemon.poll() is not None:
+                what += "; %s exited with %d" % (daemon.args[0],
+                                                  daemon.returncode)
+                deadline = 0
+        if time.monotonic() > deadline:
+            logs = "\n".join("----- %s\n%s" % (f, read_text(
+                os.path.join(cls.dir, f))[-1500:]) for f in sorted(
+                os.listdir(cls.dir)) if f.endswith((".log", ".out")))
+            raise unittest.SkipTest(skip_reason("slurm", what + "\n" + logs))
+        time.sleep(0.2)
+
+    @classmethod
+    def tearDownClass(cls):
+        # slurmstepd (one a job step, detached from slurmd) may still be
+        # finishing a step: give it time, and stop what is left of it
+        # after the daemons. Ours carry SLURM_CONF, as slurmd does.
+        conf = cls.env_vars.get("SLURM_CONF", "") if hasattr(
+            cls, "env_vars") else ""
+        daemons = set()
+        for daemon, _ in cls.daemons:
+            daemons.add(daemon.pid)
+            daemons.update(descendants(daemon.pid))
+        deadline = time.monotonic() + 15
+        while conf and time.monotonic() < deadline and any(
+                pid not in daemons for pid in slurm_processes(conf)):
+            time.sleep(0.2)
+        for daemon, log in reversed(cls.daemons):
+            if daemon.poll() is None:
+                daemon.terminate()
+                try:
+                    daemon.wait(10)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+                    daemon.wait()
+            log.close()
+        cls.daemons = []
+        for pid in slurm_processes(conf) if conf else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def env(self):
+        return self.env_vars
+
+    def argv(self, program, *options):
+        return ["salloc", "--quiet", "-n", "4", "-t", "5"] + launch_argv(
+            "slurm", program, *options)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""Unit tests of scripts/ember_launch.py: the command line (ember-launch's
+and local.sh's), the environment every node gets, the mapping of mpi and
+slurm ranks to roles, host files and the engines' command lines. No process
+is started here; launch_cluster_test.py runs real jobs."""
+
+import importlib.util
+import os
+import stat
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
+                      "ember_launch.py")
+
+spec = importlib.util.spec_from_file_location("ember_launch", SCRIPT)
+el = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(el)
+
+# An environment in which no scheduler is found unless a test puts one.
+BARE = {"PATH": "/nonexistent"}
+
+
+def parse(argv, environ=None):
+    env = dict(BARE, EMBER_SCHEDULER="/bin/true")
+    env.update(environ or {})
+    return el.parse_ember_launch(argv, env, [])
+
+
+class EmberLaunchArgumentsTest(unittest.TestCase):
+    def test_tracker_options_are_read(self):
+        job = parse(["-n", "3", "-s", "2", "--launcher", "mpi", "-H",
+                     "hosts", "--timeout", "7.5", "--log-dir", "logs",
+                     "--env", "A=1", "--env", "B:x=y",
+                     "--engine-arg=--mca", "--", "/bin/echo", "--flag",
+                     "{role}"])
+        self.assertEqual((job.workers, job.servers), (3, 2))
+        self.assertEqual((job.worker_procs, job.server_procs), (3, 2))
+        self.assertEqual(job.launcher, "mpi")
+        self.assertEqual(job.hostfile, "hosts")
+        self.assertEqual(job.timeout, 7.5)
+        self.assertEqual(job.log_dir, "logs")
+        self.assertEqual(job.env, {"A": "1", "B": "x=y"})
+        self.assertEqual(job.engine_args, ["--mca"])
+        self.assertEqual(job.command, ["/bin/echo", "--flag", "{role}"])
+        self.assertEqual(job.scheduler, ["/bin/true"])
+
+    def test_servers_default_to_the_number_of_workers(self):
+        job = parse(["-n", "4", "/bin/true"])
+        self.assertEqual((job.servers, job.workers), (4, 4))
+        self.assertEqual(job.launcher, "local")
+
+    def test_options_after_the_command_belong_to_the_command(self):
+        job = parse(["-n", "1", "/bin/echo", "-s", "9", "--timeout", "x"])
+        self.assertEqual(job.servers, 1)
+        self.assertEqual(job.timeout, 0)
+        self.assertEqual(job.command, ["/bin/echo", "-s", "9", "--timeout",
+                                       "x"])
+
+    def test_a_local_program_is_resolved_on_path(self):
+        job = parse(["-n", "1", "true"], {"PATH": "/usr/bin:/bin"})
+        self.assertTrue(os.path.isabs(job.command[0]))
+        with self.assertRaisesRegex(el.UsageError, "not found"):
+            parse(["-n", "1", "no-such-program-here"])
+        # A remote node resolves it on its own host.
+        job = parse(["-n", "1", "--launcher", "mpi", "no-such-program"])
+        self.assertEqual(job.command, ["no-such-program"])
+
+    def test_bad_values_are_usage_errors(self):
+        for argv in (["-n", "x", "/bin/true"], ["-n", "1", "-s", "-1",
+                                                "/bin/true"],
+                     ["-n", "1", "--timeout", "soon", "/bin/true"],
+                     ["-n", "1", "--env", "1X=2", "/bin/true"],
+                     ["-n", "1"],
+                     ["-n", "1", "--launcher", "ssh", "/bin/true"],
+                     ["-n", "1", "-H", "hosts", "/bin/true"]):
+            with self.subTest(argv=argv):
+                with self.assertRaises(el.UsageError):
+                    parse(argv)
+
+    def test_argparse_errors_exit_with_status_2(self):
+        devnull = open(os.devnull, "w")
+        old, sys.stderr = sys.stderr, devnull
+        try:
+            for argv in (["/bin/true"], ["-n", "1", "--launcher", "yarn",
+                                         "/bin/true"]):
+                with self.assertRaises(SystemExit) as e:
+                    parse(argv)
+                self.assertEqual(e.exception.code, 2)
+        finally:
+            sys.stderr = old
+            devnull.close()
+
+    def test_env_takes_a_bare_name_from_this_host(self):
+        job = parse(["-n", "1", "--env", "OMP_NUM_THREADS", "/bin/true"],
+                    {"OMP_NUM_THREADS": "3"})
+        self.assertEqual(job.env, {"OMP_NUM_THREADS": "3"})
+        with self.assertRaisesRegex(el.UsageError, "not set here"):
+            parse(["-n", "1", "--env", "UNSET_NAME", "/bin/true"])
+
+    def test_environment_gives_defaults_and_options_win(self):
+        env = {"EMBER_TIMEOUT": "30", "EMBER_LOG_DIR": "/tmp/l",
+               "EMBER_SERVER_PROCS": "1", "EMBER_WORKER_PROCS": "2",
+               "DMLC_PS_ROOT_PORT": "9000", "DMLC_PS_ROOT_URI": "10.0.0.1"}
+        job = parse(["-n", "4", "--launcher", "mpi", "/bin/true"], env)
+        self.assertEqual((job.timeout, job.log_dir), (30, "/tmp/l"))
+        self.assertEqual((job.server_procs, job.worker_procs), (1, 2))
+        self.assertEqual((job.root_port, job.root_uri), (9000, "10.0.0.1"))
+        job = parse(["-n", "4", "--timeout", "5", "--worker-procs", "3",
+                     "--log-dir", "d", "/bin/true"], env)
+        self.assertEqual((job.timeout, job.worker_procs, job.log_dir),
+                         (5, 3, "d"))
+        self.assertIsNone(job.root_uri)  # local is always on 127.0.0.1
+        with self.assertRaisesRegex(el.UsageError, "DMLC_PS_ROOT_PORT"):
+            parse(["-n", "1", "/bin/true"], {"DMLC_PS_ROOT_PORT": "70000"})
+
+    def test_program_scheduler_option(self):
+        job = parse(["-n", "1", "--program-scheduler", "/bin/true"])
+        self.assertIsNone(job.scheduler)
+        self.assertIsNone(job.scheduler_note)
+        job = parse(["-n", "1", "--scheduler", "/bin/echo", "/bin/true"])
+        self.assertEqual(job.scheduler, ["/bin/echo"])
+
+
+class LocalShArgumentsTest(unittest.TestCase):
+    def parse(self, argv, environ=None):
+        env = dict(BARE, EMBER_SCHEDULER="/bin/true")
+        env.update(environ or {})
+        return el.parse_local_sh(argv, env, [])
+
+    def test_positional_counts_and_program(self):
+        job = self.parse(["02", "3", "/bin/echo", "a", "{role}"])
+        self.assertEqual(job.name, "local.sh")
+        self.assertEqual((job.servers, job.workers), (2, 3))
+        self.assertEqual(job.command, ["/bin/echo", "a", "{role}"])
+        self.assertEqual(job.launcher, "local")
+
+    def test_process_counts_and_timeout_come_from_the_environment(self):
+        job = self.parse(["2", "3", "/bin/true"],
+                         {"EMBER_WORKER_PROCS": "1", "EMBER_TIMEOUT": "9",
+                          "DMLC_PS_ROOT_URI": "10.1.1.1"})
+        self.assertEqual((job.server_procs, job.worker_procs), (2, 1))
+        self.assertEqual(job.timeout, 9)
+        self.assertIsNone(job.root_uri)
+
+    def test_usage_errors_name_the_bad_value(self):
+        cases = [(["1", "1"], "expected at least 3 arguments, got 2"),
+                 (["x", "1", "/bin/true"], "NUM_SERVERS must be"),
+                 (["1", "-1", "/bin/true"], "NUM_WORKERS must be"),
+                 (["1", "1", "/no/such/program"], "program '/no/such/"
+                  "program' not found"),
+                 (["1", "1", "/bin/true"], "EMBER_TIMEOUT")]
+        for argv, text in cases:
+            with self.subTest(argv=argv):
+                env = {"EMBER_TIMEOUT": "1.5"} if "EMBER" in text else {}
+                with self.assertRaisesRegex(el.UsageError, text):
+                    self.parse(argv, env)
+
+    def test_help_is_printed_and_nothing_runs(self):
+        devnull = open(os.devnull, "w")
+        old, sys.stdout = sys.stdout, devnull
+        try:
+            self.assertIsNone(self.parse(["--help"]))
+        finally:
+            sys.stdout = old
+            devnull.close()
+
+
+class SchedulerSearchTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def executable(self, *parts):
+        path = os.path.join(self.dir.name, *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(path, stat.S_IRWXU)
+        return path
+
+    def find(self, environ, dirs):
+        job = el.Job()
+        job.command = ["prog"]
+        el.find_scheduler(job, dict(BARE, **environ), dirs)
+        return job
+
+    def test_next_to_the_script_then_build_dir_then_path(self):
+        bin_dir = os.path.join(self.dir.name, "bin")
+        build = os.path.join(self.dir.name, "b")
+        beside = self.executable("bin", "ember_scheduler")
+        in_build = self.executable("b", "scheduler", "ember_scheduler")
+        on_path = self.executable("p", "ember_scheduler")
+        path = {"PATH": os.path.dirname(on_path)}
+        self.assertEqual(self.find(dict(path, EMBER_BUILD_DIR=build),
+                                   [bin_dir]).scheduler, [beside])
+        os.unlink(beside)
+        self.assertEqual(self.find(dict(path, EMBER_BUILD_DIR=build),
+                                   [bin_dir]).scheduler, [in_build])
+        self.assertEqual(self.find(path, [bin_dir]).scheduler, [on_path])
+
+    def test_the_source_tree_layout_is_found(self):
+        scripts = os.path.join(self.dir.name, "scripts")
+        os.makedirs(scripts)
+        built = self.executable("build", "scheduler", "ember_scheduler")
+        self.assertEqual(os.path.realpath(
+            self.find({}, [scripts]).scheduler[0]), built)
+
+    def test_nothing_found_runs_the_program_with_a_note(self):
+        job = self.find({}, [self.dir.name])
+        self.assertIsNone(job.scheduler)
+        self.assertIn("running 'prog' as the scheduler", job.scheduler_note)
+
+    def test_explicit_choices(self):
+        self.assertIsNone(self.find({"EMBER_PROGRAM_SCHEDULER": "1"},
+                                    []).scheduler)
+        with self.assertRaisesRegex(el.UsageError, "EMBER_SCHEDULER"):
+            self.find({"EMBER_SCHEDULER": "/no/such"}, [])
+
+
+class EnvironmentTest(unittest.TestCase):
+    def job(self):
+        job = el.Job()
+        job.servers, job.workers = 2, 3
+        job.env = {"OMP_NUM_THREADS": "2", "DMLC_ROLE": "ignored"}
+        return job
+
+    def test_a_node_gets_the_job_and_its_role(self):
+        base = {"HOME": "/root", "EMBER_PORT_FILE": "/tmp/p",
+                "DMLC_ROLE": "worker", "EMBER_SPIN_US": "5"}
+        env = el.node_environment(base, self.job(), "server", 1,
+                                  "127.0.0.1", 4000)
+        want = {"HOME": "/root", "EMBER_SPIN_US": "5",
+                "OMP_NUM_THREADS": "2", "DMLC_NUM_SERVER": "2",
+                "DMLC_NUM_WORKER": "3", "DMLC_PS_ROOT_URI": "127.0.0.1",
+                "DMLC_PS_ROOT_PORT": "4000", "DMLC_ROLE": "server",
+                "EMBER_RANK_HINT": "1"}
+        self.assertEqual(env, want)
+
+    def test_remote_nodes_get_the_cluster_settings_not_this_hosts(self):
+        base = {"HOME": "/root", "PATH": "/x", "SSH_AUTH_SOCK": "s",
+                "EMBER_HEARTBEAT_TIMEOUT_MS": "900", "GLOG_v": "1",
+                "PS_VERBOSE": "1", "LD_LIBRARY_PATH": "/l",
+                "EMBER_PORT_FILE": "/tmp/p", "EMBER_RANK_HINT": "4"}
+        env = el.remote_environment(base, self.job(), "10.0.0.1", 4000)
+        self.assertEqual(sorted(env), sorted([
+            "EMBER_HEARTBEAT_TIMEOUT_MS", "GLOG_v", "PS_VERBOSE",
+            "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "DMLC_ROLE",
+            "DMLC_NUM_SERVER", "DMLC_NUM_WORKER", "DMLC_PS_ROOT_URI",
+            "DMLC_PS_ROOT_PORT"]))
+        self.assertEqual(env["DMLC_PS_ROOT_URI"], "10.0.0.1")
+
+    def test_role_placeholder_is_replaced_in_arguments_only(self):
+        self.assertEqual(el.substitute_role(["{role}", "{role}", "x{role}"],
+                                            "worker"),
+                         ["{role}", "worker", "x{role}"])
+
+
+class RankMappingTest(unittest.TestCase):
+    def test_servers_first_then_workers(self):
+        got = [el.role_of_rank(r, 2, 3) for r in range(5)]
+        self.assertEqual(got, [("server", 0), ("server", 1), ("worker", 0),
+                               ("worker", 1), ("worker", 2)])
+        for bad in (-1, 5):
+            with self.assertRaises(ValueError):
+                el.role_of_rank(bad, 2, 3)
+
+    def test_rank_comes_from_open_mpi_then_slurm(self):
+        self.assertEqual(el.rank_from_environment(
+            {"OMPI_COMM_WORLD_RANK": "3", "SLURM_PROCID": "1"}),
+            (3, "OMPI_COMM_WORLD_RANK"))
+        self.assertEqual(el.rank_from_environment({"SLURM_PROCID": "1"}),
+                         (1, "SLURM_PROCID"))
+        self.assertEqual(el.rank_from_environment({"PMIX_RANK": "2"}),
+                         (2, "PMIX_RANK"))
+        with self.assertRaises(ValueError):
+            el.rank_from_environment({"SLURM_PROCID": ""})
+
+
+class HostfileTest(unittest.TestCase):
+    def test_hosts_ports_users_and_slots(self):
+        text = ("# cluster\n\nnode1\nroot@node2:2222  # the second\n"
+                "10.0.0.3 slots=2\n")
+        self.assertEqual(el.parse_hostfile(text), [
+            ("node1", None), ("root@node2", 2222), ("10.0.0.3", None),
+            ("10.0.0.3", None)])
+        self.assertEqual(el.hostname_of("root@node2"), "node2")
+
+    def test_bad_lines_are_errors(self):
+        for text in ("", "# nothing\n", "node1:x\n", "node1 cpus=2\n"):
+            with self.subTest(text=text):
+                with self.assertRaises(ValueError):
+                    el.parse_hostfile(text)
+
+
+class AddressTest(unittest.TestCase):
+    def test_override_wins(self):
+        job = el.Job()
+        job.root_uri = "10.9.8.7"
+        self.assertEqual(el.choose_root_uri(job, ["elsewhere"]), "10.9.8.7")
+
+    def test_loopback_when_every_node_is_on_this_host(self):
+        job = el.Job()
+        self.assertEqual(el.choose_root_uri(
+            job, ["localhost", "127.0.0.1"]), "127.0.0.1")
+        self.assertTrue(el.is_this_host("localhost"))
+
+    def test_route_to_loopback_is_loopback(self):
+        self.assertEqual(el.route_address("127.0.0.1"), "127.0.0.1")
+
+
+class EngineCommandTest(unittest.TestCase):
+    def job(self):
+        job = el.Job()
+        job.launcher = "mpi"
+        job.servers = job.server_procs = 2
+        job.workers = job.worker_procs = 3
+        job.command = ["prog", "--x"]
+        job.env = {"A": "b c"}
+        return job
+
+    def test_mpirun_starts_every_node_through_the_node_mode(self):
+        argv = el._mpirun_argv(self.job(), {"HOME": "/h", "EMBER_X": "1"},
+                               "/s/ember_launch.py", "10.0.0.1", 4000)
+        self.assertEqual(argv[0], "mpirun")
+        self.assertIn("--oversubscribe", argv)
+        self.assertEqual(argv[argv.index("-np") + 1], "5")
+        exported = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
+        # Names only: mpirun exports its own values (no secret in argv).
+        self.assertEqual(exported, sorted([
+            "A", "EMBER_X", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER",
+            "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT"]))
+        node = argv.index("/usr/bin/python3")
+        self.assertEqual(argv[node:], [
+            "/usr/bin/python3", "/s/ember_launch.py", "--node", "--name",
+            "ember-launch", "--server-procs", "2", "--worker-procs", "3",
+            "--prefix", "--", "prog", "--x"])
+
+    def test_srun_kills_the_step_on_a_bad_exit(self):
+        argv = el._srun_argv(self.job(), "/s/ember_launch.py")
+        self.assertEqual(argv[:3], ["srun", "--ntasks", "5"])
+        self.assertIn("--kill-on-bad-exit=1", argv)
+        self.assertEqual(argv[-3:], ["--", "prog", "--x"])
+
+
+class StatusTest(unittest.TestCase):
+    def test_signals_follow_the_shell_convention(self):
+        self.assertEqual(el.exit_status(-9), 137)
+        self.assertEqual(el.exit_status(3), 3)
+
+    def test_a_relayed_node_failure_is_recognised(self):
+        sup = el.Supervisor("ember-launch", out_fd=os.open(os.devnull,
+                                                           os.O_WRONLY))
+        self.addCleanup(sup.close)
+
+        class FakeNode:
+            relays_nodes, log, prefix = True, None, b""
+
+        sup._emit(FakeNode(), [
+            b"[worker 0] ember-launch: worker 1 (pid 5 on h) exited with "
+            b"status 1",
+            b"ember-launch: server 0 (pid 7 on h) exited with status 143 "
+            b"(stopped: SIGTERM)",
+            b"ember-launch: worker 1 (pid 9 on h1) exited with status 137",
+            b"ember-launch: server 1 (pid 8 on h) exited with status 1"])
+        self.assertEqual(sup.reported_failure, ("worker 1", 9, "h1", 137))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
