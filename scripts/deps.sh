@@ -18,18 +18,21 @@ packages=(build-essential cmake pkg-config libzmq3-dev cppzmq-dev
 # Installed without their recommendations (openssh-server's would bring
 # systemd into a container).
 lean=()
-case ${1:-} in
-  "") ;;
-  --bench) packages+=(python3-matplotlib valgrind) ;;
-  --launchers)
-    lean+=(openmpi-bin openssh-server openssh-client munge slurmctld slurmd
-      slurm-client)
-    ;;
-  *)
-    echo "usage: scripts/deps.sh [--bench | --launchers]" >&2
-    exit 2
-    ;;
-esac
+for flag in "$@"; do
+  case $flag in
+    --bench) packages+=(python3-matplotlib valgrind) ;;
+    --launchers)
+      lean+=(openmpi-bin openssh-server openssh-client munge slurmctld slurmd
+        slurm-client)
+      ;;
+    # The libFuzzer targets of tests/fuzz (scripts/fuzz.py).
+    --fuzz) lean+=(clang-15 libfuzzer-15-dev) ;;
+    *)
+      echo "usage: scripts/deps.sh [--bench] [--launchers] [--fuzz]" >&2
+      exit 2
+      ;;
+  esac
+done
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed"; }
 missing=() missing_lean=()
 for p in "${packages[@]}"; do

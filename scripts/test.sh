@@ -2,12 +2,14 @@
 # Installs the dependencies, builds, and runs the whole test suite (unit,
 # integration and fault tests), then again under AddressSanitizer and
 # UndefinedBehaviorSanitizer, then the unit tests (in-process, where every
-# thread is ours) under ThreadSanitizer. EMBER_SKIP_SANITIZE=1 skips the
-# sanitizer passes.
+# thread is ours) under ThreadSanitizer, then fuzzes every decoder for 30 s
+# each. EMBER_SKIP_SANITIZE=1 skips the sanitizer passes, EMBER_SKIP_FUZZ=1
+# the fuzzing.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-# --launchers: the engines the ember-launch tests start (mpirun, sshd, Slurm).
-"$root/scripts/deps.sh" --launchers
+# --launchers: the engines the ember-launch tests start (mpirun, sshd, Slurm);
+# --fuzz: clang and libFuzzer for the fuzz targets.
+"$root/scripts/deps.sh" --launchers --fuzz
 BUILD_DIR=$root/build "$root/scripts/build.sh"
 (cd "$root/build" && ctest --output-on-failure -j 2)
 if [[ ${EMBER_SKIP_SANITIZE:-0} != 1 ]]; then
@@ -18,5 +20,15 @@ if [[ ${EMBER_SKIP_SANITIZE:-0} != 1 ]]; then
     -DEMBER_WERROR=ON -DEMBER_TSAN=ON >/dev/null
   cmake --build "$root/build-tsan" -j "$(nproc)" --target unit_tests
   (cd "$root/build-tsan" && ctest --output-on-failure -j 2 -L unit)
+fi
+if [[ ${EMBER_SKIP_FUZZ:-0} != 1 ]]; then
+  # Every decoder of network and disk bytes, fuzzed for EMBER_FUZZ_SECONDS
+  # (default 30) each; scripts/fuzz.py --help says how to run them longer.
+  cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER=clang++-15 -DEMBER_FUZZ=ON >/dev/null
+  cmake --build "$root/build-fuzz" -j "$(nproc)" --target fuzz_message \
+    fuzz_checkpoint fuzz_specs
+  /usr/bin/python3 "$root/scripts/fuzz.py" --build "$root/build-fuzz" \
+    --seconds "${EMBER_FUZZ_SECONDS:-30}"
 fi
 echo "test.sh: all tests passed"

@@ -1,0 +1,181 @@
+// Writes the seed corpora of the fuzz targets from real messages and files,
+// so the fuzzers start from inputs that reach deep into each decoder:
+//   fuzz_seeds tests/fuzz/corpus
+// (corpus/<target>/<name>; run again after a format change).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "message/message.h"
+#include "model/checkpoint.h"
+#include "partition/key_ring.h"
+
+namespace {
+
+std::string root;
+
+void Write(const std::string& target, const std::string& name,
+           const std::string& bytes) {
+  std::string dir = root + "/" + target;
+  mkdir(root.c_str(), 0755);
+  mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+}
+
+// A message as fuzz_message reads it: each frame with a 2-byte length.
+std::string Frames(const ps::Message& msg) {
+  std::string header;
+  ps::EncodeMeta(msg.meta, msg.data, &header);
+  std::vector<std::string> frames{header};
+  for (const auto& d : msg.data) frames.emplace_back(d.data(), d.size());
+  std::string out;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const std::string& f = frames[i];
+    if (i + 1 < frames.size()) {
+      out += static_cast<char>(f.size() & 0xff);
+      out += static_cast<char>(f.size() >> 8);
+    }
+    out += f;
+  }
+  return out;
+}
+
+template <typename T>
+ps::SArray<char> Frame(const std::vector<T>& v) {
+  ps::SArray<char> a;
+  a.CopyFrom(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  return a;
+}
+
+void MessageSeeds() {
+  ps::Message push;
+  push.meta.sender = 9;
+  push.meta.recipient = 8;
+  push.meta.request = true;
+  push.meta.push = true;
+  push.meta.timestamp = 3;
+  push.meta.value_bytes = 4;
+  push.meta.auth = std::string(16, 'k');
+  push.data = {Frame(std::vector<uint64_t>{1, 5, 9}),
+               Frame(std::vector<float>{1, 2, 3})};
+  Write("message", "push", Frames(push));
+  push.data.push_back(Frame(std::vector<int>{1, 1, 1}));
+  Write("message", "push_lens", Frames(push));
+
+  ps::Message pull;
+  pull.meta.sender = 8;
+  pull.meta.recipient = 9;
+  pull.meta.pull = true;
+  pull.meta.keys_as_requested = true;
+  pull.meta.value_bytes = 4;
+  pull.data = {Frame(std::vector<float>{1, 2, 3, 4})};
+  Write("message", "pull_response_as_requested", Frames(pull));
+
+  ps::Message table;
+  table.meta.sender = 1;
+  table.meta.recipient = 9;
+  table.meta.control = ps::Control::kNodeTable;
+  table.meta.run_key = std::string(16, 'r');
+  for (int id : {1, 8, 10, 9}) {
+    ps::NodeInfo n;
+    n.id = id;
+    n.role = id == 1 ? ps::Role::kScheduler
+                     : (id % 2 ? ps::Role::kWorker : ps::Role::kServer);
+    n.host = "127.0.0.1";
+    n.port = 4000 + id;
+    table.meta.nodes.push_back(n);
+  }
+  auto ring = ps::KeyRing::EvenSplit({8, 10}, 1);
+  table.meta.ring.epoch = 1;
+  table.meta.ring.server_ids = ring->server_ids();
+  table.meta.ring.begins = ring->begins();
+  table.meta.ring.owners = ring->owners();
+  Write("message", "node_table", Frames(table));
+
+  ps::Message join;
+  join.meta.recipient = 1;
+  join.meta.request = true;
+  join.meta.control = ps::Control::kJoin;
+  join.meta.process_key = std::string(16, 'p');
+  join.meta.nodes.push_back(table.meta.nodes[1]);
+  Write("message", "join", Frames(join));
+
+  ps::Message barrier;
+  barrier.meta.sender = 9;
+  barrier.meta.recipient = 1;
+  barrier.meta.control = ps::Control::kBarrier;
+  barrier.meta.barrier_group = 4;
+  barrier.meta.status_code = 3;
+  barrier.meta.status_message = "server 1 is dead";
+  Write("message", "barrier_release", Frames(barrier));
+}
+
+void CheckpointSeeds() {
+  ps::model::ModelShard shard;
+  shard.version = 7;
+  shard.num_servers = 2;
+  shard.server_rank = 1;
+  ps::model::TableShard t;
+  t.name = "emb";
+  t.table_id = 3;
+  t.dim = 2;
+  t.initializer = "normal(0,0.1)";
+  t.optimizer = "adagrad(lr=0.1)";
+  t.slot_floats = 2;
+  t.ids = {4, 8};
+  t.weights = {1, 2, 3, 4};
+  t.slots = {0.1f, 0.1f, 0.2f, 0.2f};
+  shard.tables.push_back(t);
+  ps::model::DenseShard d;
+  d.name = "w";
+  d.shape = {2, 2};
+  d.values = {1, 2, 3, 4};
+  d.optimizer = "sgd(lr=0.1)";
+  shard.dense.push_back(d);
+  std::string path = root + "/checkpoint.tmp";
+  if (!ps::model::WriteCheckpoint(path, shard).ok()) {
+    std::fprintf(stderr, "cannot write a checkpoint\n");
+    return;
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string file((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  unlink(path.c_str());
+  // Even first byte: the whole file; odd: the payload under a fixed header.
+  Write("checkpoint", "file", std::string(1, '\0') + file);
+  Write("checkpoint", "payload",
+        std::string(1, '\1') + file.substr(ps::model::kCheckpointHeaderSize));
+}
+
+void SpecSeeds() {
+  Write("specs", "table",
+        "emb\t8\tnormal(0,0.01)\tadam(lr=0.001,beta1=0.9)\tssp:2");
+  Write("specs", "dense",
+        "w\t100\t(10,10)\tmomentum(lr=0.1,nesterov=true)\tbsp");
+  Write("specs", "optimizers",
+        "sgd(lr=0.1)\tadagrad(0.1,initial_accumulator_value=0.1)\t"
+        "ftrl(alpha=0.1,beta=1,l1=0.01,l2=0.01)\tadam(0.01)");
+  Write("specs", "initializers",
+        "zeros\tones\tconstant(0.5)\tuniform(-1,1)\tnormal(0,0.1)\t"
+        "truncated_normal(0,1)");
+  Write("specs", "settings", "asp\tbsp\tssp\tssp:3\trange\tspread");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_seeds CORPUS_DIR\n");
+    return 2;
+  }
+  root = argv[1];
+  MessageSeeds();
+  CheckpointSeeds();
+  SpecSeeds();
+  return 0;
+}
