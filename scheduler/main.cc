@@ -7,21 +7,36 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "ps/ps.h"
+#include "transport/zmq_van.h"
 
 DEFINE_string(host, "", "Address to bind (default: DMLC_PS_ROOT_URI)");
 DEFINE_int32(port, 0, "Port to bind (default: DMLC_PS_ROOT_PORT)");
 DEFINE_int32(num_servers, 0, "Number of servers (default: DMLC_NUM_SERVER)");
 DEFINE_int32(num_workers, 0, "Number of workers (default: DMLC_NUM_WORKER)");
+DEFINE_string(make_curve_key, "",
+              "Write a new CURVE key pair for EMBER_CURVE_KEY_FILE to this "
+              "file (mode 0600; it must not exist) and exit");
 
 int main(int argc, char* argv[]) {
   gflags::SetUsageMessage(
       "ember_scheduler: the Ember cluster's scheduler.\n"
       "Settings come from DMLC_* environment variables or these flags.");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (!FLAGS_make_curve_key.empty()) {
+    ps::Status s = ps::ZmqVan::WriteCurveKeyFile(FLAGS_make_curve_key);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ember_scheduler: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote a CURVE key pair to %s\n",
+                FLAGS_make_curve_key.c_str());
+    return 0;
+  }
   setenv("DMLC_ROLE", "scheduler", 1);
   if (!FLAGS_host.empty()) setenv("DMLC_PS_ROOT_URI", FLAGS_host.c_str(), 1);
   if (FLAGS_port > 0) {

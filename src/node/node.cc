@@ -189,6 +189,11 @@ Status Node::StartVan() {
   limits.max_frame_bytes = int64_t{options_.max_frame_mb} << 20;
   limits.receive_queue = options_.receive_queue;
   van_->set_limits(limits);
+  VanSecurity security;
+  security.curve = options_.curve;
+  security.public_key = options_.curve_public_key;
+  security.secret_key = options_.curve_secret_key;
+  PS_RETURN_IF_ERROR(van_->set_security(security));
   bool scheduler = options_.role == Role::kScheduler;
   std::string host = scheduler ? options_.scheduler_host : options_.node_host;
   int port = scheduler ? options_.scheduler_port : 0;

@@ -180,6 +180,33 @@ Status ReadClusterToken(std::string* token) {
   return Status::OK();
 }
 
+Status ReadCurve(Options* o) {
+  int curve = 0;
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_CURVE", nullptr, 0, 1, &curve));
+  const char* file = std::getenv("EMBER_CURVE_KEY_FILE");
+  if (!curve) return Status::OK();
+  if (file == nullptr || *file == '\0') {
+    return Status::InvalidArgument(
+        "EMBER_CURVE=1 needs EMBER_CURVE_KEY_FILE (make one with "
+        "ember_scheduler --make_curve_key=FILE)");
+  }
+  const std::string source = std::string("EMBER_CURVE_KEY_FILE=") + file;
+  std::ifstream in(file);
+  if (!in) {
+    return Status::InvalidArgument(source + ": cannot read the file: " +
+                                   std::strerror(errno));
+  }
+  std::getline(in, o->curve_public_key);
+  std::getline(in, o->curve_secret_key);
+  if (o->curve_public_key.size() != 40 || o->curve_secret_key.size() != 40) {
+    return Status::InvalidArgument(
+        source + ": expected a public and a secret key, 40 Z85 characters "
+                 "each, on two lines");
+  }
+  o->curve = true;
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ParseRole(const std::string& name, Role* role) {
@@ -221,6 +248,7 @@ StatusOr<Options> Options::FromEnvironment() {
                              &o.scheduler_port));
   if (const char* f = std::getenv("EMBER_PORT_FILE")) o.port_file = f;
   PS_RETURN_IF_ERROR(ReadClusterToken(&o.cluster_token));
+  PS_RETURN_IF_ERROR(ReadCurve(&o));
   if (const char* p = std::getenv("EMBER_ON_NODE_FAILURE")) {
     std::string policy = p;
     if (policy == "abort") {

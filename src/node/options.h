@@ -86,6 +86,14 @@ struct Options {
   // bound). ZeroMQ counts messages, not bytes.
   int receive_queue = 10000;
 
+  // Encryption (docs/security.md): EMBER_CURVE=1 encrypts every connection
+  // with ZeroMQ CURVE, with the cluster's key pair from EMBER_CURVE_KEY_FILE
+  // (`ember_scheduler --make_curve_key=FILE` makes one); every node needs
+  // the same file, and a process without it cannot connect at all.
+  bool curve = false;
+  std::string curve_public_key;  // Z85, 40 characters
+  std::string curve_secret_key;
+
   // How the key ring places keys (EMBER_KEY_PLACEMENT: range or spread);
   // only the scheduler's setting matters: it goes out with the ring.
   Placement placement = Placement::kRange;

@@ -41,6 +41,17 @@ struct VanLimits {
   int receive_queue = 0;
 };
 
+// Encryption of a van's connections (docs/security.md): ZeroMQ CURVE with
+// one key pair for the whole cluster, in Z85 text (40 characters each).
+// Every node's receiving socket is a CURVE server with the cluster's secret
+// key and admits (through a ZAP handler) only clients that prove they hold
+// it too; every sending socket is a CURVE client with the same pair.
+struct VanSecurity {
+  bool curve = false;
+  std::string public_key;
+  std::string secret_key;
+};
+
 class Van {
  public:
   using Handler = std::function<void(Message&& msg)>;
@@ -95,6 +106,13 @@ class Van {
 
   // Before Start.
   virtual void set_limits(const VanLimits& limits) { limits_ = limits; }
+  // Before Start; kInvalidArgument if this van cannot encrypt as asked.
+  [[nodiscard]] virtual Status set_security(const VanSecurity& security) {
+    if (security.curve) {
+      return Status::InvalidArgument("this transport has no encryption");
+    }
+    return Status::OK();
+  }
   const VanLimits& limits() const { return limits_; }
 
   const VanCounters& counters() const { return counters_; }

@@ -3,7 +3,11 @@
 #include <glog/logging.h>
 #include <zmq.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "util/clock.h"
@@ -20,6 +24,34 @@ constexpr int kLingerMs = 1000;
 constexpr size_t kZeroCopyMinBytes = 64;
 
 std::string ZmqError() { return zmq_strerror(zmq_errno()); }
+
+// The ZAP endpoint ZeroMQ asks (RFC 27), and its domain for Ember.
+constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
+constexpr char kZapDomain[] = "ember";
+
+// Whether `key` is a 40-character Z85 CURVE key.
+bool IsZ85Key(const std::string& key) {
+  uint8_t raw[32];
+  return key.size() == 40 && zmq_z85_decode(raw, key.c_str()) != nullptr;
+}
+
+// Receives one multipart message as strings; false on error or timeout.
+bool ReceiveParts(void* socket, std::vector<std::string>* parts) {
+  parts->clear();
+  while (true) {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    if (zmq_msg_recv(&part, socket, 0) < 0) {
+      zmq_msg_close(&part);
+      return false;
+    }
+    parts->emplace_back(static_cast<const char*>(zmq_msg_data(&part)),
+                        zmq_msg_size(&part));
+    const bool more = zmq_msg_more(&part);
+    zmq_msg_close(&part);
+    if (!more) return true;
+  }
+}
 
 void FreeSArray(void* /*data*/, void* hint) {
   delete static_cast<SArray<char>*>(hint);
@@ -50,6 +82,116 @@ SArray<char> TakeFrame(zmq_msg_t* frame) {
 
 ZmqVan::ZmqVan() = default;
 
+Status ZmqVan::set_security(const VanSecurity& security) {
+  if (security.curve) {
+    if (!zmq_has("curve")) {
+      return Status::InvalidArgument(
+          "EMBER_CURVE=1, but this libzmq was built without CURVE");
+    }
+    if (!IsZ85Key(security.public_key) || !IsZ85Key(security.secret_key)) {
+      return Status::InvalidArgument(
+          "EMBER_CURVE_KEY_FILE: the keys must be 40-character Z85 CURVE "
+          "keys");
+    }
+    char derived[41];
+    if (zmq_curve_public(derived, security.secret_key.c_str()) != 0 ||
+        security.public_key != derived) {
+      return Status::InvalidArgument(
+          "EMBER_CURVE_KEY_FILE: the public key is not the secret key's");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return Status::Internal("set_security after Start");
+  security_ = security;
+  return Status::OK();
+}
+
+Status ZmqVan::WriteCurveKeyFile(const std::string& path) {
+  char public_key[41], secret_key[41];
+  if (zmq_curve_keypair(public_key, secret_key) != 0) {
+    return Status::Internal("cannot make a CURVE key pair: " + ZmqError());
+  }
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Status::InvalidArgument("cannot create " + path + ": " +
+                                   std::strerror(errno));
+  }
+  std::string text = std::string(public_key) + "\n" + secret_key + "\n";
+  const bool ok = write(fd, text.data(), text.size()) ==
+                  static_cast<ssize_t>(text.size());
+  const bool closed = close(fd) == 0;
+  if (!ok || !closed) {
+    unlink(path.c_str());
+    return Status::Unavailable("cannot write " + path);
+  }
+  return Status::OK();
+}
+
+void ZmqVan::AbandonStart() {
+  if (router_ != nullptr) zmq_close(router_);
+  router_ = nullptr;
+  zap_stop_ = true;
+  if (zap_thread_.joinable()) zap_thread_.join();
+  zmq_ctx_term(context_);
+  context_ = nullptr;
+}
+
+Status ZmqVan::StartZap() {
+  void* zap = zmq_socket(context_, ZMQ_REP);
+  if (zap == nullptr) return Status::Internal("zmq_socket: " + ZmqError());
+  const int timeout_ms = 100;  // How often the loop looks at zap_stop_.
+  const int linger = 0;
+  zmq_setsockopt(zap, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+  zmq_setsockopt(zap, ZMQ_LINGER, &linger, sizeof(linger));
+  if (zmq_bind(zap, kZapEndpoint) != 0) {
+    Status s = Status::Internal("cannot bind the ZAP handler: " + ZmqError());
+    zmq_close(zap);
+    return s;
+  }
+  zap_stop_ = false;
+  zap_thread_ = std::thread([this, zap] {
+    NameThisThread("ember-zap");
+    ZapLoop(zap);
+    zmq_close(zap);
+  });
+  return Status::OK();
+}
+
+void ZmqVan::ZapLoop(void* socket) {
+  uint8_t cluster_key[32];
+  zmq_z85_decode(cluster_key, security_.public_key.c_str());
+  std::vector<std::string> request;
+  while (!zap_stop_) {
+    if (!ReceiveParts(socket, &request)) {
+      if (zmq_errno() == ETERM) return;  // The context is ending.
+      continue;                          // A timeout: look at zap_stop_.
+    }
+    // version, request id, domain, address, routing id, mechanism,
+    // credentials (CURVE: the client's 32-byte public key).
+    const bool admitted = request.size() == 7 && request[0] == "1.0" &&
+                          request[5] == "CURVE" && request[6].size() == 32 &&
+                          std::memcmp(request[6].data(), cluster_key, 32) == 0;
+    if (!admitted) {
+      uint64_t left_out = 0;
+      if (reject_log_.Allow("zap", Clock::Real()->NowMs(), &left_out)) {
+        LOG(WARNING) << "refusing a connection"
+                     << (request.size() > 3 ? " from " + request[3] : "")
+                     << ": it does not hold the cluster's CURVE key"
+                     << LogLimiter::Since(left_out);
+      }
+    }
+    const std::string id = request.size() > 1 ? request[1] : "";
+    const char* code = admitted ? "200" : "400";
+    const char* text = admitted ? "OK" : "not a member of this cluster";
+    zmq_send(socket, "1.0", 3, ZMQ_SNDMORE);
+    zmq_send(socket, id.data(), id.size(), ZMQ_SNDMORE);
+    zmq_send(socket, code, 3, ZMQ_SNDMORE);
+    zmq_send(socket, text, std::strlen(text), ZMQ_SNDMORE);
+    zmq_send(socket, "", 0, ZMQ_SNDMORE);  // user id
+    zmq_send(socket, "", 0, 0);            // metadata
+  }
+}
+
 ZmqVan::~ZmqVan() { Stop(); }
 
 StatusOr<int> ZmqVan::Start(const std::string& host, int port,
@@ -61,25 +203,41 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
     return Status::Internal("zmq_ctx_new failed: " + ZmqError());
   }
   zmq_ctx_set(context_, ZMQ_MAX_SOCKETS, 65536);
+  if (security_.curve) {
+    Status s = StartZap();
+    if (!s.ok()) {
+      AbandonStart();
+      return s;
+    }
+  }
   router_ = zmq_socket(context_, ZMQ_ROUTER);
   if (router_ == nullptr) {
     Status s = Status::Internal("zmq_socket failed: " + ZmqError());
-    zmq_ctx_term(context_);
-    context_ = nullptr;
+    AbandonStart();
     return s;
   }
   const int hwm = limits_.receive_queue;
   const int linger = 0;
   const int64_t max_frame = limits_.max_frame_bytes;
-  if (zmq_setsockopt(router_, ZMQ_RCVHWM, &hwm, sizeof(hwm)) != 0 ||
-      zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
-      zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_frame, sizeof(max_frame)) !=
-          0) {
+  const int curve_server = 1;
+  bool options_ok =
+      zmq_setsockopt(router_, ZMQ_RCVHWM, &hwm, sizeof(hwm)) == 0 &&
+      zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger)) == 0 &&
+      zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_frame, sizeof(max_frame)) ==
+          0;
+  if (options_ok && security_.curve) {
+    options_ok =
+        zmq_setsockopt(router_, ZMQ_ZAP_DOMAIN, kZapDomain,
+                       std::strlen(kZapDomain)) == 0 &&
+        zmq_setsockopt(router_, ZMQ_CURVE_SERVER, &curve_server,
+                       sizeof(curve_server)) == 0 &&
+        zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY,
+                       security_.secret_key.c_str(), 41) == 0;
+  }
+  if (!options_ok) {
     Status s = Status::Internal("cannot set the receiving socket's options: " +
                                 ZmqError());
-    zmq_close(router_);
-    zmq_ctx_term(context_);
-    router_ = context_ = nullptr;
+    AbandonStart();
     return s;
   }
   std::string endpoint =
@@ -87,9 +245,7 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   if (zmq_bind(router_, endpoint.c_str()) != 0) {
     Status s =
         Status::Unavailable("cannot bind " + endpoint + ": " + ZmqError());
-    zmq_close(router_);
-    zmq_ctx_term(context_);
-    router_ = context_ = nullptr;
+    AbandonStart();
     return s;
   }
   char last[256];
@@ -107,9 +263,7 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
     gate_status = gate_.Init(router_fd, [this] { ReceiveAll(); });
   }
   if (!gate_status.ok()) {
-    zmq_close(router_);
-    zmq_ctx_term(context_);
-    router_ = context_ = nullptr;
+    AbandonStart();
     return gate_status;
   }
   handler_ = std::move(handler);
@@ -203,10 +357,25 @@ void* ZmqVan::SocketFor(const std::string& address) {
     LOG(ERROR) << "zmq_socket failed: " << ZmqError();
     return nullptr;
   }
-  int zero = 0;
-  zmq_setsockopt(socket, ZMQ_SNDHWM, &zero, sizeof(zero));
-  int linger = kLingerMs;
-  zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+  const int zero = 0;
+  const int linger = kLingerMs;
+  bool options_ok =
+      zmq_setsockopt(socket, ZMQ_SNDHWM, &zero, sizeof(zero)) == 0 &&
+      zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger)) == 0;
+  if (options_ok && security_.curve) {
+    const char* pub = security_.public_key.c_str();
+    options_ok =
+        zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, pub, 41) == 0 &&
+        zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, pub, 41) == 0 &&
+        zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY,
+                       security_.secret_key.c_str(), 41) == 0;
+  }
+  if (!options_ok) {
+    LOG(ERROR) << "cannot set the options of a socket to " << address << ": "
+               << ZmqError();
+    zmq_close(socket);
+    return nullptr;
+  }
   std::string endpoint = "tcp://" + address;
   if (zmq_connect(socket, endpoint.c_str()) != 0) {
     LOG(ERROR) << "cannot connect to " << endpoint << ": " << ZmqError();
@@ -334,6 +503,8 @@ void ZmqVan::Stop() {
   }
   zmq_close(router_);
   router_ = nullptr;
+  zap_stop_ = true;
+  if (zap_thread_.joinable()) zap_thread_.join();
   zmq_ctx_term(context_);  // Waits up to kLingerMs for unsent messages.
   context_ = nullptr;
 }

@@ -13,6 +13,7 @@
 #ifndef PS_TRANSPORT_ZMQ_VAN_H_
 #define PS_TRANSPORT_ZMQ_VAN_H_
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,6 +45,11 @@ class ZmqVan final : public Van {
     gate_.set_spin(spin);
     gate_.set_contention(&CpuContention::Get());
   }
+  [[nodiscard]] Status set_security(const VanSecurity& security) override;
+
+  // Writes a new CURVE key pair to `path` (mode 0600): the public key, then
+  // the secret key, one per line, in Z85 (EMBER_CURVE_KEY_FILE).
+  [[nodiscard]] static Status WriteCurveKeyFile(const std::string& path);
 
  private:
   void DoSend(void* socket, const std::string& address, Message* msg);
@@ -51,6 +57,16 @@ class ZmqVan final : public Van {
   // One line per connection per second for the messages it drops.
   void LogRejected(const std::string& peer, const Status& why);
   void* SocketFor(const std::string& address);  // Requires send_mu_.
+  // CURVE: ZeroMQ's authentication handler (ZAP, RFC 27) on its own
+  // thread, admitting only clients with the cluster's public key.
+  Status StartZap();
+  // Undoes a Start that failed half-way (requires mu_).
+  void AbandonStart();
+  void ZapLoop(void* socket);
+
+  VanSecurity security_;  // Set before Start.
+  std::thread zap_thread_;
+  std::atomic<bool> zap_stop_{false};
 
   Handler handler_;
   void* context_ = nullptr;

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -30,6 +31,10 @@ DEFINE_string(mode, "control", "control or garbage");
 DEFINE_string(scheduler, "", "the scheduler's host:port");
 DEFINE_string(nodes, "", "the members: id@host:port,...");
 DEFINE_double(seconds, 10, "garbage: how long to send");
+DEFINE_string(curve_public_key_file, "",
+              "connect with ZeroMQ CURVE to nodes whose public key is the "
+              "first line of this file (an EMBER_CURVE_KEY_FILE), with a key "
+              "pair of our own: all an outsider can do");
 
 namespace {
 
@@ -290,9 +295,25 @@ int main(int argc, char* argv[]) {
                  "--nodes=ID@HOST:PORT,...\n");
     return 2;
   }
+  std::string server_key;
+  char public_key[41], secret_key[41];
+  if (!FLAGS_curve_public_key_file.empty()) {
+    std::ifstream in(FLAGS_curve_public_key_file);
+    std::getline(in, server_key);
+    if (server_key.size() != 40 || zmq_curve_keypair(public_key, secret_key)) {
+      std::fprintf(stderr, "forge: no public key in %s\n",
+                   FLAGS_curve_public_key_file.c_str());
+      return 2;
+    }
+  }
   void* context = zmq_ctx_new();
   for (Target& t : targets) {
     t.socket = zmq_socket(context, ZMQ_DEALER);
+    if (!server_key.empty()) {
+      zmq_setsockopt(t.socket, ZMQ_CURVE_SERVERKEY, server_key.c_str(), 41);
+      zmq_setsockopt(t.socket, ZMQ_CURVE_PUBLICKEY, public_key, 41);
+      zmq_setsockopt(t.socket, ZMQ_CURVE_SECRETKEY, secret_key, 41);
+    }
     int timeout_ms = 100, linger = 0;
     zmq_setsockopt(t.socket, ZMQ_SNDTIMEO, &timeout_ms, sizeof(timeout_ms));
     zmq_setsockopt(t.socket, ZMQ_LINGER, &linger, sizeof(linger));

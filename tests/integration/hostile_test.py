@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A 2 x 2 job under attack by a process that never joined it (forge).
 
-usage: hostile_test.py control|token|garbage LOCAL_SH CLUSTER_KV FORGE
+usage: hostile_test.py control|token|garbage|curve LOCAL_SH CLUSTER_KV FORGE
+                       [SCHEDULER]
 
 control  forged ABORT, NODE_TABLE, NODE_FAILED, heartbeats, LEAVE, barrier
          requests and pushes, and a late join: each node drops and counts what
@@ -11,6 +12,11 @@ token    the same with EMBER_CLUSTER_TOKEN set: the scheduler also refuses the
 garbage  10 s of random frames at every node's port: each node's resident
          memory grows by at most 20 MB (cluster_kv checks), each logs at most
          100 lines about it, and the job finishes with exact sums.
+curve    the control attack on a job with EMBER_CURVE=1 (SCHEDULER makes its
+         key file), by an outsider that knows the cluster's public key and
+         connects with CURVE and a key pair of its own: no message reaches
+         any node, the nodes refuse its connections and say so, and the job
+         finishes with exact sums.
 
 The program is the scheduler too (EMBER_PROGRAM_SCHEDULER=1), so the
 scheduler reports what it dropped like the others. Every process's output is
@@ -34,11 +40,34 @@ def fail(why, output):
     sys.exit(1)
 
 
+def check_curve(output, node_logs):
+    """Nothing of the outsider's reached a node; its connections were
+    refused and logged."""
+    refused = 0
+    for role, log in node_logs.items():
+        report = re.search(r"cluster_kv: dropped (\d+) unauthenticated", log)
+        if not report:
+            fail(f"{role} did not report what it dropped", output)
+        if int(report.group(1)) != 0:
+            fail(f"{role} received the outsider's messages", output)
+        refused += log.count("does not hold the cluster's CURVE key")
+    if refused == 0:
+        fail("no node logged the refused connections", output)
+    if "forge: the join was not answered" not in output:
+        fail("the outsider's join was answered", output)
+    print(f"hostile_test: no message reached a node; {refused} log lines "
+          "about refused connections")
+    print("hostile_test: PASS (curve)")
+    return 0
+
+
 def main():
-    if len(sys.argv) != 5 or sys.argv[1] not in ("control", "token", "garbage"):
+    modes = ("control", "token", "garbage", "curve")
+    if len(sys.argv) not in (5, 6) or sys.argv[1] not in modes or (
+            sys.argv[1] == "curve" and len(sys.argv) != 6):
         print(__doc__)
         return 2
-    mode, local_sh, cluster_kv, forge = sys.argv[1:]
+    mode, local_sh, cluster_kv, forge = sys.argv[1:5]
     forge_mode = "garbage --seconds=10" if mode == "garbage" else "control"
     env = dict(os.environ)
     env.update({"EMBER_PROGRAM_SCHEDULER": "1", "EMBER_TIMEOUT": "90"})
@@ -48,6 +77,12 @@ def main():
         env["EMBER_CLUSTER_TOKEN"] = "hostile-test-token"
     with tempfile.TemporaryDirectory() as logs:
         env["EMBER_LOG_DIR"] = logs
+        if mode == "curve":
+            key = os.path.join(logs, "cluster.key")
+            subprocess.run([sys.argv[5], "--make_curve_key=" + key],
+                           check=True, stdout=subprocess.DEVNULL)
+            env.update({"EMBER_CURVE": "1", "EMBER_CURVE_KEY_FILE": key})
+            forge_mode += " --curve_public_key_file=" + key
         command = [local_sh, "2", "2", cluster_kv,
                    f"--attack={forge} --mode={forge_mode}"]
         if mode == "garbage":
@@ -69,6 +104,8 @@ def main():
                 fail(f"no log of {role}", output)
             with open(path, errors="replace") as f:
                 node_logs[role] = f.read()
+        if mode == "curve":
+            return check_curve(output, node_logs)
 
     if "forge: " not in output:
         fail("the attack did not run", output)

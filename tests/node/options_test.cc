@@ -50,6 +50,8 @@ const char* const kVariables[] = {
     "EMBER_MAX_FRAME_MB",
     "EMBER_MAX_KEYS_PER_REQUEST",
     "EMBER_RECEIVE_QUEUE",
+    "EMBER_CURVE",
+    "EMBER_CURVE_KEY_FILE",
 };
 
 // Clears the variables above for each test and restores the process's own
@@ -342,6 +344,31 @@ TEST_F(OptionsTest, BadClusterTokensAreInvalidArgument) {
   Set("EMBER_CLUSTER_TOKEN", "a");
   Set("EMBER_CLUSTER_TOKEN_FILE", "/tmp/x");
   ExpectRejected("EMBER_CLUSTER_TOKEN_FILE");
+}
+
+TEST_F(OptionsTest, CurveNeedsAKeyFileWithTwoKeys) {
+  ExpectEachRejected("EMBER_CURVE", {"2", "yes"});
+  SetRequired();
+  Set("EMBER_CURVE", "1");
+  ExpectRejected("EMBER_CURVE_KEY_FILE");  // Not set.
+  Set("EMBER_CURVE_KEY_FILE", "/no/such/key");
+  ExpectRejected("EMBER_CURVE_KEY_FILE");
+  std::string path = testing::TempDir() + "/ember_curve_key";
+  {
+    std::ofstream f(path);
+    f << "short\n";
+  }
+  Set("EMBER_CURVE_KEY_FILE", path);
+  ExpectRejected("EMBER_CURVE_KEY_FILE");
+  {
+    std::ofstream f(path);
+    f << std::string(40, 'a') << "\n" << std::string(40, 'b') << "\n";
+  }
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o.value().curve);
+  EXPECT_EQ(o.value().curve_secret_key, std::string(40, 'b'));
+  std::remove(path.c_str());
 }
 
 TEST_F(OptionsTest, NodeHostWinsOverInterface) {
