@@ -34,7 +34,7 @@ table gives each one's push and pull time (the mean over the workers).
 
     /usr/bin/python3 scripts/bench_multi.py [--build build] [--rounds 3]
         [--seconds 2] [--pslite DIR] [--kvbench PSLITE_BIN,EMBER_BIN]
-        [--only sparse,batch,single,growth,callgrind,kvbench]
+        [--only sparse,batch,single,growth,callgrind,kvbench,curve]
 
 Every line of figures is also printed as a machine-readable RESULT line.
 Standard library only; runs on Debian's /usr/bin/python3.
@@ -160,10 +160,11 @@ class Runner:
                          str(servers), str(workers), program] + args, env)
 
     def ps_api(self, program, servers, workers, mode, keys, window,
-               program_scheduler=False, seconds=None):
+               program_scheduler=False, seconds=None, env_extra=None):
         args = ["mode=" + mode, "keys=%d" % keys, "window=%d" % window,
                 "seconds=%g" % (seconds or self.seconds), "warmup=0.5"]
-        out = self.cluster(servers, workers, program, args, program_scheduler)
+        out = self.cluster(servers, workers, program, args, program_scheduler,
+                           env_extra)
         total, n = parse_worker_rates(out)
         if n != workers:
             raise BenchError("%d of %d workers reported" % (n, workers))
@@ -223,6 +224,47 @@ def throughput_cases(runner, rounds, pslite, cases):
             fields += [("pslite_req_s", "%.1f" % p),
                        ("ember_over_pslite", "%.3f" % rp)]
         emit("bench=multi", fields)
+
+
+# CURVE's cost (docs/security.md): the case, servers, workers, mode, keys,
+# window. 1 M keys is a 4 MB dense push (plus its 8 MB of keys).
+CURVE_CASES = [("dense 4 MB push", 1, 1, "push", 1000000, 2),
+               ("dense 4 MB push", 2, 2, "push", 1000000, 2),
+               ("sparse 1000 push", 2, 2, "push", 1000, 8),
+               ("sparse 1000 pull", 2, 2, "pull", 1000, 8)]
+
+
+def curve(runner, rounds):
+    """Ember with EMBER_CURVE=1 against Ember without, interleaved."""
+    ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+    keygen = os.path.join(runner.build, "scheduler", "ember_scheduler")
+    print("\nCURVE encryption (req/s, all workers; median of %d rounds)" %
+          rounds, flush=True)
+    print("%-28s %12s %12s %8s" % ("case", "off", "on", "on/off"), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        key = os.path.join(tmp, "cluster.key")
+        runner.run([keygen, "--make_curve_key=" + key])
+        on = {"EMBER_CURVE": "1", "EMBER_CURVE_KEY_FILE": key}
+        for name, s, w, mode, keys, window in CURVE_CASES:
+            got = {"off": [], "on": []}
+            for r in range(rounds):
+                for which in (["off", "on"] if r % 2 == 0 else ["on", "off"]):
+                    got[which].append(runner.ps_api(
+                        ember_bin, s, w, mode, keys, window,
+                        env_extra=on if which == "on" else None))
+            off_m = statistics.median(got["off"])
+            on_m = statistics.median(got["on"])
+            ratio = statistics.median(ratios(got["on"], got["off"]))
+            label = "%s %dx%d" % (name, s, w)
+            print("%-28s %12.1f %12.1f %8.3f" % (label, off_m, on_m, ratio),
+                  flush=True)
+            emit("bench=curve", [("case", label.replace(" ", "_")),
+                                 ("servers", s), ("workers", w),
+                                 ("mode", mode), ("keys", keys),
+                                 ("rounds", rounds),
+                                 ("off_req_s", "%.1f" % off_m),
+                                 ("on_req_s", "%.1f" % on_m),
+                                 ("on_over_off", "%.3f" % ratio)])
 
 
 def kvbench(runner, rounds, pslite_bin, ember_bin):
@@ -342,13 +384,13 @@ def main(argv=None):
                     help="test_kv_app_benchmark built against ps-lite and "
                     "against Ember")
     ap.add_argument("--only",
-                    default="sparse,batch,single,growth,callgrind,kvbench")
+                    default="sparse,batch,single,growth,callgrind,kvbench,curve")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         ap.error("--rounds must be >= 1 and --seconds > 0")
     parts = set(args.only.split(","))
     unknown = parts - {"sparse", "batch", "single", "growth", "callgrind",
-                       "kvbench"}
+                       "kvbench", "curve"}
     if unknown:
         ap.error("unknown parts: " + ",".join(sorted(unknown)))
     if args.pslite and not os.access(
@@ -387,6 +429,8 @@ def main(argv=None):
             growth(runner)
         if "callgrind" in parts:
             callgrind(runner)
+        if "curve" in parts:
+            curve(runner, args.rounds)
     except BenchError as e:
         print("bench_multi: " + str(e), file=sys.stderr)
         return 1
