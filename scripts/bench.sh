@@ -66,7 +66,8 @@
 #
 # Then it runs scripts/bench_multi.py: the same kind of sparse and 1 M-key
 # cases at 2 x 2 and 4 x 4 (and 1 x 1) against raw ZeroMQ in the same
-# topology, the cost-growth table and callgrind at 1 and 4 servers
+# topology, the cost-growth table, callgrind at 1 and 4 servers and the cost
+# of CURVE encryption (EMBER_CURVE=1 against off)
 # (--no-multi skips it; BENCH_PSLITE=DIR adds ps-lite side by side, see
 # docs/performance.md), its output in bench_multi.txt.
 #
