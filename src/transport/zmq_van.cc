@@ -46,6 +46,17 @@ SArray<char> TakeFrame(zmq_msg_t* frame) {
   return array;
 }
 
+// An IPv6 literal ("::1", "fe80::1%eth0"); names and IPv4 have no ':'.
+bool IsIPv6Literal(const std::string& host) {
+  return host.find(':') != std::string::npos;
+}
+
+// "host:port" as ZeroMQ's tcp:// endpoints want it: an IPv6 literal in
+// brackets.
+std::string HostPort(const std::string& host, const std::string& port) {
+  return IsIPv6Literal(host) ? "[" + host + "]:" + port : host + ":" + port;
+}
+
 }  // namespace
 
 ZmqVan::ZmqVan() = default;
@@ -71,10 +82,14 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   const int hwm = limits_.receive_queue;
   const int linger = 0;
   const int64_t max_frame = limits_.max_frame_bytes;
+  // ZeroMQ binds IPv4 only unless told otherwise; with ZMQ_IPV6, "::"
+  // takes IPv4 connections too.
+  const int ipv6 = IsIPv6Literal(host) ? 1 : 0;
   if (zmq_setsockopt(router_, ZMQ_RCVHWM, &hwm, sizeof(hwm)) != 0 ||
       zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
       zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_frame, sizeof(max_frame)) !=
-          0) {
+          0 ||
+      zmq_setsockopt(router_, ZMQ_IPV6, &ipv6, sizeof(ipv6)) != 0) {
     Status s = Status::Internal("cannot set the receiving socket's options: " +
                                 ZmqError());
     zmq_close(router_);
@@ -83,7 +98,7 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
     return s;
   }
   std::string endpoint =
-      "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
+      "tcp://" + HostPort(host, port == 0 ? "*" : std::to_string(port));
   if (zmq_bind(router_, endpoint.c_str()) != 0) {
     Status s =
         Status::Unavailable("cannot bind " + endpoint + ": " + ZmqError());
@@ -126,7 +141,7 @@ Status ZmqVan::Connect(int id, const std::string& host, int port) {
     return Status::InvalidArgument("bad address " + host + ":" +
                                    std::to_string(port));
   }
-  std::string address = host + ":" + std::to_string(port);
+  std::string address = HostPort(host, std::to_string(port));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
@@ -207,6 +222,14 @@ void* ZmqVan::SocketFor(const std::string& address) {
   zmq_setsockopt(socket, ZMQ_SNDHWM, &zero, sizeof(zero));
   int linger = kLingerMs;
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger));
+  // Addresses are bracketed IPv6 literals, IPv4 literals or names (which
+  // ZeroMQ then resolves to IPv4 only, as it always did).
+  int ipv6 = !address.empty() && address[0] == '[' ? 1 : 0;
+  if (zmq_setsockopt(socket, ZMQ_IPV6, &ipv6, sizeof(ipv6)) != 0) {
+    LOG(ERROR) << "cannot set ZMQ_IPV6 for " << address << ": " << ZmqError();
+    zmq_close(socket);
+    return nullptr;
+  }
   std::string endpoint = "tcp://" + address;
   if (zmq_connect(socket, endpoint.c_str()) != 0) {
     LOG(ERROR) << "cannot connect to " << endpoint << ": " << ZmqError();
