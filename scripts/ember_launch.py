@@ -1218,13 +1218,10 @@ def run_node(argv, environ):
     env["DMLC_ROLE"] = role
     env["EMBER_RANK_HINT"] = str(index)
     env.pop("EMBER_PORT_FILE", None)
-    if not env.get("DMLC_NODE_HOST") and not env.get("DMLC_INTERFACE"):
-        # Announce the address on the route to the scheduler (the nodes
-        # would announce 127.0.0.1 otherwise).
-        addr = route_address(env.get("DMLC_PS_ROOT_URI", "127.0.0.1"),
-                             int(env.get("DMLC_PS_ROOT_PORT") or 9))
-        if addr:
-            env["DMLC_NODE_HOST"] = addr
+    # DMLC_NODE_HOST stays as the user set it, or unset: an Ember node finds
+    # the address on its route to the scheduler itself
+    # (docs/configuration.md, "Addresses"), and honours DMLC_INTERFACE and
+    # EMBER_BIND_HOST, which a value set here would override.
     label = "%s %d" % (role, index)
     program = resolve_executable(command[0], env.get("PATH"))
     if program is None:

@@ -195,19 +195,35 @@ Status Node::StartVan() {
   security.secret_key = options_.curve_secret_key;
   PS_RETURN_IF_ERROR(van_->set_security(security));
   bool scheduler = options_.role == Role::kScheduler;
-  std::string host = scheduler ? options_.scheduler_host : options_.node_host;
+  // Bound and announced addresses differ behind NAT, in containers and
+  // under Kubernetes (docs/configuration.md, "Addresses").
+  const std::string& host =
+      scheduler ? options_.scheduler_host : options_.node_host;
+  const std::string& bind_host =
+      options_.bind_host.empty() ? host : options_.bind_host;
   int port = scheduler ? options_.scheduler_port : 0;
-  StatusOr<int> bound = van_->Start(host, port, [this](Message&& msg) {
+  StatusOr<int> bound = van_->Start(bind_host, port, [this](Message&& msg) {
     OnMessage(std::move(msg), /*from_van=*/true);
   });
-  if (!bound.ok()) return bound.status();
+  if (!bound.ok()) {
+    if (bound.status().code() != Status::Code::kUnavailable) {
+      return bound.status();
+    }
+    return Status::Unavailable(
+        bound.status().message() + " (the " + RoleName(options_.role) +
+        " binds " + bind_host + " to announce " + host +
+        "; EMBER_BIND_HOST sets another address to bind)");
+  }
   if (!scheduler) {
-    PS_RETURN_IF_ERROR(van_->Connect(kSchedulerId, options_.scheduler_host,
-                                     options_.scheduler_port));
+    const std::string& to = options_.scheduler_address.empty()
+                                ? options_.scheduler_host
+                                : options_.scheduler_address;
+    PS_RETURN_IF_ERROR(
+        van_->Connect(kSchedulerId, to, options_.scheduler_port));
   }
   if (scheduler && options_.cluster_token.empty()) {
     LOG(WARNING) << "EMBER_CLUSTER_TOKEN is not set: anyone who can reach "
-                 << host << ":" << bound.value()
+                 << bind_host << ":" << bound.value()
                  << " may join this cluster before it forms (messages from "
                     "processes that did not join are refused either way)";
   }
@@ -219,8 +235,8 @@ Status Node::StartVan() {
   my_port_ = bound.value();
   van_started_ = true;
   last_scheduler_echo_ms_ = clock_->NowMs();
-  VLOG(1) << RoleName(options_.role) << " bound to " << my_host_ << ":"
-          << my_port_;
+  VLOG(1) << RoleName(options_.role) << " bound to " << bind_host << ":"
+          << my_port_ << ", announced as " << my_host_ << ":" << my_port_;
   return Status::OK();
 }
 

@@ -1,10 +1,8 @@
 #include "node/options.h"
 
-#include <arpa/inet.h>
 #include <gflags/gflags.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -12,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+
+#include "node/host_address.h"
 
 DEFINE_int32(ember_heartbeat_interval_ms, 500,
              "Interval between heartbeats to the scheduler; 0 disables them "
@@ -115,27 +115,6 @@ Status ReadInt(const char* env, const char* flag, int min, int max,
   return Status::OK();
 }
 
-Status InterfaceAddress(const std::string& interface, std::string* ip) {
-  struct ifaddrs* addrs = nullptr;
-  if (getifaddrs(&addrs) != 0) {
-    return Status::InvalidArgument(std::string("getifaddrs failed: ") +
-                                   std::strerror(errno));
-  }
-  for (struct ifaddrs* a = addrs; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    if (interface != a->ifa_name) continue;
-    char buf[INET_ADDRSTRLEN];
-    auto* in = reinterpret_cast<struct sockaddr_in*>(a->ifa_addr);
-    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
-    *ip = buf;
-    freeifaddrs(addrs);
-    return Status::OK();
-  }
-  freeifaddrs(addrs);
-  return Status::InvalidArgument("DMLC_INTERFACE=" + interface +
-                                 " has no IPv4 address");
-}
-
 // The longest cluster token accepted (it travels in every join).
 constexpr size_t kMaxTokenBytes = 4096;
 
@@ -193,17 +172,104 @@ Status ReadCurve(Options* o) {
   const std::string source = std::string("EMBER_CURVE_KEY_FILE=") + file;
   std::ifstream in(file);
   if (!in) {
-    return Status::InvalidArgument(source + ": cannot read the file: " +
-                                   std::strerror(errno));
+    return Status::InvalidArgument(
+        source + ": cannot read the file: " + std::strerror(errno));
   }
   std::getline(in, o->curve_public_key);
   std::getline(in, o->curve_secret_key);
   if (o->curve_public_key.size() != 40 || o->curve_secret_key.size() != 40) {
     return Status::InvalidArgument(
-        source + ": expected a public and a secret key, 40 Z85 characters "
-                 "each, on two lines");
+        source +
+        ": expected a public and a secret key, 40 Z85 characters "
+        "each, on two lines");
   }
   o->curve = true;
+  return Status::OK();
+}
+
+// The wildcard of `announced`'s family, for binding every interface.
+std::string WildcardFor(const std::string& announced) {
+  return IsIPv6Address(announced) ? "::" : "0.0.0.0";
+}
+
+// Sets node_host, bind_host and scheduler_address (docs/configuration.md,
+// "Addresses"); needs role, scheduler_host and scheduler_port.
+Status ChooseAddresses(Options* o) {
+  int kubernetes = 0;
+  PS_RETURN_IF_ERROR(ReadInt("DMLC_USE_KUBERNETES", nullptr, 0,
+                             std::numeric_limits<int>::max(), &kubernetes));
+  o->use_kubernetes = kubernetes > 0;
+  std::string bind;
+  if (const char* b = std::getenv("EMBER_BIND_HOST")) {
+    if (std::string(b) == "*") {
+      bind = "0.0.0.0";
+    } else {
+      auto host = NormalizeHost(b, "EMBER_BIND_HOST");
+      if (!host.ok()) return host.status();
+      // ZeroMQ binds numeric addresses (and interface names) only.
+      auto numeric = ResolveHost(*host, "EMBER_BIND_HOST");
+      if (!numeric.ok()) return numeric.status();
+      bind = *numeric;
+    }
+  }
+  o->scheduler_address = o->scheduler_host;
+  if (o->role == Role::kScheduler) {
+    o->node_host = o->scheduler_host;
+    if (bind.empty() && o->use_kubernetes) bind = WildcardFor(o->node_host);
+    if (bind.empty()) {
+      auto numeric = ResolveHost(o->scheduler_host, "DMLC_PS_ROOT_URI");
+      if (!numeric.ok()) {
+        return Status::InvalidArgument(
+            numeric.status().message() +
+            " (the scheduler binds it; set EMBER_BIND_HOST to bind another "
+            "address)");
+      }
+      bind = *numeric;
+    }
+    o->bind_host = bind;
+    return Status::OK();
+  }
+  if (const char* host = std::getenv("DMLC_NODE_HOST")) {
+    auto normal = NormalizeHost(host, "DMLC_NODE_HOST");
+    if (!normal.ok()) return normal.status();
+    o->node_host = *normal;
+  } else if (const char* itf = std::getenv("DMLC_INTERFACE")) {
+    if (*itf == '\0') {
+      return Status::InvalidArgument("DMLC_INTERFACE is empty");
+    }
+    auto address = InterfaceAddress(itf, "DMLC_INTERFACE");
+    if (!address.ok()) return address.status();
+    o->node_host = *address;
+  } else {
+    auto scheduler = ResolveHost(o->scheduler_host, "DMLC_PS_ROOT_URI");
+    if (scheduler.ok()) {
+      o->scheduler_address = *scheduler;
+      auto route =
+          RouteAddress(*scheduler, o->scheduler_port, "DMLC_PS_ROOT_URI");
+      if (!route.ok()) return route.status();
+      o->node_host = *route;
+    } else if (o->use_kubernetes) {
+      // The Service's name may resolve only once the scheduler's pod is
+      // ready; the pod's own address is what ps-lite announces there.
+      auto pod = FirstNonLoopbackAddress(AF_INET);
+      if (!pod.ok()) pod = FirstNonLoopbackAddress(AF_INET6);
+      if (!pod.ok()) {
+        return Status::InvalidArgument(scheduler.status().message() + ", and " +
+                                       pod.status().message() +
+                                       " (DMLC_USE_KUBERNETES=1)");
+      }
+      o->node_host = *pod;
+    } else {
+      return scheduler.status();
+    }
+  }
+  if (bind.empty() && o->use_kubernetes) bind = WildcardFor(o->node_host);
+  if (bind.empty()) {
+    auto numeric = ResolveHost(o->node_host, "DMLC_NODE_HOST");
+    if (!numeric.ok()) return numeric.status();
+    bind = *numeric;
+  }
+  o->bind_host = bind;
   return Status::OK();
 }
 
@@ -237,7 +303,11 @@ StatusOr<Options> Options::FromEnvironment() {
     return Status::InvalidArgument(
         "DMLC_PS_ROOT_URI (the scheduler's address) is not set");
   }
-  o.scheduler_host = uri;
+  {
+    auto host = NormalizeHost(uri, "DMLC_PS_ROOT_URI");
+    if (!host.ok()) return host.status();
+    o.scheduler_host = *host;
+  }
   if (std::getenv("DMLC_PS_ROOT_PORT") == nullptr) {
     return Status::InvalidArgument(
         "DMLC_PS_ROOT_PORT (the scheduler's port) is not set");
@@ -317,13 +387,7 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_SPIN_US", "ember_spin_us", 0, 1000000, &o.spin_us));
   PS_RETURN_IF_ERROR(ReadConsistency(&o.consistency));
-  if (const char* host = std::getenv("DMLC_NODE_HOST")) {
-    o.node_host = host;
-  } else if (const char* itf = std::getenv("DMLC_INTERFACE")) {
-    PS_RETURN_IF_ERROR(InterfaceAddress(itf, &o.node_host));
-  } else {
-    o.node_host = "127.0.0.1";
-  }
+  PS_RETURN_IF_ERROR(ChooseAddresses(&o));
   PS_RETURN_IF_ERROR(o.Validate());
   return o;
 }

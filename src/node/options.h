@@ -31,9 +31,23 @@ struct Options {
   int scheduler_port = 0;
   int num_servers = 1;
   int num_workers = 1;
-  // The address this node binds to and announces (DMLC_NODE_HOST, or the
-  // address of DMLC_INTERFACE, or 127.0.0.1).
+  // The address this node announces: others connect to it
+  // (docs/configuration.md, "Addresses"). A server or worker's is
+  // DMLC_NODE_HOST, else the address of DMLC_INTERFACE, else that of the
+  // interface on the route to the scheduler; the scheduler's is
+  // DMLC_PS_ROOT_URI.
   std::string node_host;
+  // The address the node binds (EMBER_BIND_HOST): by default the announced
+  // address (resolved if it is a name), or 0.0.0.0 (:: for IPv6) under
+  // Kubernetes. Differs from node_host behind NAT or in containers.
+  std::string bind_host;
+  // Where servers and workers connect to reach the scheduler:
+  // scheduler_host, or the numeric address it resolved to when finding the
+  // route needed it.
+  std::string scheduler_address;
+  // DMLC_USE_KUBERNETES > 0: ps-lite's switch for pods (the scheduler binds
+  // 0.0.0.0 and announces DMLC_PS_ROOT_URI, a Service's name).
+  bool use_kubernetes = false;
   int verbose = 0;  // PS_VERBOSE
 
   // Launch index among nodes of the same role; the scheduler uses it as the

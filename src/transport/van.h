@@ -59,7 +59,9 @@ class Van {
   virtual ~Van() = default;
 
   // Binds to host:port (port 0: an ephemeral port) and starts delivering
-  // received messages to `handler`. Returns the bound port.
+  // received messages to `handler`. `host` is a numeric address ("0.0.0.0"
+  // or "::" for every interface; an IPv6 one without brackets). Returns the
+  // bound port.
   [[nodiscard]] virtual StatusOr<int> Start(const std::string& host, int port,
                                             Handler handler) = 0;
 

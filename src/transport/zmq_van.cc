@@ -1,10 +1,9 @@
 #include "transport/zmq_van.h"
 
-#include <glog/logging.h>
-#include <zmq.h>
-
 #include <fcntl.h>
+#include <glog/logging.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -78,6 +77,17 @@ SArray<char> TakeFrame(zmq_msg_t* frame) {
   return array;
 }
 
+// An IPv6 literal ("::1", "fe80::1%eth0"); names and IPv4 have no ':'.
+bool IsIPv6Literal(const std::string& host) {
+  return host.find(':') != std::string::npos;
+}
+
+// "host:port" as ZeroMQ's tcp:// endpoints want it: an IPv6 literal in
+// brackets.
+std::string HostPort(const std::string& host, const std::string& port) {
+  return IsIPv6Literal(host) ? "[" + host + "]:" + port : host + ":" + port;
+}
+
 }  // namespace
 
 ZmqVan::ZmqVan() = default;
@@ -117,8 +127,8 @@ Status ZmqVan::WriteCurveKeyFile(const std::string& path) {
                                    std::strerror(errno));
   }
   std::string text = std::string(public_key) + "\n" + secret_key + "\n";
-  const bool ok = write(fd, text.data(), text.size()) ==
-                  static_cast<ssize_t>(text.size());
+  const bool ok =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   const bool closed = close(fd) == 0;
   if (!ok || !closed) {
     unlink(path.c_str());
@@ -220,19 +230,22 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   const int linger = 0;
   const int64_t max_frame = limits_.max_frame_bytes;
   const int curve_server = 1;
+  // ZeroMQ binds IPv4 only unless told otherwise; with ZMQ_IPV6, "::"
+  // takes IPv4 connections too.
+  const int ipv6 = IsIPv6Literal(host) ? 1 : 0;
   bool options_ok =
       zmq_setsockopt(router_, ZMQ_RCVHWM, &hwm, sizeof(hwm)) == 0 &&
       zmq_setsockopt(router_, ZMQ_LINGER, &linger, sizeof(linger)) == 0 &&
       zmq_setsockopt(router_, ZMQ_MAXMSGSIZE, &max_frame, sizeof(max_frame)) ==
-          0;
+          0 &&
+      zmq_setsockopt(router_, ZMQ_IPV6, &ipv6, sizeof(ipv6)) == 0;
   if (options_ok && security_.curve) {
-    options_ok =
-        zmq_setsockopt(router_, ZMQ_ZAP_DOMAIN, kZapDomain,
-                       std::strlen(kZapDomain)) == 0 &&
-        zmq_setsockopt(router_, ZMQ_CURVE_SERVER, &curve_server,
-                       sizeof(curve_server)) == 0 &&
-        zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY,
-                       security_.secret_key.c_str(), 41) == 0;
+    options_ok = zmq_setsockopt(router_, ZMQ_ZAP_DOMAIN, kZapDomain,
+                                std::strlen(kZapDomain)) == 0 &&
+                 zmq_setsockopt(router_, ZMQ_CURVE_SERVER, &curve_server,
+                                sizeof(curve_server)) == 0 &&
+                 zmq_setsockopt(router_, ZMQ_CURVE_SECRETKEY,
+                                security_.secret_key.c_str(), 41) == 0;
   }
   if (!options_ok) {
     Status s = Status::Internal("cannot set the receiving socket's options: " +
@@ -241,7 +254,7 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
     return s;
   }
   std::string endpoint =
-      "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
+      "tcp://" + HostPort(host, port == 0 ? "*" : std::to_string(port));
   if (zmq_bind(router_, endpoint.c_str()) != 0) {
     Status s =
         Status::Unavailable("cannot bind " + endpoint + ": " + ZmqError());
@@ -280,7 +293,7 @@ Status ZmqVan::Connect(int id, const std::string& host, int port) {
     return Status::InvalidArgument("bad address " + host + ":" +
                                    std::to_string(port));
   }
-  std::string address = host + ":" + std::to_string(port);
+  std::string address = HostPort(host, std::to_string(port));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
@@ -359,16 +372,19 @@ void* ZmqVan::SocketFor(const std::string& address) {
   }
   const int zero = 0;
   const int linger = kLingerMs;
+  // Addresses are bracketed IPv6 literals, IPv4 literals or names (which
+  // ZeroMQ then resolves to IPv4 only, as it always did).
+  const int ipv6 = !address.empty() && address[0] == '[' ? 1 : 0;
   bool options_ok =
       zmq_setsockopt(socket, ZMQ_SNDHWM, &zero, sizeof(zero)) == 0 &&
-      zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger)) == 0;
+      zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof(linger)) == 0 &&
+      zmq_setsockopt(socket, ZMQ_IPV6, &ipv6, sizeof(ipv6)) == 0;
   if (options_ok && security_.curve) {
     const char* pub = security_.public_key.c_str();
-    options_ok =
-        zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, pub, 41) == 0 &&
-        zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, pub, 41) == 0 &&
-        zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY,
-                       security_.secret_key.c_str(), 41) == 0;
+    options_ok = zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, pub, 41) == 0 &&
+                 zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, pub, 41) == 0 &&
+                 zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY,
+                                security_.secret_key.c_str(), 41) == 0;
   }
   if (!options_ok) {
     LOG(ERROR) << "cannot set the options of a socket to " << address << ": "

@@ -9,7 +9,9 @@
 // one thread keep their order. Data frames go to ZeroMQ without
 // copying (zmq_msg_init_data with a free callback that drops a reference to
 // the SArray) and arrive without copying (the received zmq_msg_t backs the
-// SArray). Thread-safe.
+// SArray). Hosts are IPv4 or IPv6 literals (without brackets; ZMQ_IPV6 is
+// set on the sockets that use an IPv6 one) or, to connect, names, which
+// ZeroMQ resolves to IPv4. Thread-safe.
 #ifndef PS_TRANSPORT_ZMQ_VAN_H_
 #define PS_TRANSPORT_ZMQ_VAN_H_
 

@@ -2,6 +2,7 @@
 
 #include <gflags/gflags.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <cctype>
 #include <cstdio>
@@ -13,6 +14,8 @@
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "node/host_address.h"
 
 namespace ps {
 
@@ -52,6 +55,8 @@ const char* const kVariables[] = {
     "EMBER_RECEIVE_QUEUE",
     "EMBER_CURVE",
     "EMBER_CURVE_KEY_FILE",
+    "DMLC_USE_KUBERNETES",
+    "EMBER_BIND_HOST",
 };
 
 // Clears the variables above for each test and restores the process's own
@@ -86,7 +91,8 @@ class OptionsTest : public testing::Test {
   // The variables a node cannot start without.
   static void SetRequired() {
     Set("DMLC_ROLE", "worker");
-    Set("DMLC_PS_ROOT_URI", "10.1.2.3");
+    // On loopback: the node's own address then needs no route.
+    Set("DMLC_PS_ROOT_URI", "127.0.0.1");
     Set("DMLC_PS_ROOT_PORT", "9091");
     Set("DMLC_NUM_SERVER", "2");
     Set("DMLC_NUM_WORKER", "3");
@@ -144,6 +150,9 @@ TEST_F(OptionsTest, ReadsFullValidEnvironment) {
   EXPECT_EQ(v.num_servers, 4);
   EXPECT_EQ(v.num_workers, 16);
   EXPECT_EQ(v.node_host, "10.0.0.7");
+  EXPECT_EQ(v.bind_host, "10.0.0.7");
+  // Not resolved: the node's own address did not need the route.
+  EXPECT_EQ(v.scheduler_address, "scheduler.example");
   EXPECT_EQ(v.verbose, 2);
   EXPECT_EQ(v.rank_hint, 3);
   EXPECT_EQ(v.heartbeat_interval_ms, 100);
@@ -162,11 +171,15 @@ TEST_F(OptionsTest, OptionalVariablesDefault) {
   ASSERT_TRUE(o.ok()) << o.status();
   const Options& v = o.value();
   EXPECT_EQ(v.role, Role::kWorker);
-  EXPECT_EQ(v.scheduler_host, "10.1.2.3");
+  EXPECT_EQ(v.scheduler_host, "127.0.0.1");
   EXPECT_EQ(v.scheduler_port, 9091);
   EXPECT_EQ(v.num_servers, 2);
   EXPECT_EQ(v.num_workers, 3);
+  // The scheduler is on loopback, so this node is too.
   EXPECT_EQ(v.node_host, "127.0.0.1");
+  EXPECT_EQ(v.bind_host, "127.0.0.1");
+  EXPECT_EQ(v.scheduler_address, "127.0.0.1");
+  EXPECT_FALSE(v.use_kubernetes);
   EXPECT_EQ(v.verbose, 0);
   EXPECT_EQ(v.rank_hint, -1);
   EXPECT_EQ(v.heartbeat_interval_ms, 500);
@@ -384,6 +397,130 @@ TEST_F(OptionsTest, UnknownInterfaceIsInvalidArgument) {
   SetRequired();
   Set("DMLC_INTERFACE", "no-such-interface0");
   ExpectRejected("DMLC_INTERFACE");
+}
+
+TEST_F(OptionsTest, InterfaceGivesItsIPv4Address) {
+  SetRequired();
+  Set("DMLC_INTERFACE", "lo");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().node_host, "127.0.0.1");
+  EXPECT_EQ(o.value().bind_host, "127.0.0.1");
+}
+
+TEST_F(OptionsTest, WorkerAnnouncesTheAddressOnTheRouteToTheScheduler) {
+  // A scheduler at one of this host's own non-loopback addresses is
+  // reached through that address, never through loopback.
+  StatusOr<std::string> mine = FirstNonLoopbackAddress(AF_INET);
+  if (!mine.ok()) GTEST_SKIP() << mine.status();
+  SetRequired();
+  Set("DMLC_PS_ROOT_URI", *mine);
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().node_host, *mine);
+  EXPECT_EQ(o.value().bind_host, *mine);
+  EXPECT_FALSE(IsLoopbackAddress(o.value().node_host));
+}
+
+TEST_F(OptionsTest, SchedulerNameIsResolvedToFindTheRouteAndToConnect) {
+  SetRequired();
+  Set("DMLC_PS_ROOT_URI", "localhost");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().scheduler_host, "localhost");
+  EXPECT_TRUE(IsLoopbackAddress(o.value().scheduler_address))
+      << o.value().scheduler_address;
+  EXPECT_EQ(o.value().node_host, o.value().scheduler_address);
+}
+
+TEST_F(OptionsTest, SchedulerBindsTheNumericAddressOfItsName) {
+  SetRequired();
+  Set("DMLC_ROLE", "scheduler");
+  Set("DMLC_PS_ROOT_URI", "localhost");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().node_host, "localhost");  // Announced as given.
+  EXPECT_TRUE(IsLoopbackAddress(o.value().bind_host)) << o.value().bind_host;
+}
+
+TEST_F(OptionsTest, KubernetesSchedulerBindsEverythingAndAnnouncesRootUri) {
+  SetRequired();
+  Set("DMLC_ROLE", "scheduler");
+  // A Service's name, resolvable only inside the cluster: it is not
+  // resolved at all.
+  Set("DMLC_PS_ROOT_URI", "ember-scheduler.default.svc.cluster.local");
+  Set("DMLC_USE_KUBERNETES", "1");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o.value().use_kubernetes);
+  EXPECT_EQ(o.value().bind_host, "0.0.0.0");
+  EXPECT_EQ(o.value().node_host, "ember-scheduler.default.svc.cluster.local");
+}
+
+TEST_F(OptionsTest, KubernetesPodBindsEverythingAndAnnouncesItsAddress) {
+  SetRequired();
+  Set("DMLC_USE_KUBERNETES", "1");
+  Set("DMLC_NODE_HOST", "10.244.1.7");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().node_host, "10.244.1.7");
+  EXPECT_EQ(o.value().bind_host, "0.0.0.0");
+  Set("DMLC_NODE_HOST", "fd00:10:244::7");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().bind_host, "::");
+  // ps-lite reads any integer; 0 is off.
+  Set("DMLC_USE_KUBERNETES", "0");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o.value().use_kubernetes);
+  EXPECT_EQ(o.value().bind_host, "fd00:10:244::7");
+}
+
+TEST_F(OptionsTest, BindHostDiffersFromTheAnnouncedAddress) {
+  SetRequired();
+  Set("DMLC_NODE_HOST", "203.0.113.9");  // Say, a NAT's public address.
+  Set("EMBER_BIND_HOST", "0.0.0.0");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().node_host, "203.0.113.9");
+  EXPECT_EQ(o.value().bind_host, "0.0.0.0");
+  Set("EMBER_BIND_HOST", "*");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().bind_host, "0.0.0.0");
+  Set("EMBER_BIND_HOST", "[::]");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().bind_host, "::");
+  // The scheduler too.
+  Set("DMLC_ROLE", "scheduler");
+  Set("EMBER_BIND_HOST", "127.0.0.1");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().bind_host, "127.0.0.1");
+}
+
+TEST_F(OptionsTest, IPv6AddressesLoseTheirBrackets) {
+  SetRequired();
+  Set("DMLC_PS_ROOT_URI", "[::1]");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().scheduler_host, "::1");
+  Set("DMLC_NODE_HOST", "[fd00::7]");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().node_host, "fd00::7");
+}
+
+TEST_F(OptionsTest, BadAddressesAreInvalidArgumentNamingTheVariable) {
+  ExpectEachRejected("DMLC_NODE_HOST", {"", "two words", "10.0.0.1:9000",
+                                        "[10.0.0.1]", "a/b", "fd00::zz"});
+  ExpectEachRejected("DMLC_PS_ROOT_URI",
+                     {"two words", "host:9000", "[not-ipv6]"});
+  ExpectEachRejected("EMBER_BIND_HOST", {"", "bad host", "::g"});
+  ExpectEachRejected("DMLC_USE_KUBERNETES", {"yes", "-1", "1.5"});
+  ExpectEachRejected("DMLC_INTERFACE", {""});
 }
 
 TEST_F(OptionsTest, CommandLineFlagWinsOverEnvironment) {
