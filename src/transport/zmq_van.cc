@@ -212,7 +212,9 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   if (context_ == nullptr) {
     return Status::Internal("zmq_ctx_new failed: " + ZmqError());
   }
-  zmq_ctx_set(context_, ZMQ_MAX_SOCKETS, 65536);
+  if (zmq_ctx_set(context_, ZMQ_MAX_SOCKETS, 65536) != 0) {
+    LOG(WARNING) << "cannot raise ZeroMQ's socket limit: " << ZmqError();
+  }
   if (security_.curve) {
     Status s = StartZap();
     if (!s.ok()) {
@@ -263,7 +265,12 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   }
   char last[256];
   size_t last_size = sizeof(last);
-  zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &last_size);
+  if (zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, last, &last_size) != 0) {
+    Status s =
+        Status::Internal("cannot read the bound endpoint: " + ZmqError());
+    AbandonStart();
+    return s;
+  }
   std::string bound(last);
   int bound_port = std::atoi(bound.substr(bound.rfind(':') + 1).c_str());
   int router_fd = -1;
