@@ -33,8 +33,7 @@ int main(int argc, char* argv[]) {
       std::fprintf(stderr, "ember_scheduler: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("wrote a CURVE key pair to %s\n",
-                FLAGS_make_curve_key.c_str());
+    std::printf("wrote a CURVE key pair to %s\n", FLAGS_make_curve_key.c_str());
     return 0;
   }
   setenv("DMLC_ROLE", "scheduler", 1);
