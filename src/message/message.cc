@@ -119,7 +119,8 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
   p.set_keys_as_requested(meta.keys_as_requested);
   p.set_value_bytes(meta.value_bytes);
   p.set_status_code(meta.status_code);
-  if (!meta.auth.empty()) p.set_auth(meta.auth);
+  p.set_auth_lo(meta.auth.lo);
+  p.set_auth_hi(meta.auth.hi);
   if (!meta.status_message.empty()) {
     p.set_status_message(meta.status_message);
   }
@@ -133,6 +134,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (!meta.reason.empty()) c->set_reason(meta.reason);
     if (!meta.process_key.empty()) c->set_process_key(meta.process_key);
     if (!meta.run_key.empty()) c->set_run_key(meta.run_key);
+    if (!meta.cluster_token.empty()) c->set_cluster_token(meta.cluster_token);
     if (meta.ring.epoch != 0) {
       pb::RingPb* r = c->mutable_ring();
       r->set_epoch(meta.ring.epoch);
@@ -173,11 +175,13 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->value_bytes = p.value_bytes();
   meta->status_code = p.status_code();
   meta->status_message = p.status_message();
-  meta->auth = p.auth();
+  meta->auth.lo = p.auth_lo();
+  meta->auth.hi = p.auth_hi();
   meta->control = Control::kNone;
   meta->nodes.clear();
   meta->process_key.clear();
   meta->run_key.clear();
+  meta->cluster_token.clear();
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
@@ -196,6 +200,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->reason = c.reason();
     meta->process_key = c.process_key();
     meta->run_key = c.run_key();
+    meta->cluster_token = c.cluster_token();
     meta->ring.epoch = c.ring().epoch();
     meta->ring.placement = c.ring().placement();
     meta->ring.server_ids.assign(c.ring().server_ids().begin(),

@@ -12,6 +12,7 @@
 
 #include "ps/sarray.h"
 #include "ps/status.h"
+#include "util/secret.h"
 
 namespace ps {
 
@@ -82,7 +83,7 @@ struct Meta {
   int value_bytes = 0;
   // Proof of membership (docs/protocol.md, "Authentication"); Node fills it
   // in and checks it.
-  std::string auth;
+  Key128 auth;
 
   // Non-ok only in a response whose request failed on the receiver.
   int status_code = 0;
@@ -96,8 +97,9 @@ struct Meta {
   RingInfo ring;
   int failed_node = kEmpty;
   std::string reason;
-  std::string process_key;  // kJoin: the joining process's key
-  std::string run_key;      // kNodeTable: the run's key
+  std::string process_key;    // kJoin: the joining process's key
+  std::string run_key;        // kNodeTable: the run's key
+  std::string cluster_token;  // kJoin: EMBER_CLUSTER_TOKEN
 
   std::string DebugString() const;
 };

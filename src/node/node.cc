@@ -80,8 +80,12 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
       van_(std::move(van)),
       clock_(clock),
       incarnation_(NewIncarnation()),
-      process_key_(NewKeyOrEmpty()) {
-  if (options_.role == Role::kScheduler) run_key_ = NewKeyOrEmpty();
+      process_key_(NewKeyOrEmpty()),
+      process_auth_(ToKey128(process_key_)) {
+  if (options_.role == Role::kScheduler) {
+    run_key_ = NewKeyOrEmpty();
+    run_auth_ = ToKey128(run_key_);
+  }
 }
 
 Node::~Node() {
@@ -116,7 +120,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
     join.meta.control = Control::kJoin;
     join.meta.recipient = kSchedulerId;
     join.meta.request = true;
-    join.meta.auth = options_.cluster_token;
+    join.meta.cluster_token = options_.cluster_token;
     join.meta.process_key = process_key_;
     NodeInfo me;
     me.role = options_.role;
@@ -531,19 +535,19 @@ bool Node::LogAllowed(const std::string& key, std::string* since) {
   return true;
 }
 
-std::string Node::AuthForLocked(int recipient) const {
+Key128 Node::AuthForLocked(int recipient) const {
   if (options_.role == Role::kScheduler && !IsLocalLocked(recipient)) {
     auto it = member_keys_.find(recipient);
-    return it == member_keys_.end() ? std::string() : it->second;
+    return it == member_keys_.end() ? Key128() : it->second;
   }
-  return run_key_;
+  return run_auth_;
 }
 
 bool Node::AuthenticLocked(const Meta& meta) const {
   if (options_.role != Role::kScheduler && meta.sender == kSchedulerId) {
-    return SecretsEqual(meta.auth, process_key_);
+    return KeysEqual(meta.auth, process_auth_);
   }
-  return SecretsEqual(meta.auth, run_key_);
+  return KeysEqual(meta.auth, run_auth_);
 }
 
 void Node::DropUnauthenticatedLocked(const Meta& meta) {
@@ -828,6 +832,7 @@ void Node::HandleNodeTable(const Message& msg) {
     }
     ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
     run_key_ = msg.meta.run_key;
+    run_auth_ = ToKey128(run_key_);
     ApplyNodeTableLocked(msg);
     held.swap(before_table_);
     before_table_bytes_ = 0;

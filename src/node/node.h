@@ -163,7 +163,7 @@ class Node {
   bool IsLocalLocked(int id) const;
   // Authentication (docs/protocol.md): what a message to `recipient` must
   // carry, and whether a received one carries what it must.
-  std::string AuthForLocked(int recipient) const;
+  Key128 AuthForLocked(int recipient) const;
   bool AuthenticLocked(const Meta& meta) const;
   // Counts and logs (rate-limited) a message dropped for want of proof.
   void DropUnauthenticatedLocked(const Meta& meta);
@@ -199,6 +199,7 @@ class Node {
   // scheduler sends us carries it (empty if the kernel could not make one;
   // Start then fails).
   const std::string process_key_;
+  const Key128 process_auth_;  // process_key_'s words
 
   NodeCounters counters_;
   std::mutex start_mu_;  // Serialises binding the van.
@@ -238,11 +239,12 @@ class Node {
   // The run's key, which members authenticate with: made by the scheduler
   // at construction, learnt by the others from the node table.
   std::string run_key_;
+  Key128 run_auth_;  // run_key_'s words
 
   // Scheduler state, guarded by mu_.
   std::vector<NodeInfo> joins_;
   std::map<std::string, std::string> join_keys_;  // address -> process key
-  std::map<int, std::string> member_keys_;        // id -> process key
+  std::map<int, Key128> member_keys_;             // id -> process key
   std::map<int, std::vector<Round>> rounds_;      // group -> pending rounds
   std::map<std::string, int64_t> last_beat_ms_;   // address -> time
   int next_reject_id_ = -1000;

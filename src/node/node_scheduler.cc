@@ -91,7 +91,7 @@ void Node::RejectLocked(const NodeInfo& node, const std::string& key,
   abort.meta.sender = kSchedulerId;
   abort.meta.recipient = id;
   abort.meta.reason = reason;
-  abort.meta.auth = key;
+  abort.meta.auth = ToKey128(key);
   SendLocked(std::move(abort));
   // The refused node is not met again: keep nothing of it (a node that
   // joins again and again must not grow the scheduler).
@@ -119,13 +119,13 @@ void Node::HandleJoin(const Message& msg) {
     return;
   }
   if (!options_.cluster_token.empty() &&
-      !SecretsEqual(msg.meta.auth, options_.cluster_token)) {
+      !SecretsEqual(msg.meta.cluster_token, options_.cluster_token)) {
     counters_.dropped_unauthenticated++;
     std::string since;
     if (LogAllowed("join token", &since)) {
       LOG(WARNING) << "refusing a join from " << node.DebugString() << ": "
-                   << (msg.meta.auth.empty() ? "no cluster token"
-                                             : "a wrong cluster token")
+                   << (msg.meta.cluster_token.empty() ? "no cluster token"
+                                                      : "a wrong cluster token")
                    << " (EMBER_CLUSTER_TOKEN)" << since;
     }
     RejectLocked(node, key,
@@ -229,7 +229,7 @@ void Node::AssignAndBroadcastLocked() {
   int64_t now = clock_->NowMs();
   for (const NodeInfo& n : joins_) {
     table_[n.id] = n;
-    member_keys_[n.id] = join_keys_[n.address()];
+    member_keys_[n.id] = ToKey128(join_keys_[n.address()]);
     Status s = van_->Connect(n.id, n.host, n.port);
     if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
     last_beat_ms_[n.address()] = now;

@@ -22,6 +22,14 @@ StatusOr<std::string> NewSecret(size_t bytes) {
   return key;
 }
 
+Key128 ToKey128(const std::string& key) {
+  Key128 k;
+  if (key.size() != kSecretBytes) return k;
+  std::memcpy(&k.lo, key.data(), 8);
+  std::memcpy(&k.hi, key.data() + 8, 8);
+  return k;
+}
+
 bool SecretsEqual(const std::string& a, const std::string& b) {
   if (a.size() != b.size() || a.empty()) return false;
   unsigned char diff = 0;

@@ -12,6 +12,7 @@
 #define PS_UTIL_SECRET_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "ps/status.h"
@@ -27,6 +28,23 @@ constexpr size_t kSecretBytes = 16;
 // Whether `a` equals `b`, in time that depends only on their sizes. Two
 // empty strings are not a match: an empty key proves nothing.
 bool SecretsEqual(const std::string& a, const std::string& b);
+
+// A key of kSecretBytes as two words, as message headers carry it: fixed
+// size, so a header needs no allocation for it. All zero: no key.
+struct Key128 {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  bool empty() const { return (lo | hi) == 0; }
+};
+
+// The words of a kSecretBytes key; an empty Key128 for any other size.
+Key128 ToKey128(const std::string& key);
+
+// Whether `a` equals `b`, in constant time; false if either is empty.
+inline bool KeysEqual(const Key128& a, const Key128& b) {
+  const uint64_t diff = (a.lo ^ b.lo) | (a.hi ^ b.hi);
+  return diff == 0 && !a.empty();
+}
 
 }  // namespace ps
 

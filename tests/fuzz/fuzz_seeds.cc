@@ -60,7 +60,7 @@ void MessageSeeds() {
   push.meta.push = true;
   push.meta.timestamp = 3;
   push.meta.value_bytes = 4;
-  push.meta.auth = std::string(16, 'k');
+  push.meta.auth = ps::Key128{0x6b6b6b6b6b6b6b6b, 0x6b6b6b6b6b6b6b6b};
   push.data = {Frame(std::vector<uint64_t>{1, 5, 9}),
                Frame(std::vector<float>{1, 2, 3})};
   Write("message", "push", Frames(push));

@@ -135,7 +135,7 @@ int ForgeControl(void* context, std::vector<Target>* targets) {
     send(failed);
     ps::Meta echo = Control(1, t.id, ps::Control::kHeartbeat);
     echo.request = false;
-    echo.auth = std::string(16, 'a');  // A guess.
+    echo.auth = ps::Key128{0x6161616161616161, 1};  // A guess.
     send(echo);
     if (t.id % 2 == 0) {
       // A push of 10^6 to the first keys, in every worker's name: if one

@@ -161,7 +161,7 @@ TEST(NodeTest, MessagesFromAProcessThatNeverJoinedAreDropped) {
     Meta& echo = add(Node::kSchedulerId, victim, Control::kHeartbeat);
     echo.request = false;
     // Guessed keys prove nothing either.
-    echo.auth = std::string(16, 'x');
+    echo.auth = Key128{0x7878787878787878, 0x7878787878787878};
   }
   add(server, Node::kSchedulerId, Control::kHeartbeat);
   add(worker, Node::kSchedulerId, Control::kLeave);
