@@ -26,6 +26,7 @@ int main(int argc, char* argv[]) {
   gflags::SetUsageMessage(
       "ember_scheduler: the Ember cluster's scheduler.\n"
       "Settings come from DMLC_* environment variables or these flags.");
+  gflags::SetVersionString(ps::Version());
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (!FLAGS_make_curve_key.empty()) {
     ps::Status s = ps::ZmqVan::WriteCurveKeyFile(FLAGS_make_curve_key);

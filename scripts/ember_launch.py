@@ -37,6 +37,9 @@ import tempfile
 import time
 
 NAME = "ember-launch"
+# Ember's version; tests/scripts/version_test.py keeps it equal to the
+# project's (CMakeLists.txt).
+VERSION = "0.1.0"
 LAUNCHERS = ("local", "ssh", "mpi", "slurm")
 PYTHON = "/usr/bin/python3"
 # How long stopped nodes get between SIGTERM and SIGKILL, and how long the
@@ -282,6 +285,8 @@ def build_parser():
         "DMLC_PS_ROOT_URI (scheduler address for ssh/mpi/slurm). "
         "Exit status: 0 if every node exited 0; the first failing status "
         "otherwise; 124 on timeout; 2 on usage errors.")
+    p.add_argument("--version", action="version",
+                   version="%(prog)s (Ember) " + VERSION)
     p.add_argument("-n", "--num-workers", metavar="WORKERS", required=True,
                    help="number of workers (DMLC_NUM_WORKER)")
     p.add_argument("-s", "--num-servers", metavar="SERVERS",

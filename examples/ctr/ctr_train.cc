@@ -298,6 +298,7 @@ int RunWorker() {
 }  // namespace
 
 int main(int argc, char* argv[]) {
+  gflags::SetVersionString(ps::Version());
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;

@@ -18,6 +18,9 @@
 
 namespace ps {
 
+// Ember's version ("0.1.0"): that of the library the program runs with.
+const char* Version();
+
 inline int NumWorkers() { return Postoffice::Get()->num_workers(); }
 inline int NumServers() { return Postoffice::Get()->num_servers(); }
 inline bool IsWorker() { return Postoffice::Get()->is_worker(); }

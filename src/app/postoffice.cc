@@ -8,9 +8,12 @@
 #include <cstdlib>
 
 #include "node/node.h"
+#include "ps/ps.h"
 #include "transport/zmq_van.h"
 
 namespace ps {
+
+const char* Version() { return EMBER_VERSION; }
 
 namespace {
 

@@ -11,10 +11,22 @@ trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" ||
   { cat "$work/install.log"; exit 1; }
-for f in bin/ember_scheduler bin/local.sh include/ps/ps.h \
-  lib/cmake/Ember/EmberConfig.cmake; do
+for f in bin/ember_scheduler bin/local.sh bin/ember-launch include/ps/ps.h \
+  lib/cmake/Ember/EmberConfig.cmake lib/pkgconfig/ember.pc; do
   [[ -e $prefix/$f ]] || { echo "install_test: $f is not installed"; exit 1; }
 done
+# --version on the installed programs names Ember's version.
+version=$(sed -n 's/^project(Ember VERSION \([^ )]*\).*/\1/p' \
+  "$here/../../CMakeLists.txt")
+"$prefix/bin/ember_scheduler" --version 2>&1 | grep -q "version $version" ||
+  { echo "install_test: ember_scheduler --version does not say $version"; exit 1; }
+/usr/bin/python3 "$prefix/bin/ember-launch" --version | grep -q "$version" ||
+  { echo "install_test: ember-launch --version does not say $version"; exit 1; }
+# pkg-config, as a Makefile user would: build the same program with it.
+pc_flags=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs ember)
+g++ "$here/consumer/api_tour.cc" -o "$work/api_tour_pc" $pc_flags \
+  -Wl,-rpath,"$prefix/lib" >"$work/pc.log" 2>&1 ||
+  { cat "$work/pc.log"; echo "install_test: pkg-config flags do not build"; exit 1; }
 cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
   >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/consumer" >"$work/build.log" 2>&1 ||
@@ -24,4 +36,6 @@ cmake --build "$work/consumer" >"$work/build.log" 2>&1 ||
 unset EMBER_SCHEDULER EMBER_BUILD_DIR
 PATH=/usr/bin:/bin EMBER_TIMEOUT=60 "$prefix/bin/local.sh" 2 2 \
   "$work/consumer/api_tour"
+PATH=/usr/bin:/bin EMBER_TIMEOUT=60 "$prefix/bin/local.sh" 1 1 \
+  "$work/api_tour_pc"
 echo "install_test: PASS"
