@@ -7,6 +7,8 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "util/wait_log.h"
+
 namespace ps {
 
 std::string ConsistencyStats::ToString() const {
@@ -211,7 +213,7 @@ std::vector<std::string> ConsistencyController::DescribeLongWaits(
   };
   for (const PendingPull& p : pulls_) {
     const int64_t waited = now - p.arrived_ms;
-    if (waited < older_than_ms) continue;
+    if (!WaitLogDue(waited, older_than_ms)) continue;
     if (++long_ones > max) continue;
     const int64_t c = p.request.clock;
     std::string line = "pull from " + name(p.worker) + " at clock " +

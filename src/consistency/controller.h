@@ -62,7 +62,9 @@ class ConsistencyController {
   void OnFailAll(const Status& status);
 
   // One line for each of the (at most `max`) pulls held longer than
-  // `older_than_ms`, saying what each waits for and on whom, e.g. "pull
+  // `older_than_ms` and due a line (util/wait_log.h: at 1, 2, 4, ... 64
+  // such intervals, then every 64), saying what each waits for and on
+  // whom, e.g. "pull
   // from worker 0 (id 9) at clock 7 has waited 5 s for worker 2 (id 13) at
   // clock 6"; a last line counts the rest.
   std::vector<std::string> DescribeLongWaits(int64_t older_than_ms,

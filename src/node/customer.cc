@@ -4,6 +4,7 @@
 
 #include "node/node.h"
 #include "util/thread_name.h"
+#include "util/wait_log.h"
 
 namespace ps {
 
@@ -78,6 +79,7 @@ void Customer::LogLongWaits(int64_t older_than_ms) {
   std::vector<RequestTracker::LongWait> waits =
       tracker_.LongWaits(older_than_ms, kMaxLines, &total);
   for (const RequestTracker::LongWait& w : waits) {
+    if (!WaitLogDue(w.waited_ms, older_than_ms)) continue;
     std::string whom;
     if (!w.expected) {
       whom = " (being sent)";

@@ -68,8 +68,9 @@ class Customer {
   using WatchHandler = std::function<void(int64_t older_than_ms)>;
   void set_watch_handler(WatchHandler handler);
   // Logs, on the customer thread, every request of this customer open for
-  // longer than `older_than_ms` and whom it waits for; then runs the watch
-  // handler. Called by the node every EMBER_WAIT_LOG_INTERVAL_MS.
+  // longer than `older_than_ms` and due a line (util/wait_log.h), with whom
+  // it waits for; then runs the watch handler. Called by the node every
+  // EMBER_WAIT_LOG_INTERVAL_MS.
   void Watch(int64_t older_than_ms);
 
   // Messages for which `predicate` (called under this customer's lock; it

@@ -13,6 +13,7 @@
 #include "util/malloc_tuning.h"
 #include "util/secret.h"
 #include "util/thread_name.h"
+#include "util/wait_log.h"
 
 namespace ps {
 
@@ -328,7 +329,7 @@ void Node::WatchWaits() {
   // Under mu_, so no customer is destroyed meanwhile; Watch only queues.
   for (const auto& c : customers_) c.second->Watch(interval);
   for (const auto& b : barrier_since_) {
-    if (now - b.second.second < interval) continue;
+    if (!WaitLogDue(now - b.second.second, interval)) continue;
     LOG(WARNING) << "customer " << b.first << " has waited "
                  << (now - b.second.second) / 1000 << " s at a barrier over "
                  << "group " << b.second.first
@@ -340,7 +341,7 @@ void Node::WatchWaits() {
   for (const auto& entry : rounds_) {
     if (entry.second.empty()) continue;
     const Round& round = entry.second.front();
-    if (now - round.started_ms < interval) continue;
+    if (!WaitLogDue(now - round.started_ms, interval)) continue;
     std::string missing;
     size_t count = 0;
     for (int id : GetNodeIdsLocked(entry.first)) {
