@@ -137,31 +137,19 @@ Status Node::Start(int customer_id, bool do_barrier) {
     // The scheduler has its own start deadline and names what is missing;
     // ours is a little longer so its explanation arrives first.
     const auto start = std::chrono::steady_clock::now();
-    const auto deadline =
-        start + std::chrono::milliseconds(options_.start_timeout_ms + 2000);
-    auto joined = [&] {
-      return logical_.count(customer_id) > 0 || !abort_status_.ok();
-    };
-    bool done = false;
-    while (!(done = joined()) && std::chrono::steady_clock::now() < deadline) {
-      auto next = deadline;
-      if (options_.wait_log_interval_ms > 0) {
-        next = std::min(
-            next, std::chrono::steady_clock::now() +
-                      std::chrono::milliseconds(options_.wait_log_interval_ms));
-      }
-      if (cv_.wait_until(lock, next, joined)) continue;
-      if (next < deadline) {
-        LOG(WARNING) << "waiting "
-                     << std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::steady_clock::now() - start)
-                            .count()
-                     << " s for the node table from the scheduler at "
-                     << options_.scheduler_host << ":"
-                     << options_.scheduler_port
-                     << " (the cluster forms when every node has joined)";
-      }
-    }
+    const bool done = WaitLoggingLocked(
+        &lock, options_.start_timeout_ms + 2000,
+        [&] { return logical_.count(customer_id) > 0 || !abort_status_.ok(); },
+        [&] {
+          LOG(WARNING) << "waiting "
+                       << std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count()
+                       << " s for the node table from the scheduler at "
+                       << options_.scheduler_host << ":"
+                       << options_.scheduler_port
+                       << " (the cluster forms when every node has joined)";
+        });
     if (!abort_status_.ok()) return abort_status_;
     if (!done) {
       return Status::DeadlineExceeded(
@@ -318,6 +306,30 @@ void Node::CheckLiveness() {
     HandleNodeFailed(kSchedulerId, "no heartbeat echo from the scheduler for " +
                                        std::to_string(silent) + " ms");
   }
+}
+
+bool Node::WaitLoggingLocked(std::unique_lock<std::mutex>* lock,
+                             int64_t timeout_ms,
+                             const std::function<bool()>& done,
+                             const std::function<void()>& log_waiting) {
+  using Steady = std::chrono::steady_clock;
+  const auto deadline = Steady::now() + std::chrono::milliseconds(timeout_ms);
+  while (!done() && Steady::now() < deadline) {
+    auto next = deadline;
+    if (options_.wait_log_interval_ms > 0) {
+      next = std::min(next, Steady::now() + std::chrono::milliseconds(
+                                                options_.wait_log_interval_ms));
+    }
+    if (cv_.wait_until(*lock, next, done)) continue;
+    if (next < deadline) log_waiting();
+  }
+  return done();
+}
+
+std::string Node::Address(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = table_.find(id);
+  return it == table_.end() ? std::string() : it->second.address();
 }
 
 void Node::WatchWaits() {

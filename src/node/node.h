@@ -114,6 +114,8 @@ class Node {
   bool IsAlive(int id) const;
   // "server 1 (id 10, 127.0.0.1:4567)".
   std::string Describe(int id) const;
+  // "127.0.0.1:4567": where node `id` listens ("" if unknown).
+  std::string Address(int id) const;
   bool ready() const;
 
   // --- Liveness. Called by the node's own heartbeat thread; public so tests
@@ -142,6 +144,12 @@ class Node {
   };
 
   Status StartVan();
+  // Waits on cv_ (mu_ held through `lock`) until `done()` or `timeout_ms`
+  // has passed, calling `log_waiting` every EMBER_WAIT_LOG_INTERVAL_MS
+  // meanwhile; returns done().
+  bool WaitLoggingLocked(std::unique_lock<std::mutex>* lock, int64_t timeout_ms,
+                         const std::function<bool()>& done,
+                         const std::function<void()>& log_waiting);
   // `from_van`: received by the van (on its thread or a thread inside
   // CoReceive, which may handle or keep a message for a customer itself,
   // see Customer::Admit), not a local delivery.

@@ -21,24 +21,14 @@ constexpr uint64_t kFirstEpoch = 1;
 
 Status Node::SchedulerStart() {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(options_.start_timeout_ms);
-  auto done = [this] { return table_ready_ || !abort_status_.ok(); };
-  bool formed = false;
-  while (!(formed = done()) && std::chrono::steady_clock::now() < deadline) {
-    auto next = deadline;
-    if (options_.wait_log_interval_ms > 0) {
-      next = std::min(
-          next, std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(options_.wait_log_interval_ms));
-    }
-    if (cv_.wait_until(lock, next, done)) continue;
-    if (next < deadline) {
-      LOG(WARNING) << "waiting for the cluster to form: "
-                   << MissingNodesLocked();
-    }
-  }
-  formed = table_ready_;
+  WaitLoggingLocked(
+      &lock, options_.start_timeout_ms,
+      [this] { return table_ready_ || !abort_status_.ok(); },
+      [this] {
+        LOG(WARNING) << "waiting for the cluster to form: "
+                     << MissingNodesLocked();
+      });
+  const bool formed = table_ready_;
   if (!abort_status_.ok()) return abort_status_;
   if (formed) return Status::OK();
   std::string missing = MissingNodesLocked();

@@ -49,12 +49,8 @@ std::vector<Key> OwnKeys(int rank) {
   return keys;
 }
 
-// "server 0 (id 8, 127.0.0.1:4567)" -> "127.0.0.1:4567".
 std::string AddressOf(int id) {
-  std::string d = ps::Postoffice::Get()->node()->Describe(id);
-  size_t comma = d.find(", ", d.find("(id "));
-  size_t close = d.find_first_of(",)", comma + 2);
-  return d.substr(comma + 2, close - comma - 2);
+  return ps::Postoffice::Get()->node()->Address(id);
 }
 
 // Runs the --attack command against every node, on a thread of its own.

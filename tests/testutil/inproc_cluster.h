@@ -121,13 +121,7 @@ class InProcCluster {
   }
 
   // The host:port of node `id`, from the scheduler's table.
-  std::string AddressOf(int id) {
-    std::string d = scheduler()->node()->Describe(id);
-    // "... (id N, host:port)" -> host:port
-    size_t comma = d.find(", ", d.find("(id "));
-    size_t close = d.find_first_of(",)", comma + 2);
-    return d.substr(comma + 2, close - comma - 2);
-  }
+  std::string AddressOf(int id) { return scheduler()->node()->Address(id); }
 
   FakeClock* clock() { return &clock_; }
   InProcNetwork* network() { return &network_; }
