@@ -75,6 +75,20 @@ void ToPb(const NodeInfo& n, pb::NodePb* p) {
   p->set_rank_hint(n.rank_hint);
   p->set_rank(n.rank);
   p->set_incarnation(n.incarnation);
+  p->set_local_endpoint(n.local_endpoint);
+}
+
+// "ipc://@ember-" and 32 lowercase hex digits (ZmqVan's names), or "".
+bool IsLocalEndpoint(const std::string& s) {
+  static const std::string kPrefix = "ipc://@ember-";
+  if (s.empty()) return true;
+  if (s.size() != kPrefix.size() + 32 || s.compare(0, kPrefix.size(), kPrefix))
+    return false;
+  for (size_t i = kPrefix.size(); i < s.size(); ++i) {
+    const char c = s[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
 }
 
 Status FromPb(const pb::NodePb& p, NodeInfo* n) {
@@ -85,6 +99,9 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   if (p.port() < 0 || p.port() > 65535) {
     return Status::Corruption("node with bad port " + std::to_string(p.port()));
   }
+  if (!IsLocalEndpoint(p.local_endpoint())) {
+    return Status::Corruption("node with a malformed same-host endpoint");
+  }
   n->id = p.id();
   n->role = static_cast<Role>(p.role());
   n->host = p.host();
@@ -93,6 +110,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   n->rank_hint = p.rank_hint();
   n->rank = p.rank();
   n->incarnation = p.incarnation();
+  n->local_endpoint = p.local_endpoint();
   return Status::OK();
 }
 

@@ -45,6 +45,8 @@ struct NodeInfo {
   int rank_hint = -1;
   int rank = -1;
   uint64_t incarnation = 0;
+  // Its same-host endpoint (Van::local_endpoint), "" if none.
+  std::string local_endpoint;
 
   std::string address() const { return host + ":" + std::to_string(port); }
   std::string DebugString() const;

@@ -130,6 +130,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
     me.customer_id = customer_id;
     me.rank_hint = options_.rank_hint;
     me.incarnation = incarnation_;
+    me.local_endpoint = van_->local_endpoint();
     join.meta.nodes.push_back(me);
     lock.unlock();
     PS_RETURN_IF_ERROR(van_->Send(std::move(join)));
@@ -181,6 +182,7 @@ Status Node::StartVan() {
   VanLimits limits;
   limits.max_frame_bytes = int64_t{options_.max_frame_mb} << 20;
   limits.receive_queue = options_.receive_queue;
+  limits.local_endpoint = options_.local_ipc;
   van_->set_limits(limits);
   VanSecurity security;
   security.curve = options_.curve;
@@ -212,7 +214,7 @@ Status Node::StartVan() {
                                 ? options_.scheduler_host
                                 : options_.scheduler_address;
     PS_RETURN_IF_ERROR(
-        van_->Connect(kSchedulerId, to, options_.scheduler_port));
+        van_->Connect(kSchedulerId, to, options_.scheduler_port, ""));
   }
   if (scheduler && options_.cluster_token.empty()) {
     LOG(WARNING) << "EMBER_CLUSTER_TOKEN is not set: anyone who can reach "
@@ -860,7 +862,7 @@ void Node::ApplyNodeTableLocked(const Message& msg) {
     if (n.address() == me && n.role == options_.role) {
       logical_[n.customer_id] = n.id;
     } else if (n.id != kSchedulerId) {
-      Status s = van_->Connect(n.id, n.host, n.port);
+      Status s = van_->Connect(n.id, n.host, n.port, n.local_endpoint);
       if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
     }
   }

@@ -75,7 +75,7 @@ void Node::RejectLocked(const NodeInfo& node, const std::string& key,
   // Without its key the node would drop our ABORT anyway.
   if (key.empty()) return;
   int id = next_reject_id_--;
-  if (!van_->Connect(id, node.host, node.port).ok()) return;
+  if (!van_->Connect(id, node.host, node.port, "").ok()) return;
   Message abort;
   abort.meta.control = Control::kAbort;
   abort.meta.sender = kSchedulerId;
@@ -220,7 +220,7 @@ void Node::AssignAndBroadcastLocked() {
   for (const NodeInfo& n : joins_) {
     table_[n.id] = n;
     member_keys_[n.id] = ToKey128(join_keys_[n.address()]);
-    Status s = van_->Connect(n.id, n.host, n.port);
+    Status s = van_->Connect(n.id, n.host, n.port, n.local_endpoint);
     if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
     last_beat_ms_[n.address()] = now;
   }

@@ -386,6 +386,9 @@ StatusOr<Options> Options::FromEnvironment() {
       ReadInt("EMBER_RECEIVE_QUEUE", nullptr, 0, 1 << 24, &o.receive_queue));
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_SPIN_US", "ember_spin_us", 0, 1000000, &o.spin_us));
+  int local_ipc = 1;
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_LOCAL_IPC", nullptr, 0, 1, &local_ipc));
+  o.local_ipc = local_ipc != 0;
   PS_RETURN_IF_ERROR(ReadConsistency(&o.consistency));
   PS_RETURN_IF_ERROR(ChooseAddresses(&o));
   PS_RETURN_IF_ERROR(o.Validate());

@@ -124,6 +124,9 @@ struct Options {
   // without blocking before it sleeps, in microseconds (EMBER_SPIN_US; 0
   // sleeps at once). It yields the CPU between polls. See ReceiveGate.
   int spin_us = 200;
+  // Reach peers in this network namespace through a Unix socket instead of
+  // TCP (EMBER_LOCAL_IPC).
+  bool local_ipc = true;
 
   // Servers' consistency mode (EMBER_CONSISTENCY, EMBER_STALENESS); a
   // KVServer may override it.

@@ -87,7 +87,8 @@ StatusOr<int> InProcVan::Start(const std::string& host, int port,
   return bound.value();
 }
 
-Status InProcVan::Connect(int id, const std::string& host, int port) {
+Status InProcVan::Connect(int id, const std::string& host, int port,
+                          const std::string& /*local*/) {
   if (host.empty() || port <= 0 || port > 65535) {
     return Status::InvalidArgument("bad address " + host + ":" +
                                    std::to_string(port));

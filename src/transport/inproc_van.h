@@ -65,7 +65,9 @@ class InProcVan final : public Van {
 
   StatusOr<int> Start(const std::string& host, int port,
                       Handler handler) override;
-  Status Connect(int id, const std::string& host, int port) override;
+  // `local` is ignored: every van of a network is local already.
+  Status Connect(int id, const std::string& host, int port,
+                 const std::string& local) override;
   Status Send(Message&& msg) override;
   void Disconnect(int id) override;
   size_t num_routes() const override;

@@ -25,6 +25,9 @@ struct VanCounters {
   std::atomic<uint64_t> sent_bytes{0};
   std::atomic<uint64_t> received_messages{0};
   std::atomic<uint64_t> received_bytes{0};
+  // Peers reached through a same-host endpoint (Van::local_endpoint) rather
+  // than TCP; counted per connection made.
+  std::atomic<uint64_t> local_connections{0};
   // Messages dropped on receipt because they could not be decoded.
   std::atomic<uint64_t> rejected_messages{0};
   // Sends that failed after being accepted (socket errors).
@@ -39,6 +42,10 @@ struct VanLimits {
   // Messages queued per peer connection before reading from it pauses;
   // 0: no bound.
   int receive_queue = 0;
+  // Also bind a same-host endpoint (a Linux abstract Unix socket, reachable
+  // only inside this network namespace) and reach peers through theirs
+  // when they are in the same namespace.
+  bool local_endpoint = false;
 };
 
 // Encryption of a van's connections (docs/security.md): ZeroMQ CURVE with
@@ -65,11 +72,16 @@ class Van {
   [[nodiscard]] virtual StatusOr<int> Start(const std::string& host, int port,
                                             Handler handler) = 0;
 
-  // Makes node `id` reachable at host:port. Several ids may share one address
-  // (logical workers of one process). Reconnecting an id to a new address
-  // replaces the old route.
+  // Makes node `id` reachable at host:port, or through `local` (the peer's
+  // local_endpoint(), "" if it has none) when that endpoint is reachable
+  // from here. Several ids may share one address (logical workers of one
+  // process). Reconnecting an id to a new address replaces the old route.
   [[nodiscard]] virtual Status Connect(int id, const std::string& host,
-                                       int port) = 0;
+                                       int port, const std::string& local) = 0;
+
+  // The same-host endpoint Start bound (VanLimits::local_endpoint), for
+  // peers to pass to Connect; "" if none.
+  virtual std::string local_endpoint() const { return ""; }
 
   // Sends `msg` to msg.meta.recipient; consumes it. The data frames are not
   // copied: their buffers are shared until the bytes have left. Fails with

@@ -36,7 +36,9 @@ class ZmqVan final : public Van {
 
   StatusOr<int> Start(const std::string& host, int port,
                       Handler handler) override;
-  Status Connect(int id, const std::string& host, int port) override;
+  Status Connect(int id, const std::string& host, int port,
+                 const std::string& local) override;
+  std::string local_endpoint() const override;
   Status Send(Message&& msg) override;
   void Disconnect(int id) override;
   size_t num_routes() const override;
@@ -85,6 +87,7 @@ class ZmqVan final : public Van {
 
   mutable std::mutex mu_;
   std::unordered_map<int, std::string> routes_;  // Guarded by mu_.
+  std::string local_endpoint_;                   // Guarded by mu_.
   bool started_ = false;                         // Guarded by mu_.
   bool stopping_ = false;                        // Guarded by mu_.
 };

@@ -52,6 +52,9 @@ NodeInfo MakeNode(int id, Role role, const std::string& host, int port) {
   n.rank_hint = id % 11;
   n.rank = id / 2;
   n.incarnation = 0x1234567890abcdefULL + static_cast<uint64_t>(id);
+  if (id % 2 == 0) {
+    n.local_endpoint = "ipc://@ember-0123456789abcdef0123456789abcdef";
+  }
   return n;
 }
 
@@ -64,6 +67,7 @@ void ExpectNodeEq(const NodeInfo& a, const NodeInfo& b) {
   EXPECT_EQ(a.rank_hint, b.rank_hint);
   EXPECT_EQ(a.rank, b.rank);
   EXPECT_EQ(a.incarnation, b.incarnation);
+  EXPECT_EQ(a.local_endpoint, b.local_endpoint);
 }
 
 void ExpectMetaEq(const Meta& a, const Meta& b) {
@@ -343,6 +347,23 @@ TEST(MessageCodecTest, RejectsNodeWithBadPort) {
     Status s = Decode(Encode(in));
     EXPECT_EQ(s.code(), Code::kCorruption) << port;
     EXPECT_NE(s.message().find("port"), std::string::npos) << s;
+  }
+}
+
+TEST(MessageCodecTest, RejectsNodeWithMalformedLocalEndpoint) {
+  const std::string good = "ipc://@ember-0123456789abcdef0123456789abcdef";
+  for (const std::string& bad :
+       {std::string("tcp://127.0.0.1:1"), std::string("ipc:///tmp/x"),
+        good.substr(0, good.size() - 1), good + "0",
+        std::string("ipc://@ember-0123456789ABCDEF0123456789abcdef"),
+        std::string("ipc://@ember-0123456789abcdef0123456789abcde\n")}) {
+    Meta in;
+    in.control = Control::kJoin;
+    in.nodes = {MakeNode(9, Role::kWorker, "b", 1)};
+    in.nodes[0].local_endpoint = bad;
+    Status s = Decode(Encode(in));
+    EXPECT_EQ(s.code(), Code::kCorruption) << bad;
+    EXPECT_NE(s.message().find("same-host endpoint"), std::string::npos) << s;
   }
 }
 

@@ -132,12 +132,12 @@ TEST(NodeTest, MessagesFromAProcessThatNeverJoinedAreDropped) {
     size_t colon = address.rfind(':');
     ASSERT_TRUE(stranger
                     .Connect(id, address.substr(0, colon),
-                             std::stoi(address.substr(colon + 1)))
+                             std::stoi(address.substr(colon + 1)), "")
                     .ok());
   };
   connect(server);
   connect(worker);
-  ASSERT_TRUE(stranger.Connect(Node::kSchedulerId, "scheduler", 1).ok());
+  ASSERT_TRUE(stranger.Connect(Node::kSchedulerId, "scheduler", 1, "").ok());
 
   std::vector<Message> forged;
   auto add = [&](int from, int to, Control control) -> Meta& {
