@@ -19,9 +19,13 @@
 // one DEALER per peer); --replies=same answers back over the request's
 // connection.
 //
+// --transport=ipc reaches every peer through an abstract Unix socket, as
+// Ember does between nodes of one network namespace (EMBER_LOCAL_IPC);
+// tcp (the default) through loopback TCP.
+//
 // Output, one line:
 //   RESULT baseline=zmq_topology servers=2 clients=2 keys=1000 mode=push
-//          window=8 req_s=... keys_s=... replies=separate
+//          window=8 req_s=... keys_s=... replies=separate transport=tcp
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -46,6 +50,7 @@ DEFINE_int32(window, 8, "requests in flight per client");
 DEFINE_double(seconds, 2, "measured duration, in seconds");
 DEFINE_double(warmup_seconds, 0.5, "unmeasured run first");
 DEFINE_string(replies, "separate", "separate or same");
+DEFINE_string(transport, "tcp", "tcp or ipc (abstract Unix sockets)");
 DEFINE_int32(sndbuf, -1, "ZMQ_SNDBUF of every socket (-1: the OS default)");
 DEFINE_int64(max_frame, 0,
              "if > 0: send keys and values in frames of at most this many "
@@ -108,6 +113,35 @@ int RecvAll(void* socket, std::vector<zmq_msg_t>* frames) {
   return static_cast<int>(frames->size());
 }
 
+// The forking process's pid, which names this run's ipc endpoints.
+pid_t g_run = 0;
+
+// Binds `router` to a loopback TCP port (which names the endpoint either
+// way) and, with --transport=ipc, to the ipc endpoint of that port; returns
+// the port.
+int BindEndpoint(void* router) {
+  zmq_bind(router, "tcp://127.0.0.1:*");
+  char endpoint[256];
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  int port = std::atoi(std::strrchr(endpoint, ':') + 1);
+  if (FLAGS_transport == "ipc") {
+    zmq_bind(router, ("ipc://@zmq-topology-" + std::to_string(g_run) + "-" +
+                      std::to_string(port))
+                         .c_str());
+  }
+  return port;
+}
+
+void ConnectEndpoint(void* dealer, int port) {
+  const std::string endpoint =
+      FLAGS_transport == "ipc"
+          ? "ipc://@zmq-topology-" + std::to_string(g_run) + "-" +
+                std::to_string(port)
+          : "tcp://127.0.0.1:" + std::to_string(port);
+  zmq_connect(dealer, endpoint.c_str());
+}
+
 size_t ShareOf(int server) {
   const int64_t base = FLAGS_keys / FLAGS_servers;
   return static_cast<size_t>(base +
@@ -119,11 +153,7 @@ size_t ShareOf(int server) {
 void RunServer(int index, int port_pipe, int client_ports_pipe) {
   void* ctx = zmq_ctx_new();
   void* router = NewSocket(ctx, ZMQ_ROUTER);
-  zmq_bind(router, "tcp://127.0.0.1:*");
-  char endpoint[256];
-  size_t len = sizeof(endpoint);
-  zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
-  int port = std::atoi(std::strrchr(endpoint, ':') + 1);
+  int port = BindEndpoint(router);
   int msg[2] = {index, port};
   if (write(port_pipe, msg, sizeof(msg)) != sizeof(msg)) _exit(1);
   const bool same = FLAGS_replies == "same";
@@ -139,7 +169,7 @@ void RunServer(int index, int port_pipe, int client_ports_pipe) {
       void* d = NewSocket(ctx, ZMQ_DEALER);
       int hwm = 0;
       zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-      zmq_connect(d, ("tcp://127.0.0.1:" + std::to_string(p)).c_str());
+      ConnectEndpoint(d, p);
       to_client.push_back(d);
     }
   }
@@ -175,11 +205,7 @@ void RunClient(int index, const std::vector<int>& server_ports,
   void* router = nullptr;
   if (!same) {
     router = NewSocket(ctx, ZMQ_ROUTER);
-    zmq_bind(router, "tcp://127.0.0.1:*");
-    char endpoint[256];
-    size_t len = sizeof(endpoint);
-    zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, endpoint, &len);
-    int port = std::atoi(std::strrchr(endpoint, ':') + 1);
+    int port = BindEndpoint(router);
     // Every server reads every client's port from a pipe of its own.
     for (int s = 0; s < FLAGS_servers; ++s) {
       int msg[2] = {index, port};
@@ -191,7 +217,7 @@ void RunClient(int index, const std::vector<int>& server_ports,
     void* d = NewSocket(ctx, ZMQ_DEALER);
     int hwm = 0;
     zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    zmq_connect(d, ("tcp://127.0.0.1:" + std::to_string(p)).c_str());
+    ConnectEndpoint(d, p);
     dealers.push_back(d);
   }
   const bool pull = FLAGS_mode == "pull";
@@ -295,12 +321,14 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (FLAGS_servers < 1 || FLAGS_clients < 1 || FLAGS_keys < FLAGS_servers ||
       FLAGS_window < 1 || (FLAGS_mode != "push" && FLAGS_mode != "pull") ||
-      (FLAGS_replies != "same" && FLAGS_replies != "separate")) {
+      (FLAGS_replies != "same" && FLAGS_replies != "separate") ||
+      (FLAGS_transport != "tcp" && FLAGS_transport != "ipc")) {
     std::fprintf(stderr, "zmq_topology: bad flags\n");
     return 1;
   }
   // Before the forks: every process allocates as an Ember node does.
   ps::TuneMallocForLargeMessages(FLAGS_malloc_keep_mb);
+  g_run = getpid();
   int server_ports[2], results[2];
   if (pipe(server_ports) || pipe(results)) return 1;
   // One pipe per server for the clients' ports (separate replies).
@@ -342,9 +370,9 @@ int main(int argc, char** argv) {
   for (pid_t p : pids) waitpid(p, nullptr, 0);
   std::printf(
       "RESULT baseline=zmq_topology servers=%d clients=%d keys=%lld mode=%s "
-      "window=%d req_s=%.1f keys_s=%.0f replies=%s\n",
+      "window=%d req_s=%.1f keys_s=%.0f replies=%s transport=%s\n",
       FLAGS_servers, FLAGS_clients, static_cast<long long>(FLAGS_keys),
       FLAGS_mode.c_str(), FLAGS_window, total, total * FLAGS_keys,
-      FLAGS_replies.c_str());
+      FLAGS_replies.c_str(), FLAGS_transport.c_str());
   return 0;
 }

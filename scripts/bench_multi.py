@@ -171,7 +171,11 @@ class Runner:
         return total
 
     def zmq(self, servers, clients, mode, keys, window, seconds=None):
+        # The same transport as Ember's nodes use between each other.
+        transport = ("tcp" if os.environ.get("EMBER_LOCAL_IPC") == "0"
+                     else "ipc")
         out = self.run([os.path.join(self.build, "bench", "zmq_topology"),
+                        "--transport=" + transport,
                         "--servers=%d" % servers, "--clients=%d" % clients,
                         "--mode=" + mode, "--keys=%d" % keys,
                         "--window=%d" % window,
