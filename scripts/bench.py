@@ -54,7 +54,6 @@ Exit status: 0 when every run produced its figure, 1 otherwise (the table is
 still written, with n/a where runs failed), 2 on usage errors.
 """
 
-import argparse
 import datetime
 import os
 import subprocess
@@ -75,33 +74,28 @@ def round_runs(handle, spin_us):
     """The runs of one round, in order: (name, key, kind, arguments). kind
     "zmq": (size, window, replies, spin_us, server_sums); "ember": (mode,
     payload, window, handle)."""
-    runs = [
-        ("zmq_4m_w8", "GB_s", "zmq", (4194304, 8, "same", 0, False)),
-        ("ember_dense4m_push", "GB_s", "ember", ("push", "dense_4m", 8,
-                                                 handle)),
-        ("ember_dense4m_pull", "GB_s", "ember", ("pull", "dense_4m", 8,
-                                                 handle)),
-    ]
+
+    def zmq(name, key, size, window, replies="same", spin=0, sums=False):
+        return (name, key, "zmq", (size, window, replies, spin, sums))
+
+    def ember(name, key, payload, window, mode="push", server=handle):
+        return (name, key, "ember", (mode, payload, window, server))
+
+    runs = [zmq("zmq_4m_w8", "GB_s", 4194304, 8),
+            ember("ember_dense4m_push", "GB_s", "dense_4m", 8),
+            ember("ember_dense4m_pull", "GB_s", "dense_4m", 8, "pull")]
     if handle != "sum":
-        runs.append(("ember_dense4m_push_sum", "GB_s", "ember",
-                     ("push", "dense_4m", 8, "sum")))
-    runs += [
-        ("zmq_4m_w8_sum", "GB_s", "zmq", (4194304, 8, "same", 0, True)),
-        ("zmq_4m_w8_spin", "GB_s", "zmq", (4194304, 8, "same", spin_us,
-                                            False)),
-        ("zmq_12k_w8", "msgs_s", "zmq", (12000, 8, "same", 0, False)),
-        ("ember_sparse1000x1", "req_s", "ember", ("push", "sparse_1000x1", 8,
-                                                  handle)),
-        ("zmq_12k_w8_spin", "msgs_s", "zmq", (12000, 8, "same", spin_us,
-                                              False)),
-        ("zmq_12k_w8_separate", "msgs_s", "zmq", (12000, 8, "separate", 0,
-                                                  False)),
-        ("zmq_4k_w1", "p50_us", "zmq", (4096, 1, "same", 0, False)),
-        ("ember_dense4k_w1", "p50_us", "ember", ("push", "dense_4k", 1,
-                                                 handle)),
-        ("zmq_4k_w1_spin", "p50_us", "zmq", (4096, 1, "same", spin_us,
-                                             False)),
-    ]
+        runs.append(ember("ember_dense4m_push_sum", "GB_s", "dense_4m", 8,
+                          server="sum"))
+    runs += [zmq("zmq_4m_w8_sum", "GB_s", 4194304, 8, sums=True),
+             zmq("zmq_4m_w8_spin", "GB_s", 4194304, 8, spin=spin_us),
+             zmq("zmq_12k_w8", "msgs_s", 12000, 8),
+             ember("ember_sparse1000x1", "req_s", "sparse_1000x1", 8),
+             zmq("zmq_12k_w8_spin", "msgs_s", 12000, 8, spin=spin_us),
+             zmq("zmq_12k_w8_separate", "msgs_s", 12000, 8, "separate"),
+             zmq("zmq_4k_w1", "p50_us", 4096, 1),
+             ember("ember_dense4k_w1", "p50_us", "dense_4k", 1),
+             zmq("zmq_4k_w1_spin", "p50_us", 4096, 1, spin=spin_us)]
     return runs
 
 
@@ -272,10 +266,7 @@ def draw_chart(rows, png, rounds):
                  rounds, fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               markerscale=0.4)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return True
+    return bl.save_chart(plt, fig, png)
 
 
 class Bench:
@@ -483,59 +474,63 @@ def load_average():
         return "?"
 
 
+# Options whose default comes from an environment variable of the same name
+# as their metavar (the settings of the shell script this replaced): one a
+# line, "flag VARIABLE type default | help" ("-" for an empty default).
+ENV_OPTIONS = """
+--out OUT_DIR str bench-out | the output directory
+--rounds ROUNDS int 5 | at least 3 (default 5: fewer give no interval)
+--seconds BENCH_SECONDS float 3 | measured seconds per run (default 3)
+--warmup BENCH_WARMUP float 1 | warm-up seconds per run (default 1)
+--handle BENCH_HANDLE str empty | kv_bench's server handle for the judged
+  cases, empty or sum (default empty, as ps-lite's benchmark measured)
+--spin-us EMBER_SPIN_US int 200 | Ember's spin before sleeping, also given to
+  the spinning raw baseline (default 200, Ember's default)
+--memcpy-args MEMCPY_ARGS str - | extra flags for memcpy_baseline, e.g.
+  --table_rows=1000000
+--embed-rows EMBED_ROWS int 10000000 | rows of the embedding case (default
+  10 M, about 8 GB with its flat baseline; 0 skips it)
+--case-timeout CASE_TIMEOUT int 60 | hard limit in seconds for one run
+  (default 60)
+--pslite BENCH_PSLITE str - | folder with pslite_api_bench built against
+  ps-lite (docs/performance.md)
+"""
+
+
+def env_options():
+    """ENV_OPTIONS as (flag, variable, type, default, help)."""
+    out = []
+    for line in ENV_OPTIONS.strip().split("\n"):
+        if line.startswith("  "):  # The help goes on.
+            out[-1][4] += " " + line.strip()
+            continue
+        words, _, text = line.partition(" | ")
+        flag, variable, kind, default = words.split()
+        out.append([flag, variable, {"str": str, "int": int,
+                                     "float": float}[kind],
+                    "" if default == "-" else default, text])
+    return out
+
+
 def parse_args(argv):
     env = os.environ.get
-    ap = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Environment variables of the same names as the upper-case "
-        "metavars give the defaults; flags win.")
-    ap.add_argument("--build", metavar="BUILD_DIR",
-                    default=env("BUILD_DIR", os.path.join(bl.ROOT, "build")))
-    ap.add_argument("--out", metavar="OUT_DIR",
-                    default=env("OUT_DIR", "bench-out"))
-    ap.add_argument("--rounds", metavar="ROUNDS", type=int,
-                    default=int(env("ROUNDS", "5")),
-                    help="at least 3 (default 5: fewer give no interval)")
-    ap.add_argument("--seconds", metavar="BENCH_SECONDS", type=float,
-                    default=float(env("BENCH_SECONDS", "3")),
-                    help="measured seconds per run (default 3)")
-    ap.add_argument("--warmup", metavar="BENCH_WARMUP", type=float,
-                    default=float(env("BENCH_WARMUP", "1")),
-                    help="warm-up seconds per run (default 1)")
-    ap.add_argument("--handle", metavar="BENCH_HANDLE",
-                    choices=["empty", "sum"],
-                    default=env("BENCH_HANDLE", "empty"),
-                    help="kv_bench's server handle for the judged cases "
-                    "(default empty, as ps-lite's benchmark measured)")
-    ap.add_argument("--spin-us", metavar="EMBER_SPIN_US", type=int,
-                    default=int(env("EMBER_SPIN_US", "200")),
-                    help="Ember's spin before sleeping, also given to the "
-                    "spinning raw baseline (default 200, Ember's default)")
-    ap.add_argument("--no-memcpy", dest="memcpy", action="store_false",
-                    default=env("BENCH_MEMCPY", "1") != "0")
-    ap.add_argument("--memcpy-args", metavar="MEMCPY_ARGS",
-                    default=env("MEMCPY_ARGS", ""),
-                    help="extra flags for memcpy_baseline, e.g. "
-                    "--table_rows=1000000")
-    ap.add_argument("--embed-rows", metavar="EMBED_ROWS", type=int,
-                    default=int(env("EMBED_ROWS", "10000000")),
-                    help="rows of the embedding case (default 10 M, about "
-                    "8 GB with its flat baseline; 0 skips it)")
+    ap = bl.argument_parser(__doc__)
+    ap.epilog = ("The upper-case metavars are also environment variables that "
+                 "set the defaults (BUILD_DIR for --build); flags win.")
+    ap.set_defaults(build=env("BUILD_DIR", ap.get_default("build")))
+    for flag, variable, kind, default, text in env_options():
+        ap.add_argument(flag, metavar=variable, type=kind,
+                        default=env(variable, default), help=text)
     ap.add_argument("--embed-args", default="",
                     help="extra flags for embedding_bench")
-    ap.add_argument("--case-timeout", metavar="CASE_TIMEOUT", type=int,
-                    default=int(env("CASE_TIMEOUT", "60")),
-                    help="hard limit in seconds for one run (default 60)")
+    ap.add_argument("--no-memcpy", dest="memcpy", action="store_false",
+                    default=env("BENCH_MEMCPY", "1") != "0",
+                    help="skip the memcpy baseline (BENCH_MEMCPY=0)")
     ap.add_argument("--no-multi", dest="multi", action="store_false",
                     default=env("BENCH_MULTI", "1") != "0",
-                    help="skip scripts/bench_multi.py")
+                    help="skip scripts/bench_multi.py (BENCH_MULTI=0)")
     ap.add_argument("--multi-only", default="",
                     help="bench_multi.py's --only (default: every part)")
-    ap.add_argument("--pslite", metavar="BENCH_PSLITE",
-                    default=env("BENCH_PSLITE", ""),
-                    help="folder with pslite_api_bench built against ps-lite "
-                    "(docs/performance.md)")
     ap.add_argument("--quick", action="store_true",
                     help="a check that everything runs, not a measurement")
     ap.set_defaults(multi_rounds=None, multi_seconds=None)
@@ -551,6 +546,8 @@ def parse_args(argv):
         a = ap.parse_args(argv)
     if a.multi_rounds is None:
         a.multi_rounds, a.multi_seconds = a.rounds, a.seconds
+    if a.handle not in ("empty", "sum"):
+        ap.error("--handle must be empty or sum, got " + a.handle)
     if a.rounds < 3:
         ap.error("--rounds must be at least 3, got %d" % a.rounds)
     if a.seconds <= 0 or a.warmup < 0:

@@ -41,7 +41,6 @@ Standard library (and matplotlib for the chart, when installed); runs on
 Debian's /usr/bin/python3. scripts/bench.py runs it after its own cases.
 """
 
-import argparse
 import os
 import re
 import statistics
@@ -214,10 +213,7 @@ def draw_chart(rows, png):
     ax.set_title("Ember at 1 x 1, 2 x 2 and 4 x 4 (servers x workers) "
                  "against the same topology in raw ZeroMQ", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return True
+    return bl.save_chart(plt, fig, png)
 
 
 def write_outputs(rows, out_dir):
@@ -370,8 +366,7 @@ def callgrind(runner, n1=50, n2=150):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(bl.ROOT, "build"))
+    ap = bl.argument_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2)
     ap.add_argument("--timeout", type=int, default=120,

@@ -9,6 +9,7 @@ and its absence is an answer, not an error); runs on Debian's
 /usr/bin/python3.
 """
 
+import argparse
 import csv
 import math
 import os
@@ -338,6 +339,16 @@ def per_request(total_n1, total_n2, n1, n2):
     return (total_n2 - total_n1) / (n2 - n1)
 
 
+def argument_parser(doc):
+    """An ArgumentParser whose --help prints the tool's whole docstring, with
+    --build (the build tree whose programs run; default build/)."""
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"),
+                    help="the build tree (default: build)")
+    return ap
+
+
 # ------------------------------------------------------------ matplotlib --
 
 
@@ -352,6 +363,14 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def save_chart(plt, fig, png):
+    """Lays out `fig`, writes it to `png` and frees it; True."""
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return True
 
 
 NO_MATPLOTLIB = ("note: matplotlib not found; chart skipped (the CSV has the "

@@ -23,7 +23,6 @@ DIR/callgrind.csv and DIR/callgrind.png (with matplotlib). Exit status 2
 without valgrind (scripts/deps.sh --bench installs it), 1 when a run fails.
 """
 
-import argparse
 import os
 import sys
 import tempfile
@@ -78,16 +77,11 @@ def draw_chart(rows, png):
     ax.set_ylabel("instructions per request (callgrind)")
     ax.set_title("Ember's cost per push, 1 server x 1 worker", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return True
+    return bl.save_chart(plt, fig, png)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(bl.ROOT, "build"))
+    ap = bl.argument_parser(__doc__)
     ap.add_argument("--n1", type=int, default=50)
     ap.add_argument("--n2", type=int, default=150)
     ap.add_argument("--handles", default="sum,empty",

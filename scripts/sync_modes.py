@@ -12,7 +12,6 @@ writes it as DIR/sync_modes.csv (default DIR: BUILD/sync_modes, with each
 run's log) and, with matplotlib, DIR/sync_modes.png.
 """
 
-import argparse
 import os
 import sys
 import time
@@ -70,16 +69,11 @@ def draw_chart(rows, png):
     loss.set_ylabel("final held-out log-loss")
     fig.suptitle("One workload under each consistency mode, with a straggler",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
-    return True
+    return bl.save_chart(plt, fig, png)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(bl.ROOT, "build"))
+    ap = bl.argument_parser(__doc__)
     ap.add_argument("--out", help="default BUILD/sync_modes")
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)
