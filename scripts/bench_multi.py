@@ -209,7 +209,7 @@ def draw_chart(rows, png):
     ax.set_xticks(x)
     ax.set_xticklabels([r["case"] for r in rows], rotation=35, ha="right",
                        fontsize=8)
-    ax.set_ylabel("requests/s, ratio of medians of rounds")
+    ax.set_ylabel("requests/s, median of the per-round ratios")
     ax.set_title("Ember at 1 x 1, 2 x 2 and 4 x 4 (servers x workers) "
                  "against the same topology in raw ZeroMQ", fontsize=10)
     ax.legend(fontsize=8)
