@@ -31,6 +31,17 @@ const char* ControlName(Control control) {
   return NameOf(control, kNames);
 }
 
+Message AppMessage(int app_id, int customer_id, int timestamp, int recipient,
+                   bool request) {
+  Message msg;
+  msg.meta.app_id = app_id;
+  msg.meta.customer_id = customer_id;
+  msg.meta.timestamp = timestamp;
+  msg.meta.recipient = recipient;
+  msg.meta.request = request;
+  return msg;
+}
+
 std::string NodeInfo::DebugString() const {
   std::ostringstream os;
   os << RoleName(role);
