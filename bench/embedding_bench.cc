@@ -35,7 +35,7 @@
 // which here last from a fraction of a second to minutes, hit both alike.
 // rows_s and baseline_rows_s are medians over the rounds, ratio is the
 // median of the per-round ratios, ratio_min / ratio_max their range and
-// ratios the per-round ratios (scripts/bench.sh reads them). The memory
+// ratios the per-round ratios (scripts/bench.py reads them). The memory
 // line's resident figures are the growth of the process's RSS
 // (/proc/self/statm) while the table was built, measured before any other
 // case runs.

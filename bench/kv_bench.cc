@@ -1,6 +1,6 @@
 // kv_bench: push/pull throughput and latency of Ember's KV API, written
 // against the public API only (as a ps-lite user would), to be compared with
-// bench/zmq_baseline and bench/memcpy_baseline by scripts/bench.sh.
+// bench/zmq_baseline and bench/memcpy_baseline by scripts/bench.py.
 //
 //   scripts/local.sh 1 1 build/bench/kv_bench --mode=push
 //       --payload=dense_4m --window=8 --handle=sum        (one line)
@@ -57,7 +57,7 @@ DEFINE_double(warmup_seconds, 1, "unmeasured run before the measurement");
 DEFINE_uint64(requests, 0,
               "if > 0: issue exactly this many requests per worker instead of "
               "running for --seconds, and skip the warm-up (for instruction "
-              "counts under callgrind, see scripts/callgrind.sh)");
+              "counts under callgrind, see scripts/callgrind.py)");
 DEFINE_string(handle, "sum", "server handle: sum (a summing store) or empty");
 DEFINE_int32(key_sets, 16, "sparse: distinct key sets per worker, cycled");
 DEFINE_uint64(seed, 1, "sparse: seed of the random keys");

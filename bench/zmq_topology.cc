@@ -1,5 +1,5 @@
 // zmq_topology: what raw ZeroMQ moves in a parameter server's topology, the
-// baseline of Ember's multi-server rows (scripts/bench.sh).
+// baseline of Ember's multi-server rows (scripts/bench.py).
 //
 //   zmq_topology --servers=2 --clients=2 --keys=1000 --bytes_per_key=4
 //                [--mode=push] [--window=8] [--seconds=2]

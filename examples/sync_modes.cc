@@ -11,7 +11,7 @@
 // held-out log-loss and, with --dump, writes the final weights as hex (bit
 // exact) so two runs can be compared: under bsp they are identical whatever
 // the timing (--jitter_seed) and the number of servers.
-// scripts/sync_modes.sh runs the four modes and prints a table.
+// scripts/sync_modes.py runs the four modes and prints a table.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 

@@ -33,33 +33,29 @@ this repository) both run in interleaved rounds at 1x1, 2x2 and 4x4, and the
 table gives each one's push and pull time (the mean over the workers).
 
     /usr/bin/python3 scripts/bench_multi.py [--build build] [--rounds 3]
-        [--seconds 2] [--pslite DIR] [--kvbench PSLITE_BIN,EMBER_BIN]
+        [--seconds 2] [--out DIR] [--pslite DIR] [--kvbench PSLITE_BIN,EMBER_BIN]
         [--only sparse,batch,single,growth,callgrind,kvbench,curve]
 
 Every line of figures is also printed as a machine-readable RESULT line.
-Standard library only; runs on Debian's /usr/bin/python3.
+Standard library (and matplotlib for the chart, when installed); runs on
+Debian's /usr/bin/python3. scripts/bench.py runs it after its own cases.
 """
 
-import argparse
 import os
 import re
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl  # noqa: E402
+from benchlib import BenchError, free_port, parse_callgrind_total  # noqa: E402,F401
 
 SPARSE_TOPOLOGIES = [(1, 1), (2, 2), (4, 4)]
 BATCH_TOPOLOGIES = [(2, 2), (4, 4)]
 GROWTH_KEYS = [1000, 100000, 1000000, 10000000]
 GROWTH_SERVERS = [1, 4]
-
-
-class BenchError(Exception):
-    """A run failed; the message carries its output."""
 
 
 def parse_worker_rates(output):
@@ -93,23 +89,6 @@ def parse_kvbench_times(output):
     return got["Push"][0], got["Pull"][0], got["Push"][1]
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (for programs that
-    cannot publish the port they bound, as ps-lite's scheduler cannot)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def parse_callgrind_total(path):
-    """The total instructions of a callgrind output file."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.startswith("summary:") or line.startswith("totals:"):
-                return int(line.split()[1])
-    raise BenchError("no summary in " + path)
-
-
 def median_and_range(values):
     """(median, min, max) of a non-empty list."""
     if not values:
@@ -120,51 +99,22 @@ def median_and_range(values):
 def ratios(ember, baseline):
     """Per-round ratios ember[i] / baseline[i] (rounds with a zero baseline
     are skipped)."""
-    return [e / b for e, b in zip(ember, baseline) if b > 0]
+    return [r for r in bl.per_round_ratios(ember, baseline) if r is not None]
 
 
-class Runner:
+class Runner(bl.Runner):
+    """benchlib's Runner with the measured seconds of every run."""
+
     def __init__(self, build, seconds, timeout):
-        self.build = build
+        super().__init__(build, timeout)
         self.seconds = seconds
-        self.timeout = timeout
-
-    def run(self, argv, env_extra=None):
-        env = dict(os.environ)
-        env.update(env_extra or {})
-        try:
-            p = subprocess.run(argv, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, env=env,
-                               timeout=self.timeout, check=False)
-        except subprocess.TimeoutExpired as e:
-            out = (e.stdout or b"").decode(errors="replace")
-            raise BenchError("timed out after %ds: %s\n%s" %
-                             (self.timeout, " ".join(argv), out[-4000:]))
-        out = p.stdout.decode(errors="replace")
-        if p.returncode != 0:
-            raise BenchError("exit %d: %s\n%s" %
-                             (p.returncode, " ".join(argv), out[-4000:]))
-        return out
-
-    def cluster(self, servers, workers, program, args, program_scheduler,
-                env_extra=None):
-        env = {"EMBER_TIMEOUT": str(self.timeout - 5)}
-        if program_scheduler:
-            env["EMBER_PROGRAM_SCHEDULER"] = "1"
-            env["DMLC_PS_ROOT_PORT"] = str(free_port())
-        else:
-            env["EMBER_SCHEDULER"] = os.path.join(
-                self.build, "scheduler", "ember_scheduler")
-        env.update(env_extra or {})
-        return self.run([os.path.join(ROOT, "scripts", "local.sh"),
-                         str(servers), str(workers), program] + args, env)
 
     def ps_api(self, program, servers, workers, mode, keys, window,
                program_scheduler=False, seconds=None, env_extra=None):
         args = ["mode=" + mode, "keys=%d" % keys, "window=%d" % window,
                 "seconds=%g" % (seconds or self.seconds), "warmup=0.5"]
-        out = self.cluster(servers, workers, program, args, program_scheduler,
-                           env_extra)
+        out = self.cluster(servers, workers, program, args, env_extra,
+                           program_scheduler)
         total, n = parse_worker_rates(out)
         if n != workers:
             raise BenchError("%d of %d workers reported" % (n, workers))
@@ -183,14 +133,11 @@ class Runner:
         return parse_topology_rate(out)
 
 
-def emit(label, fields):
-    print("RESULT " + label + " " +
-          " ".join("%s=%s" % (k, v) for k, v in fields), flush=True)
-
-
 def throughput_cases(runner, rounds, pslite, cases):
-    """cases: (name, servers, workers, mode, keys, window)."""
+    """cases: (name, servers, workers, mode, keys, window). Returns a row of
+    CSV_HEADER per case."""
     ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+    rows = []
     print("%-28s %12s %12s %12s %8s %13s %10s" %
           ("case (req/s, all workers)", "ember", "zmq", "ps-lite",
            "e/zmq", "e/zmq range", "e/ps-lite"), flush=True)
@@ -227,7 +174,63 @@ def throughput_cases(runner, rounds, pslite, cases):
         if pslite:
             fields += [("pslite_req_s", "%.1f" % p),
                        ("ember_over_pslite", "%.3f" % rp)]
-        emit("bench=multi", fields)
+        bl.emit("bench=multi", fields)
+        rows.append(dict(fields, case=name, ember_over_zmq_low="%.3f" % lo,
+                         ember_over_zmq_high="%.3f" % hi))
+    return rows
+
+
+CSV_HEADER = ["case", "servers", "workers", "mode", "keys", "window",
+              "rounds", "ember_req_s", "zmq_req_s", "ember_over_zmq",
+              "ember_over_zmq_low", "ember_over_zmq_high", "pslite_req_s",
+              "ember_over_pslite"]
+
+
+def draw_chart(rows, png):
+    """Ember / raw ZeroMQ per case, the range of the per-round ratios as an
+    error bar, Ember / ps-lite beside it when measured. False without
+    matplotlib."""
+    plt = bl.pyplot()
+    if plt is None:
+        return False
+    x = list(range(len(rows)))
+    ratio = [float(r["ember_over_zmq"]) for r in rows]
+    errors = [[max(0.0, q - float(r["ember_over_zmq_low"]))
+               for q, r in zip(ratio, rows)],
+              [max(0.0, float(r["ember_over_zmq_high"]) - q)
+               for q, r in zip(ratio, rows)]]
+    with_pslite = all(r.get("ember_over_pslite") for r in rows)
+    width = 0.4 if with_pslite else 0.7
+    fig, ax = plt.subplots(figsize=(max(9, 0.8 * len(rows)), 5))
+    ax.bar([i - width / 2 if with_pslite else i for i in x], ratio, width,
+           yerr=errors, capsize=4, color="tab:blue",
+           label="Ember / raw ZeroMQ (range of the rounds)")
+    if with_pslite:
+        ax.bar([i + width / 2 for i in x],
+               [float(r["ember_over_pslite"]) for r in rows], width,
+               color="tab:orange", label="Ember / ps-lite")
+    ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xticks(x)
+    ax.set_xticklabels([r["case"] for r in rows], rotation=35, ha="right",
+                       fontsize=8)
+    ax.set_ylabel("requests/s, median of the per-round ratios")
+    ax.set_title("Ember at 1 x 1, 2 x 2 and 4 x 4 (servers x workers) "
+                 "against the same topology in raw ZeroMQ", fontsize=10)
+    ax.legend(fontsize=8)
+    return bl.save_chart(plt, fig, png)
+
+
+def write_outputs(rows, out_dir):
+    """bench_multi.csv and bench_multi.png in out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "bench_multi.csv")
+    bl.write_csv(path, CSV_HEADER, rows)
+    print("wrote " + path, flush=True)
+    png = os.path.join(out_dir, "bench_multi.png")
+    if draw_chart(rows, png):
+        print("wrote " + png, flush=True)
+    else:
+        print(bl.NO_MATPLOTLIB, flush=True)
 
 
 # CURVE's cost (docs/security.md): the case, servers, workers, mode, keys,
@@ -262,7 +265,7 @@ def curve(runner, rounds):
             label = "%s %dx%d" % (name, s, w)
             print("%-28s %12.1f %12.1f %8.3f" % (label, off_m, on_m, ratio),
                   flush=True)
-            emit("bench=curve", [("case", label.replace(" ", "_")),
+            bl.emit("bench=curve", [("case", label.replace(" ", "_")),
                                  ("servers", s), ("workers", w),
                                  ("mode", mode), ("keys", keys),
                                  ("rounds", rounds),
@@ -286,7 +289,8 @@ def kvbench(runner, rounds, pslite_bin, ember_bin):
                 order.reverse()
             for who in order:
                 out = runner.cluster(s, w, ember_bin if who == "ember"
-                                     else pslite_bin, [], who == "pslite")
+                                     else pslite_bin, [],
+                                     program_scheduler=who == "pslite")
                 push, pull, n = parse_kvbench_times(out)
                 if n != w:
                     raise BenchError("%d of %d workers reported:\n%s" %
@@ -301,7 +305,7 @@ def kvbench(runner, rounds, pslite_bin, ember_bin):
         print("%-8s %10.1f %10.1f %8.3f %10.1f %10.1f %8.3f" %
               ("%dx%d" % (s, w), med["pslite"][0], med["ember"][0], sp[0],
                med["pslite"][1], med["ember"][1], sp[1]), flush=True)
-        emit("bench=kvbench", [("servers", s), ("workers", w),
+        bl.emit("bench=kvbench", [("servers", s), ("workers", w),
                                ("rounds", rounds),
                                ("pslite_push_ms", "%.1f" % med["pslite"][0]),
                                ("ember_push_ms", "%.1f" % med["ember"][0]),
@@ -326,14 +330,14 @@ def growth(runner):
             z = runner.zmq(s, 1, "push", keys, window)
             ens, zns = 1e9 / (e * keys), 1e9 / (z * keys)
             row += "%14.2f %14.2f" % (ens, zns)
-            emit("bench=growth", [("servers", s), ("keys", keys),
+            bl.emit("bench=growth", [("servers", s), ("keys", keys),
                                   ("ember_ns_per_key", "%.3f" % ens),
                                   ("zmq_ns_per_key", "%.3f" % zns)])
         print(row, flush=True)
 
 
 def callgrind(runner, n1=50, n2=150):
-    if shutil.which("valgrind") is None:
+    if not bl.have_valgrind():
         print("\ncallgrind: skipped, valgrind is not installed "
               "(scripts/deps.sh --bench installs it)", flush=True)
         return
@@ -342,12 +346,7 @@ def callgrind(runner, n1=50, n2=150):
           flush=True)
     per = {}
     with tempfile.TemporaryDirectory(prefix="ember-cg-") as tmp:
-        wrap = os.path.join(tmp, "wrap.sh")
-        with open(wrap, "w", encoding="utf-8") as f:
-            f.write("#!/bin/sh\nexec valgrind --tool=callgrind "
-                    "--callgrind-out-file=\"$CG_DIR/$DMLC_ROLE.%%p.out\" "
-                    "\"%s\" \"$@\"\n" % ember_bin)
-        os.chmod(wrap, 0o755)
+        wrap = bl.callgrind_wrapper(tmp, ember_bin)
         for s in GROWTH_SERVERS:
             totals = []
             for n in (n1, n2):
@@ -356,19 +355,14 @@ def callgrind(runner, n1=50, n2=150):
                 runner.cluster(s, 1, wrap,
                                ["mode=push", "keys=1000", "window=8",
                                 "requests=%d" % n],
-                               False, {"CG_DIR": d,
-                                       "EMBER_HEARTBEAT_TIMEOUT_MS": "120000"})
-                workers = [x for x in os.listdir(d) if x.startswith("worker")]
-                if len(workers) != 1:
-                    raise BenchError("expected one worker profile in " + d)
-                totals.append(parse_callgrind_total(os.path.join(
-                    d, workers[0])))
-            per[s] = (totals[1] - totals[0]) / (n2 - n1)
+                               dict(bl.CALLGRIND_ENV, CG_DIR=d))
+                totals.append(bl.role_total(d, "worker"))
+            per[s] = bl.per_request(totals[0], totals[1], n1, n2)
             print("  %d server(s): %.0f instructions per request" %
                   (s, per[s]), flush=True)
-            emit("bench=callgrind", [("servers", s), ("keys", 1000),
-                                     ("worker_ir_per_request",
-                                      "%.0f" % per[s])])
+            bl.emit("bench=callgrind", [("servers", s), ("keys", 1000),
+                                        ("worker_ir_per_request",
+                                         "%.0f" % per[s])])
     if per.get(1):
         q = per[GROWTH_SERVERS[-1]] / per[1]
         print("  %d servers / 1 server: %.3f" % (GROWTH_SERVERS[-1], q),
@@ -376,8 +370,7 @@ def callgrind(runner, n1=50, n2=150):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap = bl.argument_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2)
     ap.add_argument("--timeout", type=int, default=120,
@@ -387,6 +380,8 @@ def main(argv=None):
     ap.add_argument("--kvbench", metavar="PSLITE_BIN,EMBER_BIN",
                     help="test_kv_app_benchmark built against ps-lite and "
                     "against Ember")
+    ap.add_argument("--out", help="folder for bench_multi.csv and "
+                    "bench_multi.png (the cases' table and chart)")
     ap.add_argument("--only",
                     default="sparse,batch,single,growth,callgrind,kvbench,curve")
     args = ap.parse_args(argv)
@@ -426,7 +421,9 @@ def main(argv=None):
                               8))
             cases.append(("4KB round trip 1x1", 1, 1, "push", 1024, 1))
         if cases:
-            throughput_cases(runner, args.rounds, args.pslite, cases)
+            rows = throughput_cases(runner, args.rounds, args.pslite, cases)
+            if args.out:
+                write_outputs(rows, args.out)
         if "kvbench" in parts and kv_bins:
             kvbench(runner, args.rounds, kv_bins[0], kv_bins[1])
         if "growth" in parts:

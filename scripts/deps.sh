@@ -3,8 +3,8 @@
 # (bookworm). Does nothing if they are already there. Needs root.
 #
 # usage: scripts/deps.sh [--bench | --launchers]
-#   --bench      also what scripts/bench.sh needs to draw its chart
-#                (python3-matplotlib) and scripts/callgrind.sh (valgrind)
+#   --bench      also what scripts/callgrind.py and bench_multi.py count
+#                instructions with (valgrind)
 #   --launchers  also the engines ember-launch's tests start on this host:
 #                Open MPI's mpirun, sshd and ssh, and a one-node Slurm
 #                cluster (munge, slurmctld, slurmd, the client commands).
@@ -16,11 +16,12 @@ packages=(build-essential cmake pkg-config libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgflags-dev
   libgtest-dev python3 python3-yaml)
 # Installed without their recommendations (openssh-server's would bring
-# systemd into a container).
-lean=()
+# systemd into a container). matplotlib draws the charts: the CTR example's
+# learning curve (scripts/demo.sh) and the benchmarks'.
+lean=(python3-matplotlib)
 for flag in "$@"; do
   case $flag in
-    --bench) packages+=(python3-matplotlib valgrind) ;;
+    --bench) packages+=(valgrind) ;;
     --launchers)
       lean+=(openmpi-bin openssh-server openssh-client munge slurmctld slurmd
         slurm-client)

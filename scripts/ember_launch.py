@@ -295,27 +295,27 @@ def build_parser():
     p.add_argument("--launcher", "--cluster", choices=LAUNCHERS,
                    default="local", help="how nodes are started (default: "
                    "local)")
-    p.add_argument("-H", "--hostfile", metavar="FILE",
-                   help="hosts for ssh (one '[user@]host[:port]' a line) or "
-                   "mpi (Open MPI's hostfile)")
-    p.add_argument("--timeout", metavar="SECONDS",
-                   help="stop the job and exit 124 after this long "
-                   "(default: EMBER_TIMEOUT, else none)")
-    p.add_argument("--log-dir", metavar="DIR",
-                   help="also write each node's raw output to "
-                   "DIR/<role>-<rank>.log (default: EMBER_LOG_DIR)")
+    # Options that take one value: (flags, metavar, help).
+    for flags, metavar, text in [
+            (["-H", "--hostfile"], "FILE",
+             "hosts for ssh (one '[user@]host[:port]' a line) or mpi (Open "
+             "MPI's hostfile)"),
+            (["--timeout"], "SECONDS", "stop the job and exit 124 after "
+             "this long (default: EMBER_TIMEOUT, else none)"),
+            (["--log-dir"], "DIR", "also write each node's raw output to "
+             "DIR/<role>-<rank>.log (default: EMBER_LOG_DIR)"),
+            (["--server-procs"], "N", "server processes (default: "
+             "EMBER_SERVER_PROCS, else SERVERS)"),
+            (["--worker-procs"], "N", "worker processes, each may host "
+             "several logical workers (default: EMBER_WORKER_PROCS, else "
+             "WORKERS)"),
+            (["--scheduler"], "PROGRAM", "scheduler binary (default: "
+             "EMBER_SCHEDULER, else ember_scheduler as searched by "
+             "docs/launching.md)")]:
+        p.add_argument(*flags, metavar=metavar, help=text)
     p.add_argument("--env", metavar="NAME=VALUE", action="append",
                    default=[], help="set NAME on every node (repeatable); "
                    "a bare NAME passes this host's value")
-    p.add_argument("--server-procs", metavar="N",
-                   help="server processes (default: EMBER_SERVER_PROCS, "
-                   "else SERVERS)")
-    p.add_argument("--worker-procs", metavar="N",
-                   help="worker processes, each may host several logical "
-                   "workers (default: EMBER_WORKER_PROCS, else WORKERS)")
-    p.add_argument("--scheduler", metavar="PROGRAM",
-                   help="scheduler binary (default: EMBER_SCHEDULER, else "
-                   "ember_scheduler as searched by docs/launching.md)")
     p.add_argument("--program-scheduler", action="store_true",
                    help="run COMMAND as the scheduler too (ps-lite style)")
     p.add_argument("--ssh-command", metavar="CMD",
@@ -719,6 +719,16 @@ class Supervisor:
             node.log.flush()
         self.write(b"".join(node.prefix + line + b"\n" for line in lines))
 
+    def _close_output(self, node):
+        """Stops reading the node's output and closes its log (once)."""
+        if node.fd is not None:
+            self.selector.unregister(node.fd)
+            os.close(node.fd)
+            node.fd = None
+        if node.log:
+            node.log.close()
+            node.log = None
+
     def _read(self, node):
         try:
             data = os.read(node.fd, 65536)
@@ -730,12 +740,7 @@ class Supervisor:
             if node.buffer:
                 self._emit(node, [node.buffer])
                 node.buffer = b""
-            self.selector.unregister(node.fd)
-            os.close(node.fd)
-            node.fd = None
-            if node.log:
-                node.log.close()
-                node.log = None
+            self._close_output(node)
             return
         lines = (node.buffer + data).split(b"\n")
         node.buffer = lines.pop()
@@ -863,13 +868,7 @@ class Supervisor:
                 time.monotonic() < deadline:
             self.step(0.05)
         for n in self.nodes:
-            if n.fd is not None:
-                self.selector.unregister(n.fd)
-                os.close(n.fd)
-                n.fd = None
-            if n.log:
-                n.log.close()
-                n.log = None
+            self._close_output(n)
 
 
 # ------------------------------------------------------------------ running --

@@ -7,7 +7,8 @@
 // created on first pull and updated by the servers' optimizer. Each worker
 // trains on its own shard, prefetching the next mini-batch's rows while it
 // computes; worker 0 evaluates held-out log-loss and AUC as it goes and at
-// the end writes the learning curve (CSV and PNG) to --out_dir.
+// the end writes the learning curve as CSV to --out_dir (scripts/demo.sh
+// draws it with examples/ctr/plot_curve.py).
 //
 // Data: by default a synthetic stream with a known ground-truth LR+FM model
 // (millions of distinct IDs with power-law frequencies), so the held-out AUC
@@ -44,7 +45,7 @@ DEFINE_string(consistency, "asp", "consistency of the tables");
 DEFINE_int32(evals, 8, "held-out evaluations during training (worker 0)");
 DEFINE_string(data, "", "a libsvm or Criteo file instead of synthetic data");
 DEFINE_string(format, "libsvm", "format of --data: libsvm or criteo");
-DEFINE_string(out_dir, "ctr_out", "where worker 0 writes curve.csv/.png");
+DEFINE_string(out_dir, "ctr_out", "where worker 0 writes curve.csv");
 DEFINE_string(checkpoint_dir, "",
               "if set, the model is saved there at the end");
 
@@ -182,9 +183,7 @@ int RunWorker() {
     }
   }
 
-  ctr::LearningCurve curve("ctr_train: LR+FM, " + std::to_string(workers) +
-                           " workers, " + std::to_string(ps::NumServers()) +
-                           " servers");
+  ctr::LearningCurve curve;
   const auto start = Clock::now();
   const size_t batches = (train.size() + FLAGS_batch - 1) / FLAGS_batch;
   const size_t total = batches * FLAGS_epochs;
@@ -279,10 +278,8 @@ int RunWorker() {
     std::string mk = "mkdir -p '" + FLAGS_out_dir + "'";
     if (std::system(mk.c_str()) == 0) {
       ps::Status s = curve.WriteCsv(FLAGS_out_dir + "/curve.csv");
-      if (s.ok()) s = curve.WritePng(FLAGS_out_dir + "/curve.png");
       if (s.ok()) {
-        std::printf("wrote %s/curve.csv and %s/curve.png\n",
-                    FLAGS_out_dir.c_str(), FLAGS_out_dir.c_str());
+        std::printf("wrote %s/curve.csv\n", FLAGS_out_dir.c_str());
       } else {
         LOG(WARNING) << "learning curve: " << s;
       }

@@ -1,5 +1,6 @@
 // Evaluation for the examples/ctr model: exact AUC, clipped log-loss, and a
-// learning curve written as CSV and as a PNG plot.
+// learning curve written as CSV (examples/ctr/plot_curve.py draws it with
+// matplotlib).
 //
 // The functions are pure and thread-safe. LearningCurve is thread-compatible:
 // one thread at a time (typically the reporting worker's training loop).
@@ -11,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "ctr/canvas.h"
 #include "ps/status.h"
 
 namespace ctr {
@@ -55,14 +55,12 @@ struct CurvePoint {
   double truth_auc = kNone;
 };
 
-// The points of a training run, in the order added, with their CSV and plot.
-// Write the files after every Add() so that an interrupted run leaves its
-// curve so far; each write replaces the file atomically.
+// The points of a training run, in the order added, and their CSV. Write
+// the file after every Add() so that an interrupted run leaves its curve so
+// far; each write replaces the file atomically.
 class LearningCurve {
  public:
-  // `title` heads the plot.
-  explicit LearningCurve(std::string title);
-
+  LearningCurve() = default;
   LearningCurve(const LearningCurve&) = delete;
   LearningCurve& operator=(const LearningCurve&) = delete;
 
@@ -73,21 +71,11 @@ class LearningCurve {
   // one line per point.
   std::string Csv() const;
 
-  // Two panels over training examples: test AUC with the truth AUC as a
-  // dashed horizontal line, and train and test loss. Axes with tick labels
-  // and a legend. CHECKs 320 <= width, 240 <= height, both <= 4096.
-  Canvas Plot(int width, int height) const;
-
-  // Csv() and Plot() written to `path`. Unavailable if the file cannot be
-  // written. Blocks on file I/O.
+  // Csv() written to `path`. Unavailable if the file cannot be written.
+  // Blocks on file I/O.
   [[nodiscard]] ps::Status WriteCsv(const std::string& path) const;
-  [[nodiscard]] ps::Status WritePng(const std::string& path, int width = 960,
-                                    int height = 720) const;
 
  private:
-  // Immutable after construction.
-  const std::string title_;
-
   std::vector<CurvePoint> points_;
 };
 

@@ -118,9 +118,7 @@ void AppImpl::Process(Message& msg) {
   SimpleData data;
   data.head = msg.meta.cmd;
   data.body = msg.meta.body;
-  data.sender = msg.meta.sender;
-  data.timestamp = msg.meta.timestamp;
-  data.customer_id = msg.meta.customer_id;
+  CopyOrigin(msg.meta, &data);
   std::shared_ptr<SimpleApp::Handle> handle;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -136,15 +134,10 @@ int AppImpl::Request(int head, const std::string& body, int recv_id) {
   std::vector<int> recipients = node_->GetNodeIds(recv_id);
   tracker->Expect(ts, recipients);
   for (int to : recipients) {
-    Message msg;
-    msg.meta.app_id = app_id_;
-    msg.meta.customer_id = customer_id_;
+    Message msg = AppMessage(app_id_, customer_id_, ts, to, /*request=*/true);
     msg.meta.simple_app = true;
-    msg.meta.request = true;
     msg.meta.cmd = head;
     msg.meta.body = body;
-    msg.meta.timestamp = ts;
-    msg.meta.recipient = to;
     Status s = node_->Send(std::move(msg));
     if (!s.ok()) {
       tracker->Fail(ts, s);
@@ -161,15 +154,11 @@ Status AppImpl::WaitFor(int timestamp, int64_t timeout_ms) {
 }
 
 void AppImpl::Response(const SimpleData& req, const std::string& body) {
-  Message msg;
-  msg.meta.app_id = app_id_;
-  msg.meta.customer_id = req.customer_id;
+  Message msg = AppMessage(app_id_, req.customer_id, req.timestamp, req.sender,
+                           /*request=*/false);
   msg.meta.simple_app = true;
-  msg.meta.request = false;
   msg.meta.cmd = req.head;
   msg.meta.body = body;
-  msg.meta.timestamp = req.timestamp;
-  msg.meta.recipient = req.sender;
   Status s = node_->Send(std::move(msg));
   if (!s.ok()) LOG(WARNING) << "response to " << req.sender << " lost: " << s;
 }

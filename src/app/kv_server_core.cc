@@ -98,15 +98,11 @@ class KVServerCore::Impl {
         pull_keys_.erase(it);
       }
     }
-    Message msg;
-    msg.meta.app_id = app_->app_id();
-    msg.meta.customer_id = customer_id;
-    msg.meta.request = false;
+    Message msg = AppMessage(app_->app_id(), customer_id, timestamp, sender,
+                             /*request=*/false);
     msg.meta.push = push;
     msg.meta.pull = pull;
     msg.meta.cmd = cmd;
-    msg.meta.timestamp = timestamp;
-    msg.meta.recipient = sender;
     msg.meta.value_bytes = static_cast<int>(value_bytes_);
     if (!error.ok()) {
       msg.meta.status_code = static_cast<int>(error.code());
@@ -173,21 +169,17 @@ class KVServerCore::Impl {
     if (!msg.meta.request) return;
     if (msg.meta.clock_tick) {
       RawRequest tick;
-      tick.sender = msg.meta.sender;
-      tick.timestamp = msg.meta.timestamp;
-      tick.customer_id = msg.meta.customer_id;
+      CopyOrigin(msg.meta, &tick);
       tick.cmd = msg.meta.cmd;
       Answer(tick, Status::OK());
       controller()->OnClock(msg.meta.sender, msg.meta.clock);
       return;
     }
     RawRequest req;
+    CopyOrigin(msg.meta, &req);
     req.cmd = msg.meta.cmd;
     req.push = msg.meta.push;
     req.pull = msg.meta.pull;
-    req.sender = msg.meta.sender;
-    req.timestamp = msg.meta.timestamp;
-    req.customer_id = msg.meta.customer_id;
     req.clock = msg.meta.clock;
     Status s = ParseKVFrames(msg, value_bytes_, &req.kvs);
     const int max_keys = app_->node()->options().max_keys_per_request;

@@ -493,14 +493,10 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
 
 Message KVWorkerCore::Impl::NewRequest(int ts, int recipient,
                                        int64_t clock) const {
-  Message msg;
-  msg.meta.app_id = app_->app_id();
-  msg.meta.customer_id = app_->customer_id();
-  msg.meta.request = true;
-  msg.meta.timestamp = ts;
+  Message msg = AppMessage(app_->app_id(), app_->customer_id(), ts, recipient,
+                           /*request=*/true);
   msg.meta.clock = clock;
   msg.meta.value_bytes = static_cast<int>(value_bytes_);
-  msg.meta.recipient = recipient;
   return msg;
 }
 

@@ -6,38 +6,40 @@
 
 namespace ps {
 
+namespace {
+
+// names[value], or "unknown" for a value outside the enum (one decoded from
+// the network, say).
+template <typename Enum, size_t N>
+const char* NameOf(Enum value, const char* const (&names)[N]) {
+  const auto i = static_cast<size_t>(value);
+  return i < N ? names[i] : "unknown";
+}
+
+}  // namespace
+
 const char* RoleName(Role role) {
-  switch (role) {
-    case Role::kScheduler:
-      return "scheduler";
-    case Role::kServer:
-      return "server";
-    case Role::kWorker:
-      return "worker";
-  }
-  return "unknown";
+  static const char* const kNames[] = {"scheduler", "server", "worker"};
+  return NameOf(role, kNames);
 }
 
 const char* ControlName(Control control) {
-  switch (control) {
-    case Control::kNone:
-      return "none";
-    case Control::kJoin:
-      return "join";
-    case Control::kNodeTable:
-      return "node_table";
-    case Control::kBarrier:
-      return "barrier";
-    case Control::kHeartbeat:
-      return "heartbeat";
-    case Control::kNodeFailed:
-      return "node_failed";
-    case Control::kAbort:
-      return "abort";
-    case Control::kLeave:
-      return "leave";
-  }
-  return "unknown";
+  // In the order of the enum's values, 0 to 7.
+  static const char* const kNames[] = {"none",    "join",      "node_table",
+                                       "barrier", "heartbeat", "node_failed",
+                                       "abort",   "leave"};
+  return NameOf(control, kNames);
+}
+
+Message AppMessage(int app_id, int customer_id, int timestamp, int recipient,
+                   bool request) {
+  Message msg;
+  msg.meta.app_id = app_id;
+  msg.meta.customer_id = customer_id;
+  msg.meta.timestamp = timestamp;
+  msg.meta.recipient = recipient;
+  msg.meta.request = request;
+  return msg;
 }
 
 std::string NodeInfo::DebugString() const {

@@ -130,6 +130,23 @@ class Message {
   std::vector<SArray<char>> data;
 };
 
+// A message of app `app_id` to node `recipient`: a request (`request` true)
+// of customer `customer_id` numbered `timestamp`, or the response to one,
+// which echoes the requester's customer id and timestamp. The other header
+// fields keep their defaults, for the caller to set.
+Message AppMessage(int app_id, int customer_id, int timestamp, int recipient,
+                   bool request);
+
+// Copies who sent a request (sender, customer id, timestamp: what its
+// response goes back with) from its header into `request`, any struct with
+// those three fields (SimpleData, RawRequest).
+template <typename Request>
+void CopyOrigin(const Meta& meta, Request* request) {
+  request->sender = meta.sender;
+  request->customer_id = meta.customer_id;
+  request->timestamp = meta.timestamp;
+}
+
 // Encodes `meta` (with the sizes of `data` recorded) into `out`.
 void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
                 std::string* out);

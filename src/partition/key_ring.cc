@@ -56,6 +56,30 @@ std::string Hex(uint64_t v) {
   return os.str();
 }
 
+// Water-filling over the servers in `order` (the fullest first when
+// draining, the emptiest first when filling): the level L and the count k
+// such that bringing the first k servers' shares to L moves `amount` keys
+// out of them (drain) or into them (fill), with no other server past L. L is
+// rounded down; the caller settles the remainder key by key.
+std::pair<u128, int> WaterLevel(const std::vector<int>& order,
+                                const std::vector<u128>& share, u128 amount,
+                                bool drain) {
+  const int n = static_cast<int>(order.size());
+  u128 sum = 0;
+  u128 level = 0;
+  int k = 0;
+  while (k < n) {
+    sum += share[order[k]];
+    ++k;
+    if (drain && sum < amount) continue;
+    level = drain ? (sum - amount) / k : (sum + amount) / k;
+    if (k == n) break;
+    const u128 next = share[order[k]];
+    if (drain ? level >= next : level <= next) break;
+  }
+  return {level, k};
+}
+
 }  // namespace
 
 StatusOr<Placement> ParsePlacement(const std::string& name) {
@@ -161,16 +185,7 @@ StatusOr<KeyRing> KeyRing::AddServer(int server_id, uint64_t epoch) const {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return share[a] > share[b]; });
-  u128 sum = 0;
-  u128 level = 0;
-  int k = 0;
-  while (k < num) {
-    sum += share[order[k]];
-    ++k;
-    if (sum < target) continue;
-    level = (sum - target) / k;
-    if (k == num || level >= share[order[k]]) break;
-  }
+  const auto [level, k] = WaterLevel(order, share, target, /*drain=*/true);
   std::vector<u128> take(num, 0);
   u128 taken = 0;
   for (int i = 0; i < k; ++i) {
@@ -237,16 +252,7 @@ StatusOr<KeyRing> KeyRing::RemoveServer(int server_id, uint64_t epoch) const {
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return share[a] < share[b]; });
-  const int others = num - 1;
-  u128 sum = 0;
-  u128 level = 0;
-  int k = 0;
-  while (k < others) {
-    sum += share[order[k]];
-    ++k;
-    level = (sum + freed) / k;
-    if (k == others || level <= share[order[k]]) break;
-  }
+  const auto [level, k] = WaterLevel(order, share, freed, /*drain=*/false);
   std::vector<u128> give(num, 0);
   u128 given = 0;
   for (int i = 0; i < k; ++i) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark programs still run and still print what scripts/bench.sh
+# The benchmark programs still run and still print what scripts/bench.py
 # reads: zmq_baseline in both answer topologies, spinning and with its server
 # adding the payloads, kv_bench through local.sh (sparse and dense payloads,
 # both server handles, a 2 x 2 cluster), and embedding_bench on small tables.
@@ -38,7 +38,7 @@ check() {
 }
 
 # The spinning baseline, and the one whose server adds the payloads, answer
-# over the request's connection only, as bench.sh runs them.
+# over the request's connection only, as bench.py runs them.
 for args in "same 0 0" "separate 0 0" "same 200 0" "same 0 1"; do
   read -r replies spin sums <<<"$args"
   timeout -k 5 60 "$zmq_baseline" --sizes=4096,12000 --windows=1,8 \

@@ -721,5 +721,22 @@ TEST(KVFramesTest, RejectsSenderWithDifferentValueSize) {
   EXPECT_TRUE(Parse(msg, sizeof(float)).ok());
 }
 
+TEST(NamesTest, EveryRoleAndControlHasItsNameAndOthersAreUnknown) {
+  EXPECT_STREQ(RoleName(Role::kScheduler), "scheduler");
+  EXPECT_STREQ(RoleName(Role::kServer), "server");
+  EXPECT_STREQ(RoleName(Role::kWorker), "worker");
+  EXPECT_STREQ(RoleName(static_cast<Role>(3)), "unknown");
+  EXPECT_STREQ(RoleName(static_cast<Role>(-1)), "unknown");
+  EXPECT_STREQ(ControlName(Control::kNone), "none");
+  EXPECT_STREQ(ControlName(Control::kJoin), "join");
+  EXPECT_STREQ(ControlName(Control::kNodeTable), "node_table");
+  EXPECT_STREQ(ControlName(Control::kBarrier), "barrier");
+  EXPECT_STREQ(ControlName(Control::kHeartbeat), "heartbeat");
+  EXPECT_STREQ(ControlName(Control::kNodeFailed), "node_failed");
+  EXPECT_STREQ(ControlName(Control::kAbort), "abort");
+  EXPECT_STREQ(ControlName(Control::kLeave), "leave");
+  EXPECT_STREQ(ControlName(static_cast<Control>(8)), "unknown");
+}
+
 }  // namespace
 }  // namespace ps
