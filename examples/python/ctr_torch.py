@@ -3,7 +3,8 @@
 parameters live on Ember's servers (the Python twin of examples/ctr/ctr_train).
 
 Models: "deepfm" (linear weights, a factorisation machine and an MLP over the
-field embeddings, as in DeepFM) or "fm" (linear weights and the
+field embeddings, as in DeepFM; on libsvm data, whose examples have no fixed
+fields, the MLP sees the examples' summed embeddings) or "fm" (linear weights and the
 factorisation machine only: ctr_train's model, for comparing the two).
 Tables "w" (dim 1) and "v" (dim --fm_dim) are ember.torch.Embedding modules;
 the bias and the MLP are kept on the servers by ember.torch.DenseParameters;
@@ -91,9 +92,11 @@ class DeepFM(torch.nn.Module):
         self.mlp = None
         self.fields = None
         if args.model == "deepfm":
+            # One id per field (synthetic, Criteo): the MLP sees every
+            # field's embedding; otherwise (libsvm) their weighted sum.
             self.fields = args.fields
-            sizes = [self.fields * k] + [int(h) for h in
-                                         args.hidden.split(",") if h]
+            sizes = [(self.fields or 1) * k] + [int(h) for h in
+                                                args.hidden.split(",") if h]
             layers = []
             for a, b in zip(sizes[:-1], sizes[1:]):
                 layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
@@ -141,10 +144,14 @@ class DeepFM(torch.nn.Module):
             fm = 0.5 * ((s * s) - sq).sum(1)
         logit = self.bias + linear + fm
         if self.mlp is not None:
-            if vv is None or width != self.fields:
-                raise ValueError("deepfm needs %s ids per example (one per "
-                                 "field); use --model fm" % self.fields)
-            logit = logit + self.mlp(vv.reshape(n, width * self.k)).view(n)
+            if self.fields is None:
+                deep = s
+            elif vv is not None and width == self.fields:
+                deep = vv.reshape(n, width * self.k)
+            else:
+                raise ValueError("expected %d ids per example (one per field)"
+                                 % self.fields)
+            logit = logit + self.mlp(deep).view(n)
         return logit
 
 
@@ -304,9 +311,6 @@ def run_worker(args):
         stream = slices(train, args.batch, total)
     else:
         args.fields = 39 if args.format == "criteo" else None
-        if args.model == "deepfm" and args.fields is None:
-            raise SystemExit("ctr_torch: deepfm needs one id per field "
-                             "(Criteo); use --model fm for libsvm")
         if rank == 0:
             test = ember.data.read_all(args.data, args.format, "test")
         # Counting the shard's lines first gives the progress bar its end

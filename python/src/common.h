@@ -79,7 +79,8 @@ template <typename T>
 py::array_t<T> OwningArray(std::vector<T>&& values,
                            std::vector<py::ssize_t> shape) {
   auto* held = new std::vector<T>(std::move(values));
-  py::capsule owner(held, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  py::capsule owner(held,
+                    [](void* p) { delete static_cast<std::vector<T>*>(p); });
   return py::array_t<T>(std::move(shape), held->data(), owner);
 }
 

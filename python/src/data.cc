@@ -4,10 +4,11 @@
 // torch.nn.EmbeddingBag takes; python/ember/data.py wraps them. Generating
 // and parsing run without the GIL, so a Python thread can prepare the next
 // batch while another trains.
+#include "ps/data.h"
+
 #include <pybind11/stl.h>
 
 #include "common.h"
-#include "ps/data.h"
 
 namespace ember_py {
 namespace {
@@ -185,8 +186,8 @@ void BindData(py::module_& m) {
 
   py::class_<Reader>(m, "_ExampleReader")
       .def(py::init([](const std::string& path, const std::string& format,
-                       const std::string& split, uint64_t test_every,
-                       int shard, int num_shards, int max_logged_errors) {
+                       const std::string& split, uint64_t test_every, int shard,
+                       int num_shards, int max_logged_errors) {
              data::ReadOptions options;
              options.split = SplitOf(split);
              options.test_every = test_every;
@@ -207,8 +208,7 @@ void BindData(py::module_& m) {
 
   m.def("feature_id", &data::FeatureId, py::arg("field"), py::arg("value"),
         "The id of `value` in `field`'s hashed space (ps::data::FeatureId).");
-  m.def("feature_value", &data::FeatureValue, py::arg("field"),
-        py::arg("id"));
+  m.def("feature_value", &data::FeatureValue, py::arg("field"), py::arg("id"));
 }
 
 }  // namespace ember_py

@@ -59,8 +59,8 @@ class KVWorkerImpl : public KVWorkerBase {
     pending_.clear();
   }
 
-  int Push(const py::array& keys, const py::array& vals,
-           const py::object& lens, int cmd, int priority) override {
+  int Push(const py::array& keys, const py::array& vals, const py::object& lens,
+           int cmd, int priority) override {
     ReleasePins();
     auto pending = std::make_unique<Pending>();
     ps::SArray<ps::Key> k = Keys(keys);
@@ -121,7 +121,7 @@ class KVWorkerImpl : public KVWorkerBase {
     {
       py::gil_scoped_release nogil;
       ts = worker_->ZPushPull(k, v, &pending->out, lens_out, cmd, nullptr,
-                             priority);
+                              priority);
     }
     return Track(ts, std::move(pending));
   }
@@ -148,9 +148,8 @@ class KVWorkerImpl : public KVWorkerBase {
         // The received buffer itself (adopted when one server answered),
         // owned by the returned array: no copy.
         auto* held = new ps::SArray<Val>(std::move(done->out));
-        py::capsule owner(held, [](void* p) {
-          delete static_cast<ps::SArray<Val>*>(p);
-        });
+        py::capsule owner(
+            held, [](void* p) { delete static_cast<ps::SArray<Val>*>(p); });
         result = py::array_t<Val>({static_cast<py::ssize_t>(held->size())},
                                   held->data(), owner);
       }
@@ -273,8 +272,8 @@ new array that owns the received buffer (no copy when one server answered).
 Each timestamp must be waited once; the arrays must stay unchanged until
 then.)doc")
       .def(py::init([](int app_id, int customer_id, const py::object& dtype) {
-             return Make<KVWorkerImpl, KVWorkerBase>(py::dtype::from_args(dtype),
-                                                     app_id, customer_id);
+             return Make<KVWorkerImpl, KVWorkerBase>(
+                 py::dtype::from_args(dtype), app_id, customer_id);
            }),
            py::arg("app_id") = 0, py::arg("customer_id") = 0,
            py::arg("dtype") = "float32")
@@ -282,9 +281,8 @@ then.)doc")
            py::arg("lens") = py::none(), py::arg("cmd") = 0,
            py::arg("priority") = 0)
       .def("pull", &KVWorkerBase::Pull, py::arg("keys"),
-           py::arg("out") = py::none(),
-           py::arg("lens") = py::none(), py::arg("cmd") = 0,
-           py::arg("priority") = 0)
+           py::arg("out") = py::none(), py::arg("lens") = py::none(),
+           py::arg("cmd") = 0, py::arg("priority") = 0)
       .def("push_pull", &KVWorkerBase::PushPull, py::arg("keys"),
            py::arg("vals"), py::arg("out"), py::arg("lens") = py::none(),
            py::arg("cmd") = 0, py::arg("priority") = 0)

@@ -3,11 +3,12 @@
 // result vectors (moved, not copied); ids and gradients are read from numpy
 // arrays once, into the request. Every call that talks to the servers
 // releases the GIL while it waits.
+#include "ps/model.h"
+
 #include <cstring>
 #include <unordered_map>
 
 #include "common.h"
-#include "ps/model.h"
 
 namespace ember_py {
 namespace {
@@ -179,7 +180,9 @@ class Client {
     return version;
   }
 
-  void Clock() { Call([this] { return client_->Clock(); }); }
+  void Clock() {
+    Call([this] { return client_->Clock(); });
+  }
   void Save(const std::string& dir) {
     Call([&] { return client_->Save(dir); });
   }
@@ -207,9 +210,8 @@ class Client {
   py::array_t<float> Rows(const std::string& table, size_t n,
                           std::vector<float>&& rows) {
     const py::ssize_t rows_n = static_cast<py::ssize_t>(n);
-    const py::ssize_t dim =
-        n == 0 ? std::max(1, client_->dim(table))
-               : static_cast<py::ssize_t>(rows.size() / n);
+    const py::ssize_t dim = n == 0 ? std::max(1, client_->dim(table))
+                                   : static_cast<py::ssize_t>(rows.size() / n);
     return OwningArray(std::move(rows), {rows_n, dim});
   }
 

@@ -4,6 +4,8 @@
 // re-exports it.
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include "common.h"
@@ -31,11 +33,18 @@ PyObject* NewError(py::module_& m, const char* name, PyObject* bases,
   return type;
 }
 
+// As ps::Start does: glog to stderr (the launchers collect it) unless the
+// user configured glog, and PS_VERBOSE raises the verbosity.
 void EnsureLogging() {
-  if (!google::IsGoogleLoggingInitialized()) {
-    google::InitGoogleLogging("ember");
+  if (google::IsGoogleLoggingInitialized()) return;
+  if (std::getenv("GLOG_logtostderr") == nullptr &&
+      std::getenv("GLOG_log_dir") == nullptr) {
     FLAGS_logtostderr = true;
   }
+  if (const char* v = std::getenv("PS_VERBOSE")) {
+    FLAGS_v = std::max(FLAGS_v, std::atoi(v));
+  }
+  google::InitGoogleLogging("ember");
 }
 
 int Group(const std::string& name) {
@@ -74,10 +83,10 @@ void RegisterErrors(py::module_& m) {
       {ps::Status::Code::kInternal, "InternalError", nullptr},
   };
   for (const Kind& kind : kinds) {
-    py::tuple bases = kind.builtin != nullptr
-                          ? py::make_tuple(py::handle(g_error),
-                                           py::handle(kind.builtin))
-                          : py::make_tuple(py::handle(g_error));
+    py::tuple bases =
+        kind.builtin != nullptr
+            ? py::make_tuple(py::handle(g_error), py::handle(kind.builtin))
+            : py::make_tuple(py::handle(g_error));
     g_code_errors[static_cast<int>(kind.code)] =
         NewError(m, kind.name, bases.ptr(), nullptr);
   }
@@ -118,8 +127,9 @@ PYBIND11_MODULE(_ember, m) {
   m.doc() = "Ember's C++ library, bound for Python (use the ember package).";
   RegisterErrors(m);
 
-  m.def("version", [] { return std::string(ps::Version()); },
-        "Ember's version (that of the C++ library in use).");
+  m.def(
+      "version", [] { return std::string(ps::Version()); },
+      "Ember's version (that of the C++ library in use).");
   m.def(
       "start",
       [](int customer_id, bool barrier) {
@@ -165,7 +175,8 @@ PYBIND11_MODULE(_ember, m) {
       py::arg("group") = "all", py::arg("customer_id") = 0,
       "Blocks until every node of the group ('workers', 'servers', "
       "'servers+workers', 'all') has called it.");
-  m.def("rank", [] { return ps::MyRank(); }, "This node's rank in its role.");
+  m.def(
+      "rank", [] { return ps::MyRank(); }, "This node's rank in its role.");
   m.def("num_workers", [] { return ps::NumWorkers(); });
   m.def("num_servers", [] { return ps::NumServers(); });
   m.def("is_worker", [] { return ps::IsWorker(); });

@@ -29,3 +29,27 @@ def test_ctr_torch_2x2_learns_and_writes_its_curve(tmp_path):
     curve = (tmp_path / "curve.csv").read_text().splitlines()
     assert curve[0].startswith("step,examples") and len(curve) >= 4
     assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_ctr_torch_trains_on_a_libsvm_file(tmp_path):
+    # A libsvm file written from the synthetic source (one id per field,
+    # ids as decimal numbers), read back sharded over 2 workers.
+    import ember.data
+    src = ember.data.SyntheticSource(seed=2, ids_per_field=1000)
+    b = src.generate(ember.data.train_stream(0), 0, 20000)
+    path = tmp_path / "train.libsvm"
+    with open(path, "w") as f:
+        for i in range(len(b)):
+            ids = b.ids[b.offsets[i]:b.offsets[i + 1]]
+            f.write("%d %s\n" % (b.labels[i],
+                                 " ".join("%d:1" % x for x in ids)))
+    job = run_job(1, 2, CTR_TORCH, "--data=%s" % path, "--format=libsvm",
+                  "--evals=2", "--out_dir=%s" % (tmp_path / "out"),
+                  timeout=240)
+    final = job.lines("RESULT test_auc=")
+    assert len(final) == 1, job.output
+    fields = dict(kv.split("=") for kv in final[0].split()[1:])
+    assert float(fields["test_auc"]) > 0.65, job.output
+    examples = sum(int(line.split()[2].split("=")[1])
+                   for line in job.lines("RESULT worker="))
+    assert examples == 18000, job.output  # every line but the held-out 10%
