@@ -94,7 +94,8 @@ struct Pulled {
   int w_ticket = -1, v_ticket = -1;
 };
 
-Pulled Prefetch(ps::ModelClient* c, const std::vector<ps::data::Example>& batch) {
+Pulled Prefetch(ps::ModelClient* c,
+                const std::vector<ps::data::Example>& batch) {
   std::vector<uint64_t> ids = Ids(batch);
   return {c->PullRowsAsync("w", ids), c->PullRowsAsync("v", ids)};
 }
@@ -104,8 +105,8 @@ void Check(const ps::Status& s, const char* what) {
 }
 
 // Held-out predictions of the current model.
-void Evaluate(ps::ModelClient* c, const std::vector<ps::data::Example>& test, int k,
-              double* auc, double* loss) {
+void Evaluate(ps::ModelClient* c, const std::vector<ps::data::Example>& test,
+              int k, double* auc, double* loss) {
   std::vector<float> bias;
   Check(c->PullDense("bias", &bias), "pull bias");
   std::vector<double> logits, sums, all;
@@ -167,8 +168,9 @@ int RunWorker() {
       truth_auc = ctr::Auc(truth, labels);
     }
   } else {
-    ps::data::Format format =
-        FLAGS_format == "criteo" ? ps::data::Format::kCriteo : ps::data::Format::kLibsvm;
+    ps::data::Format format = FLAGS_format == "criteo"
+                                  ? ps::data::Format::kCriteo
+                                  : ps::data::Format::kLibsvm;
     ps::data::ReadOptions o;
     o.split = ps::data::ReadOptions::Split::kTrain;
     o.shard = rank;

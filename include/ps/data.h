@@ -286,9 +286,9 @@ class ExampleReader {
 // *stats, if not null, receives the reader's counts. Errors as
 // ExampleReader::Open and ExampleReader::status().
 [[nodiscard]] Status ReadExamples(const std::string& path, Format format,
-                                      const ReadOptions& options,
-                                      std::vector<Example>* examples,
-                                      ReadStats* stats = nullptr);
+                                  const ReadOptions& options,
+                                  std::vector<Example>* examples,
+                                  ReadStats* stats = nullptr);
 
 }  // namespace data
 }  // namespace ps

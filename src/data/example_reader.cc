@@ -95,7 +95,7 @@ Status ParseLibsvmLine(std::string_view line, Example* example) {
       if (!ParseWhole(token, &label) ||
           !(label == 1 || label == 0 || label == -1)) {
         return Status::InvalidArgument("label " + Quote(token) +
-                                           " is not 0/1 or -1/+1");
+                                       " is not 0/1 or -1/+1");
       }
       example->label = label == 1 ? 1.0f : 0.0f;
       continue;
@@ -136,12 +136,12 @@ Status ParseCriteoLine(std::string_view line, Example* example) {
   const size_t columns =
       1 + static_cast<size_t>(std::count(line.begin(), line.end(), '\t'));
   if (columns != static_cast<size_t>(kColumns)) {
-    return Status::InvalidArgument(
-        "expected " + std::to_string(kColumns) +
-        " tab-separated columns, got " + std::to_string(columns) +
-        (columns == static_cast<size_t>(kColumns) - 1
-             ? " (an unlabelled test file?)"
-             : ""));
+    return Status::InvalidArgument("expected " + std::to_string(kColumns) +
+                                   " tab-separated columns, got " +
+                                   std::to_string(columns) +
+                                   (columns == static_cast<size_t>(kColumns) - 1
+                                        ? " (an unlabelled test file?)"
+                                        : ""));
   }
   example->ids.reserve(kColumns - 1);
   size_t start = 0;
@@ -152,7 +152,7 @@ Status ParseCriteoLine(std::string_view line, Example* example) {
     if (column == 0) {
       if (cell != "0" && cell != "1") {
         return Status::InvalidArgument("label " + Quote(cell) +
-                                           " is not 0 or 1");
+                                       " is not 0 or 1");
       }
       example->label = cell == "1" ? 1.0f : 0.0f;
       continue;
@@ -181,9 +181,9 @@ Status ParseCriteoLine(std::string_view line, Example* example) {
 
 Status ReadOptions::Validate() const {
   if (num_shards < 1 || shard < 0 || shard >= num_shards) {
-    return Status::InvalidArgument("shard " + std::to_string(shard) +
-                                       " of " + std::to_string(num_shards) +
-                                       ": need 0 <= shard < num_shards");
+    return Status::InvalidArgument("shard " + std::to_string(shard) + " of " +
+                                   std::to_string(num_shards) +
+                                   ": need 0 <= shard < num_shards");
   }
   if (split != Split::kAll && test_every == 0) {
     return Status::InvalidArgument(
@@ -264,8 +264,8 @@ bool ExampleReader::Next(Example* example) {
       continue;
     }
     const Status parsed = format_ == Format::kLibsvm
-                                  ? ParseLibsvmLine(line_, example)
-                                  : ParseCriteoLine(line_, example);
+                              ? ParseLibsvmLine(line_, example)
+                              : ParseCriteoLine(line_, example);
     if (!parsed.ok()) {
       RecordError(line_no, parsed);
       continue;
@@ -275,7 +275,7 @@ bool ExampleReader::Next(Example* example) {
   }
   if (in_->bad()) {
     status_ = Status::Unavailable("read error in " + name_ + " after " +
-                                      std::to_string(stats_.lines) + " lines");
+                                  std::to_string(stats_.lines) + " lines");
   }
   return false;
 }
@@ -291,8 +291,8 @@ size_t ExampleReader::ReadBatch(size_t max, std::vector<Example>* out) {
 }
 
 Status ReadExamples(const std::string& path, Format format,
-                        const ReadOptions& options,
-                        std::vector<Example>* examples, ReadStats* stats) {
+                    const ReadOptions& options, std::vector<Example>* examples,
+                    ReadStats* stats) {
   auto reader = ExampleReader::Open(path, format, options);
   if (!reader.ok()) return reader.status();
   reader.value()->ReadBatch(std::numeric_limits<size_t>::max(), examples);

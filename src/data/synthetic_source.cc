@@ -125,8 +125,7 @@ Status SyntheticConfig::Validate() const {
   if (!(head > 0 && std::isfinite(head)) ||
       !(fm_head > 0 && std::isfinite(fm_head)) ||
       !(decay >= 0 && std::isfinite(decay))) {
-    return Status::InvalidArgument(
-        "need head > 0, fm_head > 0 and decay >= 0");
+    return Status::InvalidArgument("need head > 0, fm_head > 0 and decay >= 0");
   }
   return Status::OK();
 }
