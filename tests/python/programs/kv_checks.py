@@ -5,6 +5,7 @@ failed assertion raises, which fails the job."""
 
 import os
 import resource
+import shutil
 import sys
 import tempfile
 
@@ -193,6 +194,8 @@ def check_model():
         c.load(d)
         values, _ = c.pull_dense("dense")
         np.testing.assert_allclose(values.reshape(-1), np.arange(6) - 1)
+        assert len(os.listdir(d)) == ember.num_servers()  # one shard each
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def main():
