@@ -29,12 +29,16 @@ import sys
 import threading
 import time
 
-import numpy as np
-import torch
+# One BLAS thread per worker (set before numpy loads OpenBLAS): the workers
+# and servers of a job share the machine's cores. --threads sets torch's.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import ember
-import ember.data
-import ember.torch
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import ember  # noqa: E402
+import ember.data  # noqa: E402
+import ember.torch  # noqa: E402
 
 
 def parse_args(argv):
