@@ -16,7 +16,8 @@ per step (``group.flush()``), which is what a training loop wants::
 
     client = ember.ModelClient()
     group = ember.torch.PushGroup(client)
-    emb = ember.torch.EmbeddingBag(client, "emb", 16, group=group)
+    emb = ember.torch.EmbeddingBag(client, "emb", 16, group=group,
+                                   include_last_offset=True)
     mlp = torch.nn.Linear(16, 1)
     dense = ember.torch.DenseParameters(client, mlp, "mlp", group=group)
     for batch in batches:
@@ -164,31 +165,37 @@ class Embedding(torch.nn.Module):
 
 class EmbeddingBag(Embedding):
     """Sums (``mode`` "sum") or averages ("mean") the rows of each bag, as
-    ``torch.nn.EmbeddingBag`` with ``offsets``: bag ``i`` is
-    ``ids[offsets[i]:offsets[i + 1]]``, optionally weighted by
-    ``per_sample_weights`` (sum mode). Without offsets, ``ids`` is 2-D
-    (batch, bag size). The rows live on Ember's servers (see Embedding)."""
+    ``torch.nn.EmbeddingBag``: ``offsets`` holds each bag's start in
+    ``ids`` or, with ``include_last_offset`` (the CSR layout of
+    ``ember.data.Batch.offsets``), also the end of the last one;
+    ``per_sample_weights`` weights the rows (sum mode). Without offsets,
+    ``ids`` is 2-D (batch, bag size). The rows live on Ember's servers (see
+    Embedding)."""
 
-    def __init__(self, client, table, dim, mode="sum", **kwargs):
+    def __init__(self, client, table, dim, mode="sum",
+                 include_last_offset=False, **kwargs):
         if mode not in ("sum", "mean"):
             raise ValueError("mode must be sum or mean")
         super().__init__(client, table, dim, **kwargs)
         self.mode = mode
+        self.include_last_offset = include_last_offset
 
     def forward(self, ids, offsets=None, per_sample_weights=None):
+        last = self.include_last_offset
         if offsets is None:
             shape = tuple(np.shape(ids))
             if len(shape) != 2:
                 raise ValueError("ids without offsets must be 2-D")
-            offsets = np.arange(0, shape[0] * shape[1] + 1, shape[1])
+            offsets = np.arange(0, shape[0] * shape[1], shape[1])
+            last = False
         rows = super().forward(ids)
         offsets = torch.as_tensor(np.asarray(offsets, dtype=np.int64))
         index = torch.arange(rows.shape[0])
         if per_sample_weights is not None:
             per_sample_weights = torch.as_tensor(per_sample_weights)
-        return F.embedding_bag(index, rows, offsets[:-1], mode=self.mode,
+        return F.embedding_bag(index, rows, offsets, mode=self.mode,
                                per_sample_weights=per_sample_weights,
-                               include_last_offset=False)
+                               include_last_offset=last)
 
 
 class DenseParameters:

@@ -36,13 +36,18 @@ def check():
                                    initializer="constant(0.5)",
                                    optimizer="sgd(lr=0.1)", group=group)
     bag_ids = torch.tensor([1, 2, 3, 1], dtype=torch.int64)
-    offsets = np.array([0, 1, 4])
+    offsets = np.array([0, 1])  # bag starts, as torch.nn.EmbeddingBag's
     with torch.no_grad():
         out = bag(bag_ids, offsets)
         np.testing.assert_allclose(out.numpy(), [[0.5, 0.5], [1.5, 1.5]])
         weighted = bag(bag_ids, offsets,
                        per_sample_weights=torch.tensor([1.0, 2.0, 2.0, 2.0]))
         np.testing.assert_allclose(weighted.numpy(), [[0.5] * 2, [3] * 2])
+        # The same bags in CSR form (ember.data.Batch.offsets).
+        csr = ember.torch.EmbeddingBag(client, "b", 2, register=False,
+                                       include_last_offset=True)
+        np.testing.assert_allclose(csr(bag_ids, [0, 1, 4]).numpy(),
+                                   out.numpy())
         mean = ember.torch.EmbeddingBag(client, "b", 2, mode="mean",
                                         register=False)
         np.testing.assert_allclose(
