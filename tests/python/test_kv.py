@@ -20,6 +20,12 @@ def test_cpp_errors_raise_python_exceptions_with_their_message():
     assert len(job.lines("CHECK errors ok")) == 1, job.output
 
 
+def test_the_gil_is_released_while_a_wait_blocks():
+    job = run_job(1, 2, "kv_checks.py", "gil")
+    assert len(job.lines("CHECK gil ok")) == 2, job.output
+    assert len(job.lines("CHECK gil counted")) == 1, job.output
+
+
 def test_model_layer_round_trip_and_checkpoint():
     job = run_job(2, 1, "kv_checks.py", "model")
     assert len(job.lines("CHECK model ok")) == 1, job.output

@@ -198,12 +198,51 @@ def check_model():
     shutil.rmtree(d, ignore_errors=True)
 
 
+def check_gil():
+    """The GIL is free while a wait blocks: under bsp (app 3) worker 0's pull
+    at clock 1 is held until worker 1 ends its iteration, 0.5 s later;
+    meanwhile a Python thread of worker 0 keeps counting."""
+    import threading
+    import time
+    w = ember.KVWorker(3)
+    keys = np.array([5], np.uint64)
+    w.wait(w.push(keys, np.ones(1, np.float32)))
+    if ember.rank() == 1:
+        time.sleep(0.5)
+        w.wait(w.clock())
+        return
+    w.wait(w.clock())
+    count = [0]
+    stop = threading.Event()
+
+    def counter():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=counter)
+    t.start()
+    time.sleep(0.01)
+    start = time.monotonic()
+    before = count[0]
+    got = w.wait(w.pull(keys))
+    during = count[0] - before
+    held = time.monotonic() - start
+    stop.set()
+    t.join()
+    assert got[0] == 2.0, got  # both workers' pushes
+    assert held > 0.2, "the pull was not held (%.3f s)" % held
+    assert during > 1000, "the thread counted %d while the pull waited %.2f s" \
+        % (during, held)
+    print("CHECK gil counted %d during a %.2f s wait" % (during, held))
+
+
 def main():
     check = sys.argv[1]
     ember.start()
     keep = []
     if ember.is_server():
         keep = [ember.KVServer(app, dtype=d) for app, d in DTYPES.items()]
+        keep.append(ember.KVServer(3, consistency="bsp"))
         keep.append(ember.ModelServer())
     elif ember.is_worker():
         globals()["check_" + check]()
