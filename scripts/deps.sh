@@ -11,10 +11,17 @@
 #                Their services are not configured or enabled by the tests;
 #                on a machine with systemd, installing openssh-server and
 #                munge starts them.
+#
+# The Python package (python/) needs python3-dev, pybind11 and numpy; its
+# tests and examples/python need pytest, PyTorch, tqdm and matplotlib, and
+# an optimized BLAS: without libopenblas0-pthread, Debian's torch and numpy
+# use the reference BLAS (libblas3), 20 x slower on ctr_torch's MLP.
 set -eu
 packages=(build-essential cmake pkg-config libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgflags-dev
-  libgtest-dev python3 python3-yaml)
+  libgtest-dev python3 python3-yaml
+  python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
+  python3-torch python3-tqdm python3-matplotlib libopenblas0-pthread)
 # Installed without their recommendations (openssh-server's would bring
 # systemd into a container). matplotlib draws the charts: the CTR example's
 # learning curve (scripts/demo.sh) and the benchmarks'.

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "ctr/ctr_data.h"
 #include "ctr/metrics.h"
+#include "ps/data.h"
 #include "ps/model.h"
 #include "ps/ps.h"
 
@@ -60,14 +60,14 @@ struct Model {
 
 // Forward pass for a batch: logits, given the rows pulled for each example's
 // ids (w: one float per id; v: k floats per id), in example order.
-void Forward(const std::vector<ctr::Example>& batch, const float* w,
+void Forward(const std::vector<ps::data::Example>& batch, const float* w,
              const float* v, float bias, int k, std::vector<double>* logits,
              std::vector<double>* sums) {
   logits->resize(batch.size());
   sums->assign(batch.size() * k, 0.0);
   size_t pos = 0;
   for (size_t e = 0; e < batch.size(); ++e) {
-    const ctr::Example& ex = batch[e];
+    const ps::data::Example& ex = batch[e];
     double z = bias, sq = 0;
     double* s = sums->data() + e * k;
     for (size_t i = 0; i < ex.ids.size(); ++i, ++pos) {
@@ -85,7 +85,7 @@ void Forward(const std::vector<ctr::Example>& batch, const float* w,
   }
 }
 
-std::vector<uint64_t> Ids(const std::vector<ctr::Example>& batch) {
+std::vector<uint64_t> Ids(const std::vector<ps::data::Example>& batch) {
   std::vector<uint64_t> ids;
   for (const auto& e : batch) ids.insert(ids.end(), e.ids.begin(), e.ids.end());
   return ids;
@@ -95,7 +95,8 @@ struct Pulled {
   int w_ticket = -1, v_ticket = -1;
 };
 
-Pulled Prefetch(ps::ModelClient* c, const std::vector<ctr::Example>& batch) {
+Pulled Prefetch(ps::ModelClient* c,
+                const std::vector<ps::data::Example>& batch) {
   std::vector<uint64_t> ids = Ids(batch);
   return {c->PullRowsAsync("w", ids), c->PullRowsAsync("v", ids)};
 }
@@ -105,15 +106,15 @@ void Check(const ps::Status& s, const char* what) {
 }
 
 // Held-out predictions of the current model.
-void Evaluate(ps::ModelClient* c, const std::vector<ctr::Example>& test, int k,
-              double* auc, double* loss) {
+void Evaluate(ps::ModelClient* c, const std::vector<ps::data::Example>& test,
+              int k, double* auc, double* loss) {
   std::vector<float> bias;
   Check(c->PullDense("bias", &bias), "pull bias");
   std::vector<double> logits, sums, all;
   std::vector<float> labels;
   const size_t step = 10000;
   for (size_t b = 0; b < test.size(); b += step) {
-    std::vector<ctr::Example> part(
+    std::vector<ps::data::Example> part(
         test.begin() + b, test.begin() + std::min(test.size(), b + step));
     std::vector<float> w, v;
     Pulled p = Prefetch(c, part);
@@ -145,19 +146,19 @@ int RunWorker() {
         "register bias");
 
   // Data.
-  std::vector<ctr::Example> train, test;
-  std::unique_ptr<ctr::SyntheticSource> source;
+  std::vector<ps::data::Example> train, test;
+  std::unique_ptr<ps::data::SyntheticSource> source;
   double truth_auc = ctr::CurvePoint::kNone;
   if (FLAGS_data.empty()) {
-    ctr::SyntheticConfig config;
+    ps::data::SyntheticConfig config;
     config.seed = FLAGS_seed;
-    auto s = ctr::SyntheticSource::Create(config);
+    auto s = ps::data::SyntheticSource::Create(config);
     Check(s.status(), "synthetic data");
     source = std::move(s.value());
-    train = source->Generate(ctr::SyntheticSource::TrainStream(rank), 0,
+    train = source->Generate(ps::data::SyntheticSource::TrainStream(rank), 0,
                              FLAGS_examples_per_worker);
     if (rank == 0) {
-      test = source->Generate(ctr::SyntheticSource::kTestStream, 0,
+      test = source->Generate(ps::data::SyntheticSource::kTestStream, 0,
                               FLAGS_test_examples);
       std::vector<double> truth;
       std::vector<float> labels;
@@ -168,18 +169,19 @@ int RunWorker() {
       truth_auc = ctr::Auc(truth, labels);
     }
   } else {
-    ctr::Format format =
-        FLAGS_format == "criteo" ? ctr::Format::kCriteo : ctr::Format::kLibsvm;
-    ctr::ReadOptions o;
-    o.split = ctr::ReadOptions::Split::kTrain;
+    ps::data::Format format = FLAGS_format == "criteo"
+                                  ? ps::data::Format::kCriteo
+                                  : ps::data::Format::kLibsvm;
+    ps::data::ReadOptions o;
+    o.split = ps::data::ReadOptions::Split::kTrain;
     o.shard = rank;
     o.num_shards = workers;
-    Check(ctr::ReadExamples(FLAGS_data, format, o, &train), "read data");
+    Check(ps::data::ReadExamples(FLAGS_data, format, o, &train), "read data");
     if (rank == 0) {
-      o.split = ctr::ReadOptions::Split::kTest;
+      o.split = ps::data::ReadOptions::Split::kTest;
       o.shard = 0;
       o.num_shards = 1;
-      Check(ctr::ReadExamples(FLAGS_data, format, o, &test), "read test");
+      Check(ps::data::ReadExamples(FLAGS_data, format, o, &test), "read test");
     }
   }
 
@@ -191,13 +193,13 @@ int RunWorker() {
       std::max<size_t>(1, total / std::max(1, FLAGS_evals));
   auto batch_at = [&](size_t i) {
     size_t b = i % batches;
-    return std::vector<ctr::Example>(
+    return std::vector<ps::data::Example>(
         train.begin() + b * FLAGS_batch,
         train.begin() + std::min(train.size(), (b + 1) * FLAGS_batch));
   };
   double train_loss = 0;
   int64_t examples = 0;
-  std::vector<ctr::Example> batch = batch_at(0);
+  std::vector<ps::data::Example> batch = batch_at(0);
   Pulled next = Prefetch(&client, batch);
   std::vector<float> w, v, bias;
   std::vector<double> logits, sums;
@@ -205,7 +207,7 @@ int RunWorker() {
     Check(client.WaitRows(next.w_ticket, &w), "pull w");
     Check(client.WaitRows(next.v_ticket, &v), "pull v");
     Check(client.PullDense("bias", &bias), "pull bias");
-    std::vector<ctr::Example> following;
+    std::vector<ps::data::Example> following;
     if (i + 1 < total) {
       following = batch_at(i + 1);
       next = Prefetch(&client, following);  // overlaps the compute below
@@ -218,7 +220,7 @@ int RunWorker() {
     const double scale = 1.0 / batch.size();
     size_t pos = 0;
     for (size_t e = 0; e < batch.size(); ++e) {
-      const ctr::Example& ex = batch[e];
+      const ps::data::Example& ex = batch[e];
       double p = ctr::Sigmoid(logits[e]);
       loss += ex.label > 0.5f ? -std::log(std::max(p, 1e-7))
                               : -std::log(std::max(1 - p, 1e-7));

@@ -38,4 +38,29 @@ PATH=/usr/bin:/bin EMBER_TIMEOUT=60 "$prefix/bin/local.sh" 2 2 \
   "$work/consumer/api_tour"
 PATH=/usr/bin:/bin EMBER_TIMEOUT=60 "$prefix/bin/local.sh" 1 1 \
   "$work/api_tour_pc"
+# The Python package, if this build has it: installed into the prefix's
+# dist-packages, it imports with Debian's python3 and finds the installed
+# library by itself (RPATH), and runs a job.
+if [[ -e $build/python/ember/__init__.py ]]; then
+  site=$(ls -d "$prefix"/lib/python3*/dist-packages 2>/dev/null | head -n 1)
+  [[ -n $site && -e $site/ember/__init__.py ]] ||
+    { echo "install_test: the ember package is not installed"; exit 1; }
+  cat >"$work/job.py" <<'PY'
+import numpy as np
+import ember
+ember.start()
+keep = ember.KVServer(0) if ember.is_server() else None
+if ember.is_worker():
+    w = ember.KVWorker(0)
+    keys = np.array([1, 2, 3], np.uint64)
+    w.wait(w.push(keys, np.ones(3, np.float32)))
+    assert list(w.wait(w.pull(keys))) == [1, 1, 1]
+    print("python job ok", ember.__version__)
+ember.finalize()
+PY
+  PATH=/usr/bin:/bin PYTHONPATH=$site EMBER_TIMEOUT=60 "$prefix/bin/local.sh" \
+    1 1 /usr/bin/python3 "$work/job.py" | tee "$work/python.log"
+  grep -q "python job ok $version" "$work/python.log" ||
+    { echo "install_test: the installed ember package did not run"; exit 1; }
+fi
 echo "install_test: PASS"

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Layering: a file includes only from its own layer and the layers below it
 (docs/design.md). Layers, bottom up: util, message, transport, partition,
-node, consistency, app, model. The public headers under include/ps/ belong
-to the layer that implements them."""
+node, consistency, app, model; beside them the leaf data (the training data
+readers), which includes only util and which no other layer includes. The
+public headers under include/ps/ belong to the layer that implements them."""
 
 import os
 import re
@@ -11,7 +12,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 LAYERS = ["util", "message", "transport", "partition", "node", "consistency",
-          "app", "model"]
+          "app", "model", "data"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 # include/ps/<header> -> layer.
 PUBLIC = {
@@ -22,7 +23,10 @@ PUBLIC = {
     "internal/postoffice.h": "app", "internal/kv_core.h": "app",
     "kv_app.h": "app", "simple_app.h": "app", "ps.h": "app",
     "model.h": "model",
+    "data.h": "data",
 }
+# Leaves: layer -> the only layers it may include.
+LEAVES = {"data": {"util", "data"}}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -63,7 +67,16 @@ def violations():
             text = f.read()
         for inc in INCLUDE.findall(text):
             target = layer_of_include(inc)
-            if target is not None and RANK[target] > RANK[layer]:
+            if target is None:
+                continue
+            leaf_ok = LEAVES.get(layer)
+            if leaf_ok is not None and target not in leaf_ok:
+                out.append("%s (%s, a leaf) includes %s (%s)" %
+                           (rel, layer, inc, target))
+            elif target in LEAVES and target != layer:
+                out.append("%s (%s) includes the leaf %s (%s)" %
+                           (rel, layer, inc, target))
+            elif RANK[target] > RANK[layer]:
                 out.append("%s (%s) includes %s (%s)" %
                            (rel, layer, inc, target))
     return out

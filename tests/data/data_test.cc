@@ -1,4 +1,4 @@
-#include "ctr/ctr_data.h"
+#include "ps/data.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,12 @@
 
 #include "ctr/metrics.h"
 
-namespace ctr {
+namespace ps {
+namespace data {
 namespace {
+
+using ctr::Auc;
+using ctr::Sigmoid;
 
 std::unique_ptr<SyntheticSource> MakeSource(const SyntheticConfig& config) {
   auto source = SyntheticSource::Create(config);
@@ -52,7 +56,7 @@ TEST(SyntheticSourceTest, RejectsInvalidConfig) {
   SyntheticConfig config;
   config.fields = 0;
   EXPECT_EQ(SyntheticSource::Create(config).status().code(),
-            ps::Status::Code::kInvalidArgument);
+            Status::Code::kInvalidArgument);
   config = SyntheticConfig();
   config.ids_per_field = 0;
   EXPECT_FALSE(SyntheticSource::Create(config).ok());
@@ -389,8 +393,8 @@ TEST(LibsvmTest, RejectsMalformedLinesWithAReason) {
   };
   Example e;
   for (const Case& c : cases) {
-    const ps::Status status = ParseLibsvmLine(c.line, &e);
-    EXPECT_EQ(status.code(), ps::Status::Code::kInvalidArgument) << c.line;
+    const Status status = ParseLibsvmLine(c.line, &e);
+    EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << c.line;
     EXPECT_NE(status.message().find(c.reason), std::string::npos)
         << c.line << " -> " << status;
   }
@@ -491,8 +495,8 @@ TEST(CriteoTest, RejectsMalformedLinesWithAReason) {
       {CriteoLine("0", integers, categoricals), "categorical column 14"});
   Example e;
   for (const Case& c : cases) {
-    const ps::Status status = ParseCriteoLine(c.line, &e);
-    EXPECT_EQ(status.code(), ps::Status::Code::kInvalidArgument) << c.line;
+    const Status status = ParseCriteoLine(c.line, &e);
+    EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << c.line;
     EXPECT_NE(status.message().find(c.reason), std::string::npos)
         << c.line << " -> " << status;
   }
@@ -609,7 +613,7 @@ TEST(ExampleReaderTest, RejectsBadOptions) {
                                       "mem", Format::kLibsvm, options)
                 .status()
                 .code(),
-            ps::Status::Code::kInvalidArgument);
+            Status::Code::kInvalidArgument);
   options = ReadOptions();
   options.split = ReadOptions::Split::kTrain;
   options.test_every = 0;
@@ -620,7 +624,7 @@ TEST(ExampleReaderTest, RejectsBadOptions) {
 TEST(ExampleReaderTest, MissingFileIsNotFound) {
   auto reader = ExampleReader::Open("/nonexistent/ctr/data.txt",
                                     Format::kCriteo, ReadOptions());
-  EXPECT_EQ(reader.status().code(), ps::Status::Code::kNotFound);
+  EXPECT_EQ(reader.status().code(), Status::Code::kNotFound);
   EXPECT_NE(reader.status().message().find("/nonexistent/ctr/data.txt"),
             std::string::npos);
 }
@@ -677,4 +681,5 @@ TEST(ExampleReaderTest, SurvivesBinaryGarbage) {
 }
 
 }  // namespace
-}  // namespace ctr
+}  // namespace data
+}  // namespace ps

@@ -1,6 +1,8 @@
-// CTR data for the examples/ctr model: the Example record, a synthetic source
-// with a known ground-truth model, and readers for libsvm/libfm text and for
-// Criteo's TSV logs.
+// Ember's training data for CTR-style models: the Example record, a synthetic
+// source with a known ground-truth model, and streaming readers for
+// libsvm/libfm text and for Criteo's TSV logs (files of any size: a reader
+// holds one line at a time). The examples (examples/ctr) and the Python
+// package (ember.data) use them.
 //
 // Every example is a list of hashed 64-bit feature ids (one per field for the
 // synthetic and Criteo data) and a 0/1 label. A field's ids live in their own
@@ -10,8 +12,8 @@
 // Threading: SyntheticSource is immutable after construction, so any number
 // of threads may call its const methods at once. An ExampleReader is
 // thread-compatible: one thread at a time. The free functions are pure.
-#ifndef EXAMPLES_CTR_CTR_DATA_H_
-#define EXAMPLES_CTR_CTR_DATA_H_
+#ifndef PS_DATA_H_
+#define PS_DATA_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +25,8 @@
 
 #include "ps/status.h"
 
-namespace ctr {
+namespace ps {
+namespace data {
 
 // One labelled example. `values` is empty when every feature is binary
 // (value 1), which is the case for the synthetic and Criteo data; otherwise it
@@ -90,7 +93,7 @@ struct SyntheticConfig {
   double decay = 1.0;
 
   // InvalidArgument naming the first bad field, or OK.
-  ps::Status Validate() const;
+  Status Validate() const;
 };
 
 // Examples drawn from SyntheticConfig's ground truth. Example (stream, index)
@@ -109,7 +112,7 @@ class SyntheticSource {
   }
 
   // Fails with InvalidArgument if `config` does not Validate().
-  static ps::StatusOr<std::unique_ptr<SyntheticSource>> Create(
+  static StatusOr<std::unique_ptr<SyntheticSource>> Create(
       const SyntheticConfig& config);
 
   SyntheticSource(const SyntheticSource&) = delete;
@@ -212,7 +215,7 @@ struct ReadOptions {
   // ReadStats::first_errors; the rest are only counted.
   int max_logged_errors = 5;
 
-  ps::Status Validate() const;
+  Status Validate() const;
 };
 
 struct ReadStats {
@@ -227,8 +230,8 @@ struct ReadStats {
 // *example. On error returns InvalidArgument saying what is wrong, with
 // *example unspecified. An empty line is an error here (the reader skips
 // blank lines before parsing).
-ps::Status ParseLibsvmLine(std::string_view line, Example* example);
-ps::Status ParseCriteoLine(std::string_view line, Example* example);
+Status ParseLibsvmLine(std::string_view line, Example* example);
+Status ParseCriteoLine(std::string_view line, Example* example);
 
 // Streams the examples of one shard and split of a text file. Malformed lines
 // are counted, the first few logged, and skipped; only failures to open or to
@@ -237,10 +240,10 @@ class ExampleReader {
  public:
   // Opens `path`. Errors: InvalidArgument for bad options, NotFound or
   // Unavailable when the file cannot be opened.
-  static ps::StatusOr<std::unique_ptr<ExampleReader>> Open(
+  static StatusOr<std::unique_ptr<ExampleReader>> Open(
       const std::string& path, Format format, const ReadOptions& options);
   // Reads from `in` (owned), called `name` in messages.
-  static ps::StatusOr<std::unique_ptr<ExampleReader>> FromStream(
+  static StatusOr<std::unique_ptr<ExampleReader>> FromStream(
       std::unique_ptr<std::istream> in, std::string name, Format format,
       const ReadOptions& options);
 
@@ -256,7 +259,7 @@ class ExampleReader {
   size_t ReadBatch(size_t max, std::vector<Example>* out);
 
   // OK, or Unavailable after a read error.
-  const ps::Status& status() const { return status_; }
+  const Status& status() const { return status_; }
   const ReadStats& stats() const { return stats_; }
 
  private:
@@ -265,7 +268,7 @@ class ExampleReader {
 
   // Whether line `line_no` belongs to this reader's split and shard.
   bool Keep(uint64_t line_no);
-  void RecordError(uint64_t line_no, const ps::Status& error);
+  void RecordError(uint64_t line_no, const Status& error);
 
   // Immutable after construction.
   const std::unique_ptr<std::istream> in_;
@@ -275,18 +278,19 @@ class ExampleReader {
 
   uint64_t split_ordinal_ = 0;  // lines of the split seen so far.
   std::string line_;
-  ps::Status status_;
+  Status status_;
   ReadStats stats_;
 };
 
 // Reads all of one shard and split of `path` into *examples (appended).
 // *stats, if not null, receives the reader's counts. Errors as
 // ExampleReader::Open and ExampleReader::status().
-[[nodiscard]] ps::Status ReadExamples(const std::string& path, Format format,
-                                      const ReadOptions& options,
-                                      std::vector<Example>* examples,
-                                      ReadStats* stats = nullptr);
+[[nodiscard]] Status ReadExamples(const std::string& path, Format format,
+                                  const ReadOptions& options,
+                                  std::vector<Example>* examples,
+                                  ReadStats* stats = nullptr);
 
-}  // namespace ctr
+}  // namespace data
+}  // namespace ps
 
-#endif  // EXAMPLES_CTR_CTR_DATA_H_
+#endif  // PS_DATA_H_
