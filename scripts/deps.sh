@@ -14,7 +14,7 @@
 set -eu
 packages=(build-essential cmake pkg-config libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgflags-dev
-  libgtest-dev python3 python3-yaml)
+  libgtest-dev libcpp-httplib-dev python3 python3-yaml)
 # Installed without their recommendations (openssh-server's would bring
 # systemd into a container). matplotlib draws the charts: the CTR example's
 # learning curve (scripts/demo.sh) and the benchmarks'.
