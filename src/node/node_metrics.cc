@@ -65,7 +65,13 @@ void Node::StartMetrics(const std::string& bind_host) {
   }
   if (options_.stats_interval_s > 0) {
     progress_log_ = std::make_unique<metrics::ProgressLog>(
-        &metrics_, [this] { return MetricsLabels(); });
+        &metrics_, [this] {
+          std::lock_guard<std::mutex> lock(mu_);
+          const int id = logical_.empty() ? -1 : logical_.begin()->second;
+          return std::string(RoleName(options_.role)) + " " +
+                 std::to_string(id < 8 ? 0 : IdToRank(id)) + " (id " +
+                 std::to_string(id) + ")";
+        });
     progress_log_->Start(options_.stats_interval_s);
   }
 }
@@ -159,7 +165,9 @@ std::string Node::StatusJson() const {
     first = false;
   };
   for (const auto& n : table_) {
-    node(n.second, dead_.count(n.first)   ? "dead"
+    NodeInfo info = n.second;
+    if (n.first == kSchedulerId) info.metrics_port = metrics_port_.load();
+    node(info, dead_.count(n.first)   ? "dead"
                    : left_.count(n.first) ? "left"
                                           : "alive");
   }
