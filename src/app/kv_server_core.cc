@@ -12,8 +12,8 @@
 
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
-#include "metrics/metrics.h"
 #include "consistency/controller.h"
+#include "metrics/metrics.h"
 #include "ps/internal/kv_core.h"
 #include "util/clock.h"
 #include "util/log_limiter.h"
@@ -107,17 +107,17 @@ class KVServerCore::Impl {
                                 "servers: received)",
                                 l);
     }
-    rejected_metric_ = r->GetCounter(
-        "ember_rejected_requests_total",
-        "Requests refused as malformed or too large", app);
+    rejected_metric_ =
+        r->GetCounter("ember_rejected_requests_total",
+                      "Requests refused as malformed or too large", app);
     pull_wait_ = r->GetHistogram(
         "ember_server_pull_wait_seconds",
         "From a pull's arrival to its answer leaving (includes waits for "
         "ssp/bsp)",
         app);
-    push_apply_ = r->GetHistogram(
-        "ember_server_push_apply_seconds",
-        "Time the request handle takes to apply a push", app);
+    push_apply_ =
+        r->GetHistogram("ember_server_push_apply_seconds",
+                        "Time the request handle takes to apply a push", app);
     collector_ = r->AddCollector([this, app](metrics::Writer* w) {
       ConsistencyStats s = stats();
       w->Counter("ember_consistency_wait_seconds_total",

@@ -100,9 +100,11 @@ class KVWorkerCore::Impl {
   // this worker's clock.
   void InitMetrics() {
     metrics::Registry* r = app_->node()->metrics();
-    const std::string app = metrics::Label("app", std::to_string(app_->app_id()));
+    const std::string app =
+        metrics::Label("app", std::to_string(app_->app_id()));
     const std::string customer =
-        app + "," + metrics::Label("customer", std::to_string(app_->customer_id()));
+        app + "," +
+        metrics::Label("customer", std::to_string(app_->customer_id()));
     for (int op = 0; op < 3; ++op) {
       const std::string l = app + "," + metrics::Label("op", kOps[op]);
       requests_[op] = r->GetCounter("ember_requests_total",

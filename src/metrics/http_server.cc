@@ -18,15 +18,15 @@ int HttpServer::Start(const std::string& host, int port, std::string* error) {
   server_->set_read_timeout(5, 0);
   server_->set_write_timeout(5, 0);
   server_->set_keep_alive_timeout(5);
-  server_->Get("/metrics", [this](const httplib::Request&,
-                                  httplib::Response& res) {
-    res.set_content(registry_->Text(), "text/plain; version=0.0.4");
-  });
+  server_->Get(
+      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(registry_->Text(), "text/plain; version=0.0.4");
+      });
   if (status_) {
-    server_->Get("/status", [this](const httplib::Request&,
-                                   httplib::Response& res) {
-      res.set_content(status_(), "application/json");
-    });
+    server_->Get("/status",
+                 [this](const httplib::Request&, httplib::Response& res) {
+                   res.set_content(status_(), "application/json");
+                 });
   }
   int bound = -1;
   if (port == 0) {

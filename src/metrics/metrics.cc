@@ -79,8 +79,8 @@ void Writer::Histogram(const std::string& name, const std::string& help,
   Add(name + "_bucket", help, "histogram", sep + Label("le", "+Inf"),
       static_cast<double>(s.cumulative.back()), name);
   Add(name + "_sum", help, "histogram", labels, s.sum_seconds, name);
-  Add(name + "_count", help, "histogram", labels,
-      static_cast<double>(s.count), name);
+  Add(name + "_count", help, "histogram", labels, static_cast<double>(s.count),
+      name);
 }
 
 std::vector<Sample> Writer::Samples() const {
@@ -148,8 +148,8 @@ metrics::Counter* Registry::GetCounter(const std::string& name,
       return o.counter.get();
     }
   }
-  owned_.push_back({name, help, labels, std::make_unique<metrics::Counter>(),
-                    nullptr});
+  owned_.push_back(
+      {name, help, labels, std::make_unique<metrics::Counter>(), nullptr});
   return owned_.back().counter.get();
 }
 
@@ -162,8 +162,8 @@ metrics::Histogram* Registry::GetHistogram(const std::string& name,
       return o.histogram.get();
     }
   }
-  owned_.push_back({name, help, labels, nullptr,
-                    std::make_unique<metrics::Histogram>()});
+  owned_.push_back(
+      {name, help, labels, nullptr, std::make_unique<metrics::Histogram>()});
   return owned_.back().histogram.get();
 }
 

@@ -39,8 +39,8 @@ class Counter {
 class Histogram {
  public:
   static constexpr std::array<int64_t, 17> kBoundsUs = {
-      50,     100,    250,     500,     1000,    2500,    5000,   10000, 25000,
-      50000,  100000, 250000,  500000,  1000000, 2500000, 5000000, 10000000};
+      50,    100,    250,    500,    1000,    2500,    5000,    10000,   25000,
+      50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
 
   void ObserveUs(int64_t us);
 
@@ -150,9 +150,9 @@ class Registry {
     std::unique_ptr<metrics::Counter> counter;
     std::unique_ptr<metrics::Histogram> histogram;
   };
-  std::deque<Owned> owned_;            // Guarded by mu_.
-  std::map<int, Collector> collectors_;  // Guarded by mu_.
-  int next_id_ = 1;                      // Guarded by mu_.
+  std::deque<Owned> owned_;                    // Guarded by mu_.
+  std::map<int, Collector> collectors_;        // Guarded by mu_.
+  int next_id_ = 1;                            // Guarded by mu_.
   std::function<std::string()> const_labels_;  // Guarded by mu_.
 };
 

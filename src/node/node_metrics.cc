@@ -64,14 +64,13 @@ void Node::StartMetrics(const std::string& bind_host) {
     }
   }
   if (options_.stats_interval_s > 0) {
-    progress_log_ = std::make_unique<metrics::ProgressLog>(
-        &metrics_, [this] {
-          std::lock_guard<std::mutex> lock(mu_);
-          const int id = logical_.empty() ? -1 : logical_.begin()->second;
-          return std::string(RoleName(options_.role)) + " " +
-                 std::to_string(id < 8 ? 0 : IdToRank(id)) + " (id " +
-                 std::to_string(id) + ")";
-        });
+    progress_log_ = std::make_unique<metrics::ProgressLog>(&metrics_, [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int id = logical_.empty() ? -1 : logical_.begin()->second;
+      return std::string(RoleName(options_.role)) + " " +
+             std::to_string(id < 8 ? 0 : IdToRank(id)) + " (id " +
+             std::to_string(id) + ")";
+    });
     progress_log_->Start(options_.stats_interval_s);
   }
 }
@@ -85,7 +84,8 @@ void Node::StopMetrics() {
 std::string Node::MetricsLabels() const {
   std::lock_guard<std::mutex> lock(mu_);
   int id = logical_.empty() ? -1 : logical_.begin()->second;
-  int rank = id < 0 ? -1 : (options_.role == Role::kScheduler ? 0 : IdToRank(id));
+  int rank =
+      id < 0 ? -1 : (options_.role == Role::kScheduler ? 0 : IdToRank(id));
   return metrics::Label("node", std::to_string(id)) + "," +
          metrics::Label("role", RoleName(options_.role)) + "," +
          metrics::Label("rank", std::to_string(rank));
@@ -127,8 +127,8 @@ void Node::CollectMetrics(metrics::Writer* w) const {
            "Data messages held for apps not created yet or before the node "
            "table",
            "", static_cast<double>(held));
-  w->Gauge("ember_ring_epoch", "Epoch of the key ring this node routes by",
-           "", ring_ ? static_cast<double>(ring_->epoch()) : 0);
+  w->Gauge("ember_ring_epoch", "Epoch of the key ring this node routes by", "",
+           ring_ ? static_cast<double>(ring_->epoch()) : 0);
   int servers = 0, workers = 0, dead = 0;
   for (const auto& n : table_) {
     if (dead_.count(n.first)) {
@@ -157,8 +157,8 @@ std::string Node::StatusJson() const {
      << ",\"nodes\":[";
   bool first = true;
   auto node = [&](const NodeInfo& n, const char* state) {
-    os << (first ? "" : ",") << "{\"id\":" << n.id << ",\"role\":"
-       << JsonString(RoleName(n.role)) << ",\"rank\":" << n.rank
+    os << (first ? "" : ",") << "{\"id\":" << n.id
+       << ",\"role\":" << JsonString(RoleName(n.role)) << ",\"rank\":" << n.rank
        << ",\"host\":" << JsonString(n.host) << ",\"port\":" << n.port
        << ",\"metrics_port\":" << n.metrics_port
        << ",\"state\":" << JsonString(state) << "}";
@@ -168,8 +168,8 @@ std::string Node::StatusJson() const {
     NodeInfo info = n.second;
     if (n.first == kSchedulerId) info.metrics_port = metrics_port_.load();
     node(info, dead_.count(n.first)   ? "dead"
-                   : left_.count(n.first) ? "left"
-                                          : "alive");
+               : left_.count(n.first) ? "left"
+                                      : "alive");
   }
   if (!table_.count(kSchedulerId)) {
     NodeInfo me;
