@@ -14,7 +14,7 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       build-essential cmake pkg-config libzmq3-dev libprotobuf-dev \
+       build-essential cmake pkg-config libzmq3-dev libcpp-httplib-dev libprotobuf-dev \
        protobuf-compiler libgoogle-glog-dev libgflags-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -35,7 +35,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 FROM debian:bookworm-slim
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       libzmq5 libprotobuf32 libgoogle-glog0v6 libgflags2.2 tini \
+       libzmq5 libcpp-httplib0.11 libprotobuf32 libgoogle-glog0v6 libgflags2.2 tini \
     && rm -rf /var/lib/apt/lists/*
 # The install is relocatable (ember_scheduler's RPATH is $ORIGIN/../lib,
 # ember.pc finds its prefix from its own place).

@@ -2,12 +2,13 @@
 # Installs Ember's build and test dependencies from Debian's packages
 # (bookworm). Does nothing if they are already there. Needs root.
 #
-# usage: scripts/deps.sh [--bench | --launchers]
+# usage: scripts/deps.sh [--bench] [--launchers] [--fuzz]
 #   --bench      also what scripts/callgrind.py and bench_multi.py count
 #                instructions with (valgrind)
 #   --launchers  also the engines ember-launch's tests start on this host:
 #                Open MPI's mpirun, sshd and ssh, and a one-node Slurm
-#                cluster (munge, slurmctld, slurmd, the client commands).
+#                cluster (munge, slurmctld, slurmd, the client commands);
+#                and Prometheus, which the metrics test scrapes a job with.
 #                Their services are not configured or enabled by the tests;
 #                on a machine with systemd, installing openssh-server and
 #                munge starts them.
@@ -19,9 +20,9 @@
 set -eu
 packages=(build-essential cmake pkg-config libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgflags-dev
-  libgtest-dev python3 python3-yaml
+  libgtest-dev libcpp-httplib-dev python3 python3-yaml
   python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
-  python3-torch python3-tqdm python3-matplotlib libopenblas0-pthread)
+  python3-torch python3-tqdm libopenblas0-pthread)
 # Installed without their recommendations (openssh-server's would bring
 # systemd into a container). matplotlib draws the charts: the CTR example's
 # learning curve (scripts/demo.sh) and the benchmarks'.
@@ -31,7 +32,7 @@ for flag in "$@"; do
     --bench) packages+=(valgrind) ;;
     --launchers)
       lean+=(openmpi-bin openssh-server openssh-client munge slurmctld slurmd
-        slurm-client)
+        slurm-client prometheus)
       ;;
     # The libFuzzer targets of tests/fuzz (scripts/fuzz.py).
     --fuzz) lean+=(clang-15 libfuzzer-15-dev) ;;

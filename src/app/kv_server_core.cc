@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
 #include "consistency/controller.h"
+#include "metrics/metrics.h"
 #include "ps/internal/kv_core.h"
 #include "util/clock.h"
 #include "util/log_limiter.h"
@@ -25,12 +27,14 @@ class KVServerCore::Impl {
         value_bytes_(value_bytes),
         handler_(std::move(handler)),
         config_(app->node()->options().consistency) {
+    InitMetrics();
     app_->set_kv_handler([this](Message& msg) { Process(msg); }, nullptr);
     app_->set_peer_failure_handler(
         [this](int peer, const Status& s) { OnPeerFailed(peer, s); });
     app_->set_watch_handler([this](int64_t ms) { LogLongWaits(ms); });
   }
   ~Impl() {
+    app_->node()->metrics()->RemoveCollector(collector_);
     app_->set_kv_handler(nullptr, nullptr);
     app_->set_peer_failure_handler(nullptr);
     app_->set_watch_handler(nullptr);
@@ -84,6 +88,67 @@ class KVServerCore::Impl {
   }
 
  private:
+  // Metrics (docs/operations.md). Counters and histograms are touched on
+  // the data path (relaxed atomic adds); the consistency controller's
+  // figures are read at each scrape.
+  void InitMetrics() {
+    metrics::Registry* r = app_->node()->metrics();
+    const std::string app =
+        metrics::Label("app", std::to_string(app_->app_id()));
+    static constexpr const char* kOps[3] = {"push", "pull", "pushpull"};
+    for (int op = 0; op < 3; ++op) {
+      const std::string l = app + "," + metrics::Label("op", kOps[op]);
+      requests_[op] = r->GetCounter("ember_requests_total",
+                                    "Key-value requests (workers: sent; "
+                                    "servers: received)",
+                                    l);
+      keys_[op] = r->GetCounter("ember_request_keys_total",
+                                "Keys in key-value requests (workers: sent; "
+                                "servers: received)",
+                                l);
+    }
+    rejected_metric_ =
+        r->GetCounter("ember_rejected_requests_total",
+                      "Requests refused as malformed or too large", app);
+    pull_wait_ = r->GetHistogram(
+        "ember_server_pull_wait_seconds",
+        "From a pull's arrival to its answer leaving (includes waits for "
+        "ssp/bsp)",
+        app);
+    push_apply_ =
+        r->GetHistogram("ember_server_push_apply_seconds",
+                        "Time the request handle takes to apply a push", app);
+    collector_ = r->AddCollector([this, app](metrics::Writer* w) {
+      ConsistencyStats s = stats();
+      w->Counter("ember_consistency_wait_seconds_total",
+                 "Time pulls waited for slower workers (ssp/bsp)", app,
+                 s.wait_ms_total / 1000.0);
+      w->Counter("ember_consistency_pulls_waited_total",
+                 "Pulls not answerable on arrival (ssp/bsp)", app,
+                 static_cast<double>(s.pulls_waited));
+      w->Gauge("ember_consistency_min_clock",
+               "The slowest live worker's clock, as this server knows it", app,
+               static_cast<double>(s.min_clock));
+      w->Gauge("ember_consistency_live_workers",
+               "Live workers the consistency controller counts", app,
+               s.live_workers);
+    });
+  }
+  static int64_t NowUs() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void RunHandler(const RawRequest& r) {
+    if (!r.push) {
+      handler_(r);
+      return;
+    }
+    const int64_t start = NowUs();
+    handler_(r);
+    push_apply_->ObserveUs(NowUs() - start);
+  }
+
   void Send(int cmd, bool push, bool pull, int sender, int timestamp,
             int customer_id, const RawKVs& res, const Status& error) {
     bool keys_as_requested = false;
@@ -93,8 +158,9 @@ class KVServerCore::Impl {
           pull_keys_.find(std::make_tuple(sender, customer_id, timestamp));
       if (it != pull_keys_.end()) {
         keys_as_requested = error.ok() &&
-                            res.keys.data() == it->second.data() &&
-                            res.keys.size() == it->second.size();
+                            res.keys.data() == it->second.keys.data() &&
+                            res.keys.size() == it->second.keys.size();
+        pull_wait_->ObserveUs(NowUs() - it->second.arrived_us);
         pull_keys_.erase(it);
       }
     }
@@ -126,13 +192,13 @@ class KVServerCore::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     if (!controller_) {
       ConsistencyController::Callbacks cb;
-      cb.run = [this](const RawRequest& r) { handler_(r); };
+      cb.run = [this](const RawRequest& r) { RunHandler(r); };
       cb.run_acked = [this](const RawRequest& r) {
         {
           std::lock_guard<std::mutex> l(mu_);
           ++acked_[std::make_tuple(r.sender, r.customer_id, r.timestamp)];
         }
-        handler_(r);
+        RunHandler(r);
       };
       cb.ack = [this](const RawRequest& r) { Answer(r, Status::OK()); };
       cb.fail = [this](const RawRequest& r, const Status& s) { Answer(r, s); };
@@ -182,6 +248,9 @@ class KVServerCore::Impl {
     req.pull = msg.meta.pull;
     req.clock = msg.meta.clock;
     Status s = ParseKVFrames(msg, value_bytes_, &req.kvs);
+    const int op = req.push && req.pull ? 2 : req.push ? 0 : 1;
+    requests_[op]->Add();
+    keys_[op]->Add(req.kvs.keys.size());
     const int max_keys = app_->node()->options().max_keys_per_request;
     if (s.ok() && req.kvs.keys.size() > static_cast<size_t>(max_keys)) {
       s = Status::InvalidArgument(
@@ -190,6 +259,7 @@ class KVServerCore::Impl {
     }
     if (!s.ok()) {
       ++rejected_;
+      rejected_metric_->Add();
       uint64_t left_out = 0;
       if (reject_log_.Allow(std::to_string(req.sender), Clock::Real()->NowMs(),
                             &left_out)) {
@@ -206,7 +276,7 @@ class KVServerCore::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       if (pull_keys_.size() < kMaxPullKeys) {
         pull_keys_[std::make_tuple(req.sender, req.customer_id,
-                                   req.timestamp)] = req.kvs.keys;
+                                   req.timestamp)] = {req.kvs.keys, NowUs()};
       }
     }
     controller()->OnRequest(std::move(req));
@@ -231,7 +301,18 @@ class KVServerCore::Impl {
   // kMaxPullKeys (a handle that never answers cannot grow it); a pull
   // beyond that is answered with its keys.
   static constexpr size_t kMaxPullKeys = 1 << 16;
-  std::map<std::tuple<int, int, int>, SArray<Key>> pull_keys_;  // mu_.
+  struct HeldPull {
+    SArray<Key> keys;
+    int64_t arrived_us = 0;
+  };
+  std::map<std::tuple<int, int, int>, HeldPull> pull_keys_;  // mu_.
+
+  metrics::Counter* requests_[3] = {};
+  metrics::Counter* keys_[3] = {};
+  metrics::Counter* rejected_metric_ = nullptr;
+  metrics::Histogram* pull_wait_ = nullptr;
+  metrics::Histogram* push_apply_ = nullptr;
+  int collector_ = 0;
 };
 
 KVServerCore::KVServerCore(AppImpl* app, size_t value_bytes, Handler handler)

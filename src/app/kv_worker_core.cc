@@ -13,6 +13,7 @@
 
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
+#include "metrics/metrics.h"
 #include "partition/key_ring.h"
 #include "partition/slicer.h"
 #include "ps/internal/kv_core.h"
@@ -77,6 +78,7 @@ class KVWorkerCore::Impl {
  public:
   Impl(AppImpl* app, size_t value_bytes)
       : app_(app), value_bytes_(value_bytes) {
+    InitMetrics();
     app_->set_kv_handler([this](Message& msg) { Process(msg); },
                          [this](int ts, const Status&) { Forget(ts); });
     // A key-value response runs no application code unless its request has
@@ -89,9 +91,46 @@ class KVWorkerCore::Impl {
   }
 
   ~Impl() {
+    app_->node()->metrics()->RemoveCollector(collector_);
     app_->set_inline_predicate(nullptr);
     app_->set_kv_handler(nullptr, nullptr);
   }
+
+  // Metrics (docs/operations.md): requests and keys sent, by operation, and
+  // this worker's clock.
+  void InitMetrics() {
+    metrics::Registry* r = app_->node()->metrics();
+    const std::string app =
+        metrics::Label("app", std::to_string(app_->app_id()));
+    const std::string customer =
+        app + "," +
+        metrics::Label("customer", std::to_string(app_->customer_id()));
+    for (int op = 0; op < 3; ++op) {
+      const std::string l = app + "," + metrics::Label("op", kOps[op]);
+      requests_[op] = r->GetCounter("ember_requests_total",
+                                    "Key-value requests (workers: sent; "
+                                    "servers: received)",
+                                    l);
+      keys_[op] = r->GetCounter("ember_request_keys_total",
+                                "Keys in key-value requests (workers: sent; "
+                                "servers: received)",
+                                l);
+    }
+    collector_ = r->AddCollector([this, customer](metrics::Writer* w) {
+      w->Gauge("ember_worker_clock",
+               "Iterations this worker has ended (KVWorker::Clock)", customer,
+               static_cast<double>(clock_.load()));
+    });
+  }
+  void CountRequest(bool push, bool pull, size_t keys) {
+    const int op = push && pull ? 2 : push ? 0 : 1;
+    requests_[op]->Add();
+    keys_[op]->Add(keys);
+  }
+  static constexpr const char* kOps[3] = {"push", "pull", "pushpull"};
+  metrics::Counter* requests_[3] = {};
+  metrics::Counter* keys_[3] = {};
+  int collector_ = 0;
 
   int Submit(bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
              PullSink sink, Callback cb);
@@ -363,6 +402,7 @@ void KVWorkerCore::Impl::BuildSlices(
 int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
                                const RawKVs& kvs, PullSink sink, Callback cb) {
   int ts = tracker()->NewRequest();
+  CountRequest(push, pull, kvs.keys.size());
   Status s = CheckShape(push, kvs);
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   if (s.ok() && !ring) {
@@ -399,6 +439,7 @@ int KVWorkerCore::Impl::SubmitSliced(
     bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
     std::vector<std::pair<bool, RawKVs>> sliced, PullSink sink, Callback cb) {
   int ts = tracker()->NewRequest();
+  CountRequest(push, pull, kvs.keys.size());
   Status s = Validate(push, kvs);
   auto ids =
       std::make_shared<const std::vector<int>>(app_->node()->server_ids());

@@ -78,6 +78,7 @@ void ToPb(const NodeInfo& n, pb::NodePb* p) {
   p->set_rank(n.rank);
   p->set_incarnation(n.incarnation);
   p->set_local_endpoint(n.local_endpoint);
+  if (n.metrics_port >= 0) p->set_metrics_port_plus_one(n.metrics_port + 1);
 }
 
 // "ipc://@ember-" and 32 lowercase hex digits (ZmqVan's names), or "".
@@ -101,6 +102,9 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   if (p.port() < 0 || p.port() > 65535) {
     return Status::Corruption("node with bad port " + std::to_string(p.port()));
   }
+  if (p.metrics_port_plus_one() < 0 || p.metrics_port_plus_one() > 65536) {
+    return Status::Corruption("node with bad metrics port");
+  }
   if (!IsLocalEndpoint(p.local_endpoint())) {
     return Status::Corruption("node with a malformed same-host endpoint");
   }
@@ -113,6 +117,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   n->rank = p.rank();
   n->incarnation = p.incarnation();
   n->local_endpoint = p.local_endpoint();
+  n->metrics_port = p.metrics_port_plus_one() - 1;
   return Status::OK();
 }
 

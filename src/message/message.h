@@ -47,6 +47,8 @@ struct NodeInfo {
   uint64_t incarnation = 0;
   // Its same-host endpoint (Van::local_endpoint), "" if none.
   std::string local_endpoint;
+  // The port its metrics are served on (docs/operations.md), -1 if none.
+  int metrics_port = -1;
 
   std::string address() const { return host + ":" + std::to_string(port); }
   std::string DebugString() const;

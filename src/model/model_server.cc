@@ -11,6 +11,7 @@
 #include "model/checkpoint.h"
 #include "model/embedding_table.h"
 #include "model/model_protocol.h"
+#include "node/node.h"
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
@@ -29,9 +30,16 @@ class ModelServer::Impl {
     control_->set_request_handle([this](const SimpleData& req, SimpleApp* app) {
       app->Response(req, Control(req));
     });
+    // Rows and bytes per table, read at each scrape (docs/operations.md).
+    metrics_node_ = postoffice_->node();
+    if (metrics_node_) {
+      collector_ = metrics_node_->metrics()->AddCollector(
+          [this](metrics::Writer* w) { CollectMetrics(w); });
+    }
   }
 
   ~Impl() {
+    if (metrics_node_) metrics_node_->metrics()->RemoveCollector(collector_);
     control_.reset();
     std::lock_guard<std::mutex> lock(apps_mu_);
     apps_.clear();
@@ -50,6 +58,22 @@ class ModelServer::Impl {
   }
 
  private:
+  void CollectMetrics(metrics::Writer* w) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& t : tables_) {
+      const std::string l = metrics::Label("table", t.second.name);
+      w->Gauge("ember_model_table_rows",
+               "Rows of a model table on this server (dense: chunks)", l,
+               static_cast<double>(t.second.table->size()));
+      w->Gauge("ember_model_table_bytes",
+               "Memory of a model table on this server (arena and index)", l,
+               static_cast<double>(t.second.table->MemoryBytes()));
+    }
+  }
+
+  Node* metrics_node_ = nullptr;  // The node the collector is on.
+  int collector_ = 0;
+
   struct Entry {
     std::string name;
     bool dense = false;

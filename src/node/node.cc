@@ -9,6 +9,8 @@
 #include <mutex>
 #include <random>
 
+#include "metrics/http_server.h"
+#include "metrics/progress_log.h"
 #include "node/customer.h"
 #include "util/malloc_tuning.h"
 #include "util/secret.h"
@@ -90,6 +92,7 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
 }
 
 Node::~Node() {
+  StopMetrics();
   StopThreads();
   van_->Stop();
 }
@@ -131,6 +134,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
     me.rank_hint = options_.rank_hint;
     me.incarnation = incarnation_;
     me.local_endpoint = van_->local_endpoint();
+    me.metrics_port = metrics_port_.load();
     join.meta.nodes.push_back(me);
     lock.unlock();
     PS_RETURN_IF_ERROR(van_->Send(std::move(join)));
@@ -225,13 +229,16 @@ Status Node::StartVan() {
   if (scheduler && !options_.port_file.empty()) {
     PS_RETURN_IF_ERROR(WritePortFile(options_.port_file, bound.value()));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  my_host_ = host;
-  my_port_ = bound.value();
-  van_started_ = true;
-  last_scheduler_echo_ms_ = clock_->NowMs();
-  VLOG(1) << RoleName(options_.role) << " bound to " << bind_host << ":"
-          << my_port_ << ", announced as " << my_host_ << ":" << my_port_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    my_host_ = host;
+    my_port_ = bound.value();
+    van_started_ = true;
+    last_scheduler_echo_ms_ = clock_->NowMs();
+    VLOG(1) << RoleName(options_.role) << " bound to " << bind_host << ":"
+            << my_port_ << ", announced as " << my_host_ << ":" << my_port_;
+  }
+  StartMetrics(bind_host);
   return Status::OK();
 }
 
@@ -479,6 +486,7 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   exit_callback_ = nullptr;
   lock.unlock();
   if (callback) callback();
+  StopMetrics();
   van_->Stop();
   return result;
 }

@@ -20,6 +20,7 @@
 #ifndef PS_NODE_NODE_H_
 #define PS_NODE_NODE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "message/message.h"
+#include "metrics/metrics.h"
 #include "node/options.h"
 #include "transport/van.h"
 #include "util/clock.h"
@@ -40,6 +42,10 @@
 namespace ps {
 
 class Customer;
+namespace metrics {
+class HttpServer;
+class ProgressLog;
+}  // namespace metrics
 
 // Counters of one node, for tests and the stats line at exit.
 struct NodeCounters {
@@ -137,6 +143,16 @@ class Node {
   Van* van() { return van_.get(); }
   const NodeCounters& counters() const { return counters_; }
 
+  // This node's metrics (docs/operations.md): components register their
+  // counters, histograms and collectors here. Lives as long as the node.
+  metrics::Registry* metrics() { return &metrics_; }
+  // The port /metrics is served on; -1 if none (EMBER_METRICS_PORT unset,
+  // or before the van is bound).
+  int metrics_port() const { return metrics_port_.load(); }
+  // The scheduler's GET /status document (node_metrics.cc): membership,
+  // epoch, ranges and where every node serves its metrics, as JSON.
+  std::string StatusJson() const;
+
  private:
   struct Round {
     std::map<int, int> arrived;  // id -> customer id
@@ -179,6 +195,13 @@ class Node {
   // how many of its events went unlogged before.
   bool LogAllowed(const std::string& key, std::string* since);
 
+  // Metrics (node_metrics.cc): the HTTP endpoint and the progress line,
+  // started once the van is bound and stopped with it.
+  void StartMetrics(const std::string& bind_host);
+  void StopMetrics();
+  void CollectMetrics(metrics::Writer* w) const;
+  std::string MetricsLabels() const;
+
   // Scheduler side (node_scheduler.cc).
   Status SchedulerStart();
   void HandleJoin(const Message& msg);
@@ -210,6 +233,11 @@ class Node {
   const Key128 process_auth_;  // process_key_'s words
 
   NodeCounters counters_;
+  // Declared before what serves it, so it is destroyed after.
+  metrics::Registry metrics_;
+  std::unique_ptr<metrics::HttpServer> metrics_http_;   // start_mu_
+  std::unique_ptr<metrics::ProgressLog> progress_log_;  // start_mu_
+  std::atomic<int> metrics_port_{-1};
   std::mutex start_mu_;  // Serialises binding the van.
 
   mutable std::mutex mu_;

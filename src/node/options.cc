@@ -386,6 +386,10 @@ StatusOr<Options> Options::FromEnvironment() {
       ReadInt("EMBER_RECEIVE_QUEUE", nullptr, 0, 1 << 24, &o.receive_queue));
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_SPIN_US", "ember_spin_us", 0, 1000000, &o.spin_us));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_METRICS_PORT", nullptr, 0, 65535, &o.metrics_port));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_STATS_INTERVAL", nullptr, 0, 86400, &o.stats_interval_s));
   int local_ipc = 1;
   PS_RETURN_IF_ERROR(ReadInt("EMBER_LOCAL_IPC", nullptr, 0, 1, &local_ipc));
   o.local_ipc = local_ipc != 0;

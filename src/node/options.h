@@ -128,6 +128,14 @@ struct Options {
   // TCP (EMBER_LOCAL_IPC).
   bool local_ipc = true;
 
+  // Metrics (docs/operations.md): the port this node serves Prometheus'
+  // text format on, at /metrics of its bind address (EMBER_METRICS_PORT;
+  // 0 an ephemeral port, which the node logs; -1 off).
+  int metrics_port = -1;
+  // Every this many seconds the node logs a line of its progress
+  // (EMBER_STATS_INTERVAL; 0 never).
+  int stats_interval_s = 0;
+
   // Servers' consistency mode (EMBER_CONSISTENCY, EMBER_STALENESS); a
   // KVServer may override it.
   ConsistencyConfig consistency;

@@ -1,0 +1,198 @@
+// The node's metrics (docs/operations.md): what the node itself reports,
+// its HTTP endpoint, the progress line, and the scheduler's /status.
+
+#include <glog/logging.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "metrics/http_server.h"
+#include "metrics/progress_log.h"
+#include "node/node.h"
+#include "partition/key_ring.h"
+
+namespace ps {
+
+namespace {
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+void Node::StartMetrics(const std::string& bind_host) {
+  // Called once, from StartVan, under start_mu_.
+  metrics_.set_const_labels([this] { return MetricsLabels(); });
+  metrics_.AddCollector([this](metrics::Writer* w) { CollectMetrics(w); });
+  if (options_.metrics_port >= 0) {
+    std::function<std::string()> status;
+    if (options_.role == Role::kScheduler) {
+      status = [this] { return StatusJson(); };
+    }
+    auto server =
+        std::make_unique<metrics::HttpServer>(&metrics_, std::move(status));
+    std::string error;
+    int port = server->Start(bind_host, options_.metrics_port, &error);
+    const std::string shown = bind_host.find(':') != std::string::npos
+                                  ? "[" + bind_host + "]"
+                                  : bind_host;
+    if (port < 0) {
+      // Metrics are an aid, not the job: the node runs on without them.
+      LOG(ERROR) << "metrics: " << error
+                 << " (EMBER_METRICS_PORT=" << options_.metrics_port
+                 << "; 0 picks a free port); serving no metrics";
+    } else {
+      metrics_http_ = std::move(server);
+      metrics_port_ = port;
+      LOG(INFO) << "metrics: " << RoleName(options_.role) << " serves http://"
+                << shown << ":" << port << "/metrics"
+                << (options_.role == Role::kScheduler ? " and /status" : "");
+    }
+  }
+  if (options_.stats_interval_s > 0) {
+    progress_log_ = std::make_unique<metrics::ProgressLog>(&metrics_, [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int id = logical_.empty() ? -1 : logical_.begin()->second;
+      return std::string(RoleName(options_.role)) + " " +
+             std::to_string(id < 8 ? 0 : IdToRank(id)) + " (id " +
+             std::to_string(id) + ")";
+    });
+    progress_log_->Start(options_.stats_interval_s);
+  }
+}
+
+void Node::StopMetrics() {
+  std::lock_guard<std::mutex> lock(start_mu_);
+  if (progress_log_) progress_log_->Stop();
+  if (metrics_http_) metrics_http_->Stop();
+}
+
+std::string Node::MetricsLabels() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int id = logical_.empty() ? -1 : logical_.begin()->second;
+  int rank =
+      id < 0 ? -1 : (options_.role == Role::kScheduler ? 0 : IdToRank(id));
+  return metrics::Label("node", std::to_string(id)) + "," +
+         metrics::Label("role", RoleName(options_.role)) + "," +
+         metrics::Label("rank", std::to_string(rank));
+}
+
+void Node::CollectMetrics(metrics::Writer* w) const {
+  const VanCounters& v = van_->counters();
+  w->Counter("ember_messages_sent_total", "Messages sent by this node", "",
+             v.sent_messages.load());
+  w->Counter("ember_bytes_sent_total", "Bytes sent by this node", "",
+             v.sent_bytes.load());
+  w->Counter("ember_messages_received_total", "Messages received", "",
+             v.received_messages.load());
+  w->Counter("ember_bytes_received_total", "Bytes received", "",
+             v.received_bytes.load());
+  w->Counter("ember_send_errors_total",
+             "Sends that failed after the transport accepted them", "",
+             v.send_errors.load());
+  const char* kDropped = "Messages dropped on receipt, by reason";
+  w->Counter("ember_dropped_messages_total", kDropped,
+             metrics::Label("reason", "undecodable"),
+             v.rejected_messages.load());
+  w->Counter("ember_dropped_messages_total", kDropped,
+             metrics::Label("reason", "unknown_sender"),
+             counters_.dropped_unknown_sender.load());
+  w->Counter("ember_dropped_messages_total", kDropped,
+             metrics::Label("reason", "no_customer"),
+             counters_.dropped_no_customer.load());
+  w->Counter("ember_dropped_messages_total", kDropped,
+             metrics::Label("reason", "bad_control"),
+             counters_.dropped_bad_control.load());
+  w->Counter("ember_dropped_messages_total", kDropped,
+             metrics::Label("reason", "unauthenticated"),
+             counters_.dropped_unauthenticated.load());
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t held = before_table_.size();
+  for (const auto& e : early_) held += e.second.size();
+  w->Gauge("ember_held_messages",
+           "Data messages held for apps not created yet or before the node "
+           "table",
+           "", static_cast<double>(held));
+  w->Gauge("ember_ring_epoch", "Epoch of the key ring this node routes by", "",
+           ring_ ? static_cast<double>(ring_->epoch()) : 0);
+  int servers = 0, workers = 0, dead = 0;
+  for (const auto& n : table_) {
+    if (dead_.count(n.first)) {
+      ++dead;
+      continue;
+    }
+    if (left_.count(n.first)) continue;
+    if (n.second.role == Role::kServer) ++servers;
+    if (n.second.role == Role::kWorker) ++workers;
+  }
+  w->Gauge("ember_cluster_servers", "Live servers in this node's table", "",
+           servers);
+  w->Gauge("ember_cluster_workers", "Live workers in this node's table", "",
+           workers);
+  w->Gauge("ember_cluster_dead_nodes", "Nodes declared dead", "", dead);
+}
+
+std::string Node::StatusJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream os;
+  os << "{\"epoch\":" << (ring_ ? ring_->epoch() : 0)
+     << ",\"ready\":" << (table_ready_ ? "true" : "false")
+     << ",\"num_servers\":" << options_.num_servers
+     << ",\"num_workers\":" << options_.num_workers << ",\"placement\":"
+     << JsonString(ring_ ? PlacementName(ring_->placement()) : "")
+     << ",\"nodes\":[";
+  bool first = true;
+  auto node = [&](const NodeInfo& n, const char* state) {
+    os << (first ? "" : ",") << "{\"id\":" << n.id
+       << ",\"role\":" << JsonString(RoleName(n.role)) << ",\"rank\":" << n.rank
+       << ",\"host\":" << JsonString(n.host) << ",\"port\":" << n.port
+       << ",\"metrics_port\":" << n.metrics_port
+       << ",\"state\":" << JsonString(state) << "}";
+    first = false;
+  };
+  for (const auto& n : table_) {
+    NodeInfo info = n.second;
+    if (n.first == kSchedulerId) info.metrics_port = metrics_port_.load();
+    node(info, dead_.count(n.first)   ? "dead"
+               : left_.count(n.first) ? "left"
+                                      : "alive");
+  }
+  if (!table_.count(kSchedulerId)) {
+    NodeInfo me;
+    me.id = kSchedulerId;
+    me.role = Role::kScheduler;
+    me.rank = 0;
+    me.host = my_host_;
+    me.port = my_port_;
+    me.metrics_port = metrics_port_.load();
+    node(me, "alive");
+  }
+  os << "],\"ranges\":[";
+  if (ring_) {
+    for (size_t i = 0; i < ring_->num_ranges(); ++i) {
+      int index = ring_->range_owner(i);
+      os << (i ? "," : "") << "{\"begin\":" << ring_->range_begin(i)
+         << ",\"last\":" << ring_->range_last(i)
+         << ",\"server_id\":" << ring_->server_ids()[index]
+         << ",\"server_index\":" << index << "}";
+    }
+  }
+  os << "]}";
+  return os.str();
+}
+
+}  // namespace ps

@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""Metrics, the progress line and ember-status on a live 2 x 2 job.
+
+usage: metrics_test.py prometheus|stats EMBER_LAUNCH SCHEDULER BENCH STATUS
+
+prometheus  A 2 x 2 job of BENCH (pslite_api_bench, sparse pushes) with
+            EMBER_METRICS_PORT=0. Debian's prometheus, started here on
+            127.0.0.1 with its storage in a temporary directory, scrapes
+            every node each second; the test waits until it has the series
+            of all five nodes, queries a few through its HTTP API, runs
+            `promtool check metrics` on one scrape of a server, and runs
+            STATUS (ember-status) against the scheduler, as a table and as
+            JSON. Exit 77 (skipped) only if prometheus or promtool cannot
+            start.
+stats       A short 2 x 2 job with EMBER_STATS_INTERVAL=1: every node logs
+            progress lines, and the servers' count the requests they got.
+
+Every process's output is printed when the test fails.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+ROLES = ["scheduler", "server 0", "server 1", "worker 0", "worker 1"]
+DEADLINE_S = 90
+
+
+class Job:
+    """A job of ember-launch whose output is read as it comes."""
+
+    def __init__(self, launch, scheduler, bench, seconds, env_extra):
+        env = dict(os.environ)
+        env.update({"EMBER_SCHEDULER": scheduler, "EMBER_TIMEOUT": "80"})
+        env.update(env_extra)
+        self.lines = []
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", launch, "-n", "2", "-s", "2", bench,
+             "mode=push", "keys=1000", "window=8", "seconds=%d" % seconds,
+             "warmup=0.5"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.lock:
+                self.lines.append(line)
+
+    def output(self):
+        with self.lock:
+            return "".join(self.lines)
+
+    def metrics_urls(self):
+        """role -> http://host:port (from the nodes' 'metrics:' lines)."""
+        urls = {}
+        for line in self.output().splitlines():
+            if "metrics: " in line and " serves http://" in line:
+                role = line[1:line.index("]")]
+                url = line.split(" serves ", 1)[1].split("/metrics")[0]
+                urls[role] = url
+        return urls
+
+    def wait(self, timeout):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # ember-launch stops its nodes as it goes
+            rc = self.proc.wait()
+        self.reader.join(timeout=5)
+        return rc
+
+
+def fail(why, job, extra=""):
+    sys.stdout.write(job.output())
+    sys.stdout.write(extra)
+    print("metrics_test: FAIL: " + why)
+    sys.exit(1)
+
+
+def wait_for(what, predicate, job, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if job.proc.poll() is not None:
+            fail("the job ended before " + what, job)
+        time.sleep(0.2)
+    fail("no " + what + " within %d s" % timeout, job)
+
+
+def get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_prometheus(launch, scheduler, bench, status_tool):
+    prometheus = shutil.which("prometheus")
+    promtool = shutil.which("promtool")
+    if not prometheus or not promtool:
+        print("metrics_test: SKIP: prometheus or promtool is not installed "
+              "(apt-get install prometheus)")
+        return 77
+    job = Job(launch, scheduler, bench, 20, {"EMBER_METRICS_PORT": "0"})
+    urls = wait_for("metrics endpoint of every node",
+                    lambda: len(job.metrics_urls()) == 5 and job.metrics_urls(),
+                    job, 30)
+    tmp = tempfile.mkdtemp(prefix="ember-metrics-test-")
+    prom = None
+    try:
+        config = os.path.join(tmp, "prometheus.yml")
+        targets = sorted(u[len("http://"):] for u in urls.values())
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    "scrape_configs:\n  - job_name: ember\n"
+                    "    static_configs:\n      - targets: %s\n"
+                    % json.dumps(targets))
+        port = free_port()
+        prom_log = open(os.path.join(tmp, "prometheus.log"), "w+")
+        prom = subprocess.Popen(
+            [prometheus, "--config.file=" + config,
+             "--storage.tsdb.path=" + os.path.join(tmp, "data"),
+             "--web.listen-address=127.0.0.1:%d" % port],
+            stdout=prom_log, stderr=subprocess.STDOUT)
+        api = "http://127.0.0.1:%d/api/v1/query?query=" % port
+
+        def prom_output():
+            prom_log.seek(0)
+            return "\n--- prometheus ---\n" + prom_log.read()
+
+        def query(q):
+            try:
+                doc = json.loads(get(api + urllib.parse.quote(q)))
+            except OSError:
+                if prom.poll() is not None:
+                    return None
+                return []
+            return doc.get("data", {}).get("result", [])
+
+        deadline = time.monotonic() + 20
+        while query("up") == [] and time.monotonic() < deadline:
+            if prom.poll() is not None:
+                break
+            time.sleep(0.2)
+        if prom.poll() is not None:
+            print(prom_output())
+            print("metrics_test: SKIP: prometheus could not start")
+            job.wait(DEADLINE_S)
+            return 77
+
+        def scraped():
+            r = query('ember_requests_total{role="server",op="push"} > 0')
+            ok = query("up == 1")
+            return r and len(r) == 2 and ok and len(ok) == 5
+        wait_for("scrape of every node by prometheus with pushes counted",
+                 scraped, job, 30)
+        checks = {
+            'sum(ember_request_keys_total{role="worker",op="push"})': None,
+            'ember_server_push_apply_seconds_count': 2,
+            'ember_cluster_servers{role="scheduler"}': 1,
+            'ember_ring_epoch': 5,
+            'ember_resident_memory_bytes': 5,
+            'ember_bytes_received_total{role="server"}': 2,
+        }
+        for q, count in checks.items():
+            r = query(q)
+            if not r or (count is not None and len(r) != count):
+                fail("prometheus query %s gave %s" % (q, r), job, prom_output())
+            if any(float(s["value"][1]) <= 0 for s in r):
+                fail("prometheus query %s has a zero: %s" % (q, r), job,
+                     prom_output())
+        servers = query('ember_cluster_servers{role="scheduler"}')
+        if float(servers[0]["value"][1]) != 2:
+            fail("the scheduler counts %s servers" % servers, job)
+        print("metrics_test: prometheus has every node's series")
+
+        scrape = get(urls["server 0"] + "/metrics")
+        check = subprocess.run([promtool, "check", "metrics"], input=scrape,
+                               text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=30)
+        if check.returncode != 0:
+            fail("promtool check metrics: " + check.stdout, job, scrape)
+        print("metrics_test: promtool check metrics passes")
+
+        sched = urls["scheduler"][len("http://"):]
+        out = subprocess.run(["/usr/bin/python3", status_tool, "--json", sched],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=30)
+        if out.returncode != 0:
+            fail("ember-status --json: " + out.stdout, job)
+        status = json.loads(out.stdout)
+        roles = sorted(n["role"] for n in status["nodes"])
+        if roles != ["scheduler", "server", "server", "worker", "worker"]:
+            fail("ember-status lists %s" % roles, job, out.stdout)
+        if status["epoch"] < 1 or len(status["ranges_per_server"]) != 2:
+            fail("ember-status's ring is wrong", job, out.stdout)
+        for n in status["nodes"]:
+            if n["role"] == "server" and n["load"].get("requests", 0) <= 0:
+                fail("ember-status has no load for a server", job, out.stdout)
+        if len(status["slowest_workers"]) != 2:
+            fail("ember-status has no worker clocks", job, out.stdout)
+        out = subprocess.run(["/usr/bin/python3", status_tool, sched],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=30)
+        if out.returncode != 0 or "slowest workers" not in out.stdout or \
+                out.stdout.count("alive") != 5:
+            fail("ember-status's table: " + out.stdout, job)
+        print(out.stdout)
+        print("metrics_test: ember-status reads the live job")
+    finally:
+        if prom is not None:
+            prom.terminate()
+            try:
+                prom.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rc = job.wait(DEADLINE_S)
+    if rc != 0:
+        fail("the job ended with %d" % rc, job)
+    print("metrics_test: PASS (prometheus)")
+    return 0
+
+
+def run_stats(launch, scheduler, bench):
+    job = Job(launch, scheduler, bench, 4, {"EMBER_STATS_INTERVAL": "1"})
+    rc = job.wait(DEADLINE_S)
+    if rc != 0:
+        fail("the job ended with %d" % rc, job)
+    out = job.output()
+    for role in ROLES:
+        lines = [l for l in out.splitlines()
+                 if l.startswith("[%s]" % role) and "progress " in l]
+        if len(lines) < 2:
+            fail("%s logged %d progress lines" % (role, len(lines)), job)
+        if role.startswith("server") or role.startswith("worker"):
+            last = lines[-1].split("progress ", 1)[1]
+            requests = int(last.split(": ", 1)[1].split(" requests")[0])
+            if requests <= 0:
+                fail("%s's progress counts no requests: %s" % (role, last),
+                     job)
+    print("metrics_test: PASS (stats)")
+    return 0
+
+
+def main(argv):
+    if len(argv) != 6 or argv[1] not in ("prometheus", "stats"):
+        print(__doc__)
+        return 2
+    mode, launch, scheduler, bench, status_tool = argv[1:]
+    if mode == "prometheus":
+        return run_prometheus(launch, scheduler, bench, status_tool)
+    return run_stats(launch, scheduler, bench)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
