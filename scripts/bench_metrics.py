@@ -23,7 +23,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(build, seconds, metrics):
+def run(build, seconds, metrics, scrape=True):
     env = dict(os.environ)
     env["EMBER_SCHEDULER"] = os.path.join(build, "scheduler", "ember_scheduler")
     env["EMBER_TIMEOUT"] = str(int(seconds) + 60)
@@ -49,20 +49,22 @@ def run(build, seconds, metrics):
                     pass
 
     t = threading.Thread(target=scraper, daemon=True)
-    t.start()
+    if scrape:
+        t.start()
     for line in proc.stdout:
         lines.append(line)
         if " serves http://" in line:
             urls.add(line.split(" serves ", 1)[1].split()[0])
     rc = proc.wait()
     stop.set()
-    t.join()
+    if scrape:
+        t.join()
     rates = [float(l.split("req_s=")[1].split()[0]) for l in lines
              if "PSBENCH" in l]
     if rc != 0 or len(rates) != 2:
         sys.stdout.write("".join(lines))
         raise SystemExit("bench_metrics: the job failed (rc %d)" % rc)
-    if metrics and scrapes[0] == 0:
+    if metrics and scrape and scrapes[0] == 0:
         raise SystemExit("bench_metrics: no scrape succeeded")
     return sum(rates), scrapes[0]
 
@@ -72,19 +74,24 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=float, default=5)
+    p.add_argument("--no-scrape", action="store_true",
+                   help="serve metrics but fetch none: the cost of serving "
+                   "alone")
     a = p.parse_args()
     off, on = [], []
     for i in range(a.rounds):
         for metrics in ((False, True) if i % 2 == 0 else (True, False)):
-            rate, scrapes = run(a.build, a.seconds, metrics)
+            rate, scrapes = run(a.build, a.seconds, metrics,
+                                scrape=not a.no_scrape)
             (on if metrics else off).append(rate)
             print("round %d metrics %-3s %10.0f req/s%s" % (
                 i, "on" if metrics else "off", rate,
                 " (%d scrapes)" % scrapes if metrics else ""), flush=True)
     m_off, m_on = statistics.median(off), statistics.median(on)
-    print("RESULT bench=metrics_cost case=sparse_push_2x2 off_req_s=%.0f "
-          "on_req_s=%.0f ratio=%.4f rounds=%d" % (m_off, m_on, m_on / m_off,
-                                                  a.rounds))
+    print("RESULT bench=metrics_cost case=sparse_push_2x2%s off_req_s=%.0f "
+          "on_req_s=%.0f ratio=%.4f rounds=%d" % (
+              "_no_scrape" if a.no_scrape else "", m_off, m_on, m_on / m_off,
+              a.rounds))
 
 
 if __name__ == "__main__":
