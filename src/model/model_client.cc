@@ -8,6 +8,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "node/node.h"
 #include "ps/kv_app.h"
@@ -39,8 +40,8 @@ class ModelClient::Impl {
   }
 
   Status RegisterTable(const TableSpec& spec) {
-    if (spec.name.empty() || spec.name.find('\t') != std::string::npos) {
-      return Status::InvalidArgument("bad table name '" + spec.name + "'");
+    if (spec.name.empty()) {
+      return Status::InvalidArgument("a table needs a name");
     }
     if (spec.dim < 1) {
       return Status::InvalidArgument("table '" + spec.name + "': dim " +
@@ -48,11 +49,14 @@ class ModelClient::Impl {
     }
     auto app = model::KVAppFor(spec.consistency);
     if (!app.ok()) return app.status();
-    PS_RETURN_IF_ERROR(Ask(ControlOp::kRegisterTable,
-                           spec.name + "\t" + std::to_string(spec.dim) + "\t" +
-                               spec.initializer + "\t" + spec.optimizer + "\t" +
-                               spec.consistency,
-                           nullptr));
+    model::ControlRequest request;
+    request.op = ControlOp::kRegisterTable;
+    request.name = spec.name;
+    request.dim = spec.dim;
+    request.initializer = spec.initializer;
+    request.optimizer = spec.optimizer;
+    request.consistency = spec.consistency;
+    PS_RETURN_IF_ERROR(Ask(request, nullptr));
     Info info;
     info.id = model::TableId(spec.name);
     info.dim = spec.dim;
@@ -64,17 +68,15 @@ class ModelClient::Impl {
 
   Status RegisterDense(const DenseSpec& spec,
                        const std::vector<float>& initial) {
-    if (spec.name.empty() || spec.name.find('\t') != std::string::npos) {
-      return Status::InvalidArgument("bad parameter name '" + spec.name + "'");
+    if (spec.name.empty()) {
+      return Status::InvalidArgument("a dense parameter needs a name");
     }
     int64_t numel = 1;
-    std::string shape;
     for (int64_t d : spec.shape) {
-      if (d < 1) {
+      if (d < 1 || d > model::kMaxDenseElements / numel) {
         return Status::InvalidArgument("'" + spec.name + "': bad shape");
       }
       numel *= d;
-      shape += (shape.empty() ? "" : ",") + std::to_string(d);
     }
     if (static_cast<int64_t>(initial.size()) != numel) {
       return Status::InvalidArgument(
@@ -83,11 +85,13 @@ class ModelClient::Impl {
     }
     auto app = model::KVAppFor(spec.consistency);
     if (!app.ok()) return app.status();
-    PS_RETURN_IF_ERROR(Ask(ControlOp::kRegisterDense,
-                           spec.name + "\t" + std::to_string(numel) + "\t" +
-                               shape + "\t" + spec.optimizer + "\t" +
-                               spec.consistency,
-                           nullptr));
+    model::ControlRequest request;
+    request.op = ControlOp::kRegisterDense;
+    request.name = spec.name;
+    request.shape = spec.shape;
+    request.optimizer = spec.optimizer;
+    request.consistency = spec.consistency;
+    PS_RETURN_IF_ERROR(Ask(request, nullptr));
     Info info;
     info.id = model::TableId(spec.name);
     info.dense = true;
@@ -271,18 +275,26 @@ class ModelClient::Impl {
   }
 
   Status Save(const std::string& dir) {
-    return Ask(ControlOp::kSave, dir, nullptr);
+    model::ControlRequest request;
+    request.op = ControlOp::kSave;
+    request.dir = dir;
+    return Ask(request, nullptr);
   }
   // Two phases: every server reads and checks its shard, then all swap it
   // in; if any refuses, none does.
   Status Load(const std::string& dir) {
-    Status s = Ask(ControlOp::kLoad, dir, nullptr);
+    model::ControlRequest request;
+    request.op = ControlOp::kLoad;
+    request.dir = dir;
+    Status s = Ask(request, nullptr);
     if (!s.ok()) {
-      Status abort = Ask(ControlOp::kLoadAbort, "", nullptr);
+      request.op = ControlOp::kLoadAbort;
+      Status abort = Ask(request, nullptr);
       if (!abort.ok()) LOG(WARNING) << "aborting the load: " << abort;
       return s;
     }
-    return Ask(ControlOp::kLoadCommit, "", nullptr);
+    request.op = ControlOp::kLoadCommit;
+    return Ask(request, nullptr);
   }
 
   int dim(const std::string& table) const {
@@ -372,18 +384,22 @@ class ModelClient::Impl {
     }
   }
 
-  // Sends a control request to every server; fails with the first error.
-  Status Ask(ControlOp op, const std::string& body,
-             std::vector<std::string>* replies) {
-    int ts = control_->Request(static_cast<int>(op), body, kServerGroup);
+  // Sends a control request to every server; fails with the first error
+  // (the server's Status, its message prefixed with "server: "). *replies:
+  // every server's answer.
+  Status Ask(const model::ControlRequest& request,
+             std::vector<model::ControlReply>* replies) {
+    int head = 0;
+    const std::string body = model::EncodeControlRequest(request, &head);
+    int ts = control_->Request(head, body, kServerGroup);
     // Bounded: a server that never answers (its control thread stuck, say)
     // fails the call with the servers named, instead of hanging the caller.
     Status s = control_->WaitStatus(
         ts, postoffice_->node()->options().model_timeout_ms);
     if (s.code() == Status::Code::kDeadlineExceeded) {
-      s = Status::DeadlineExceeded(std::string("model ") + model::OpName(op) +
-                                   ": " + s.message() +
-                                   " (EMBER_MODEL_TIMEOUT)");
+      s = Status::DeadlineExceeded(std::string("model ") +
+                                   model::OpName(request.op) + ": " +
+                                   s.message() + " (EMBER_MODEL_TIMEOUT)");
     }
     std::vector<std::string> answers;
     {
@@ -393,21 +409,23 @@ class ModelClient::Impl {
     }
     if (!s.ok()) return s;
     for (const std::string& a : answers) {
-      if (a.rfind("ERR\t", 0) == 0) {
-        return Status::InvalidArgument("server: " + a.substr(4));
-      }
-      if (replies && a.size() > 3) replies->push_back(a.substr(3));
+      auto reply = model::DecodeControlReply(a);
+      if (!reply.ok()) return reply.status();
+      const Status& r = reply->status;
+      if (!r.ok()) return Status(r.code(), "server: " + r.message());
+      if (replies) replies->push_back(*reply);
     }
     return Status::OK();
   }
 
   Status Version(int64_t* version) {
-    std::vector<std::string> replies;
-    PS_RETURN_IF_ERROR(Ask(ControlOp::kVersion, "", &replies));
-    int64_t v = 0;
-    for (const std::string& r : replies)
-      v = std::max<int64_t>(v, std::atoll(r.c_str()));
-    *version = v;
+    model::ControlRequest request;
+    request.op = ControlOp::kVersion;
+    std::vector<model::ControlReply> replies;
+    PS_RETURN_IF_ERROR(Ask(request, &replies));
+    uint64_t v = 0;
+    for (const model::ControlReply& r : replies) v = std::max(v, r.version);
+    *version = static_cast<int64_t>(v);
     return Status::OK();
   }
 

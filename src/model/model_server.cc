@@ -10,6 +10,7 @@
 
 #include "model/checkpoint.h"
 #include "model/embedding_table.h"
+#include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "ps/kv_app.h"
 #include "ps/model.h"
@@ -69,39 +70,39 @@ class ModelServer::Impl {
     } round;
   };
 
-  static std::string Ok(const std::string& extra = "") {
-    return extra.empty() ? "OK" : "OK\t" + extra;
+  static std::string Reply(const Status& s, uint64_t version = 0) {
+    model::ControlReply reply;
+    reply.status = s;
+    reply.version = version;
+    return model::EncodeControlReply(reply);
   }
-  static std::string Err(const Status& s) { return "ERR\t" + s.ToString(); }
 
   std::string Control(const SimpleData& req) {
-    std::vector<std::string> f = model::SplitTabs(req.body);
-    switch (static_cast<ControlOp>(req.head)) {
+    auto decoded = model::DecodeControlRequest(req.head, req.body);
+    if (!decoded.ok()) {
+      LOG(WARNING) << "model control request from node " << req.sender
+                   << " refused: " << decoded.status();
+      return Reply(decoded.status());
+    }
+    const model::ControlRequest& r = *decoded;
+    switch (r.op) {
       case ControlOp::kRegisterTable:
-      case ControlOp::kRegisterDense: {
-        Status s = Register(static_cast<ControlOp>(req.head), f);
-        return s.ok() ? Ok() : Err(s);
-      }
+      case ControlOp::kRegisterDense:
+        return Reply(Register(r));
       case ControlOp::kVersion: {
         std::lock_guard<std::mutex> lock(mu_);
-        return Ok(std::to_string(counters_.updates));
+        return Reply(Status::OK(), counters_.updates);
       }
-      case ControlOp::kSave: {
-        Status s = f.size() == 1 ? Save(f[0])
-                                 : Status::InvalidArgument("bad save request");
-        return s.ok() ? Ok() : Err(s);
-      }
-      case ControlOp::kLoad: {
-        Status s = f.size() == 1 ? Load(f[0])
-                                 : Status::InvalidArgument("bad load request");
-        return s.ok() ? Ok() : Err(s);
-      }
+      case ControlOp::kSave:
+        return Reply(Save(r.dir));
+      case ControlOp::kLoad:
+        return Reply(Load(r.dir));
       case ControlOp::kLoadCommit:
       case ControlOp::kLoadAbort: {
         std::lock_guard<std::mutex> lock(mu_);
-        if (static_cast<ControlOp>(req.head) == ControlOp::kLoadCommit) {
+        if (r.op == ControlOp::kLoadCommit) {
           if (!staged_) {
-            return Err(Status::InvalidArgument("no checkpoint load staged"));
+            return Reply(Status::InvalidArgument("no checkpoint load staged"));
           }
           for (auto& t : staged_->tables) {
             // A pending round belongs to the model being replaced.
@@ -111,48 +112,32 @@ class ModelServer::Impl {
           counters_.updates = staged_->version;
         }
         staged_.reset();
-        return Ok();
+        return Reply(Status::OK());
       }
     }
-    return Err(Status::InvalidArgument("unknown model control request " +
-                                       std::to_string(req.head)));
+    return Reply(Status::InvalidArgument("unknown model control request " +
+                                         std::to_string(req.head)));
   }
 
-  // Table: name dim initializer optimizer consistency.
-  // Dense: name numel shape(a,b,..) optimizer consistency.
-  Status Register(ControlOp op, const std::vector<std::string>& f) {
-    if (f.size() != 5 || f[0].empty()) {
-      return Status::InvalidArgument("malformed registration");
-    }
+  // A table or dense parameter, as DecodeControlRequest checked it.
+  Status Register(const model::ControlRequest& r) {
     Entry e;
-    e.name = f[0];
-    e.dense = op == ControlOp::kRegisterDense;
-    e.optimizer = f[3];
-    e.consistency = f[4];
-    char* end = nullptr;
-    long long n = std::strtoll(f[1].c_str(), &end, 10);
-    if (end == f[1].c_str() || *end != '\0' || n < 1) {
-      return Status::InvalidArgument("'" + e.name + "': bad size " + f[1]);
-    }
+    e.name = r.name;
+    e.dense = r.op == ControlOp::kRegisterDense;
+    e.optimizer = r.optimizer;
+    e.consistency = r.consistency;
     if (e.dense) {
-      e.numel = n;
-      e.dim = static_cast<int>(std::min<long long>(n, model::kDenseChunk));
+      e.numel = model::DenseElements(r.shape);
+      e.dim = static_cast<int>(std::min<int64_t>(e.numel, model::kDenseChunk));
       e.initializer = "zeros";
-      size_t start = 0;
-      while (start < f[2].size()) {
-        size_t comma = f[2].find(',', start);
-        e.shape.push_back(
-            std::atoll(f[2].substr(start, comma - start).c_str()));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
+      e.shape = r.shape;
     } else {
-      if (n > model::EmbeddingTable::kMaxDim) {
-        return Status::InvalidArgument("'" + e.name + "': dim " + f[1] +
-                                       " is too large");
+      if (r.dim > model::EmbeddingTable::kMaxDim) {
+        return Status::InvalidArgument("'" + e.name + "': dim " +
+                                       std::to_string(r.dim) + " is too large");
       }
-      e.dim = static_cast<int>(n);
-      e.initializer = f[2];
+      e.dim = static_cast<int>(r.dim);
+      e.initializer = r.initializer;
     }
     auto app = model::KVAppFor(e.consistency);
     if (!app.ok()) return app.status();
@@ -186,7 +171,7 @@ class ModelServer::Impl {
       e.merge_rounds = e.consistency == "bsp";
       tables_.emplace(id, std::move(e));
     }
-    return EnsureApp(*app, f[4]);
+    return EnsureApp(*app, r.consistency);
   }
 
   // The KVServer of a consistency mode, created at its first table. Requests

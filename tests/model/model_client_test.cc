@@ -5,13 +5,16 @@
 #include <cmath>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "model/initializer.h"
+#include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "ps/model.h"
+#include "ps/simple_app.h"
 #include "testutil/inproc_cluster.h"
 
 namespace ps {
@@ -176,6 +179,7 @@ TEST_F(ModelClientTest, CheckpointRestoresRowsAndOptimizerState) {
   std::fclose(f);
   Status s = c->Load(dir);
   EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s;  // The server's own.
   EXPECT_NE(s.message().find("checksum"), std::string::npos) << s;
   std::vector<float> unchanged;
   ASSERT_TRUE(c->PullRows("e", ids, &unchanged).ok());
@@ -335,6 +339,47 @@ TEST_F(ModelClientTest, SaveAndLoadCompleteWhileARoundIsOpen) {
     EXPECT_TRUE(b.get().ok());
   }
   system(("rm -rf " + dir).c_str());
+}
+
+// Bytes at the control app that are no well-formed request (the old text
+// form, a head naming another operation) are answered with kCorruption by
+// every server, which keeps serving.
+TEST_F(ModelClientTest, MalformedControlRequestsAreAnsweredNotFatal) {
+  Form(2, 1);
+  SimpleApp raw(model::kControlApp, /*customer_id=*/7, cluster_->worker(0));
+  std::mutex mu;
+  std::vector<std::string> answers;
+  raw.set_response_handle([&](const SimpleData& res, SimpleApp*) {
+    std::lock_guard<std::mutex> lock(mu);
+    answers.push_back(res.body);
+  });
+  model::ControlRequest save;
+  save.op = model::ControlOp::kSave;
+  save.dir = "/nonexistent";
+  int head = 0;
+  const std::string save_body = model::EncodeControlRequest(save, &head);
+  const std::pair<int, std::string> bad[] = {
+      {1, "emb\t8\tzeros\tsgd(lr=1)\tasp"},
+      {static_cast<int>(model::ControlOp::kVersion), save_body},
+      {1, std::string()},
+  };
+  for (const auto& b : bad) {
+    ASSERT_TRUE(
+        raw.WaitStatus(raw.Request(b.first, b.second, kServerGroup)).ok());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(answers.size(), 6u);
+  for (const std::string& a : answers) {
+    auto reply = model::DecodeControlReply(a);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status.code(), Status::Code::kCorruption) << reply->status;
+  }
+  // The servers still serve; names may hold any bytes, tabs included.
+  EXPECT_TRUE(
+      client(0)->RegisterTable({"a\tb", 2, "zeros", "sgd(lr=1)", "asp"}).ok());
+  std::vector<float> rows;
+  ASSERT_TRUE(client(0)->PullRows("a\tb", {1, 2}, &rows).ok());
+  EXPECT_EQ(rows, std::vector<float>(4, 0.0f));
 }
 
 // A server that never answers a model control request (here: it runs no
