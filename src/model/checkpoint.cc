@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstring>
 #include <set>
@@ -16,6 +15,9 @@
 #include <utility>
 
 #include "model.pb.h"
+#include "util/coding.h"
+#include "util/crc32c.h"
+#include "util/file.h"
 
 namespace ps {
 namespace model {
@@ -35,132 +37,6 @@ constexpr int64_t kMaxSlotFloats = int64_t{1} << 26;
 
 // Buffer size between protobuf and the file descriptor.
 constexpr int kIoBlockBytes = 1 << 20;
-
-constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
-
-// ---- CRC32C, slicing-by-8 -------------------------------------------------
-
-struct Crc32cTables {
-  uint32_t t[8][256];
-};
-
-const Crc32cTables& Tables() {
-  static const Crc32cTables tables = [] {
-    Crc32cTables tb;
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
-      tb.t[0][i] = c;
-    }
-    // t[k][i] is the CRC of byte i followed by k zero bytes, which lets the
-    // loop below fold eight bytes per step.
-    for (uint32_t i = 0; i < 256; ++i) {
-      for (int k = 1; k < 8; ++k) {
-        uint32_t prev = tb.t[k - 1][i];
-        tb.t[k][i] = (prev >> 8) ^ tb.t[0][prev & 0xff];
-      }
-    }
-    return tb;
-  }();
-  return tables;
-}
-
-// ---- Little-endian encoding ------------------------------------------------
-
-void EncodeFixed32(char* dst, uint32_t v) {
-  for (int i = 0; i < 4; ++i) dst[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-void EncodeFixed64(char* dst, uint64_t v) {
-  for (int i = 0; i < 8; ++i) dst[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint32_t DecodeFixed32(const char* src) {
-  const auto* p = reinterpret_cast<const unsigned char*>(src);
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-
-uint64_t DecodeFixed64(const char* src) {
-  const auto* p = reinterpret_cast<const unsigned char*>(src);
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-// Sets *out to the n floats at v, little-endian. Bit patterns (NaN payloads,
-// -0.0) are kept.
-void EncodeFloats(const float* v, size_t n, std::string* out) {
-  out->resize(n * sizeof(float));
-  if (n == 0) return;
-  if constexpr (kLittleEndian) {
-    std::memcpy(&(*out)[0], v, n * sizeof(float));
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, v + i, sizeof(bits));
-      EncodeFixed32(&(*out)[4 * i], bits);
-    }
-  }
-}
-
-// Appends the little-endian floats in `in` (whose size is a multiple of 4)
-// to *out.
-void AppendFloats(const std::string& in, std::vector<float>* out) {
-  size_t n = in.size() / sizeof(float);
-  size_t old = out->size();
-  out->resize(old + n);
-  if (n == 0) return;
-  if constexpr (kLittleEndian) {
-    std::memcpy(out->data() + old, in.data(), n * sizeof(float));
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits = DecodeFixed32(in.data() + 4 * i);
-      std::memcpy(out->data() + old + i, &bits, sizeof(bits));
-    }
-  }
-}
-
-// ---- File helpers ----------------------------------------------------------
-
-Status IoError(const std::string& context, int err) {
-  std::string message = context + ": " + std::strerror(err);
-  if (err == ENOENT) return Status::NotFound(message);
-  return Status::Unavailable(message);
-}
-
-std::string DirName(const std::string& path) {
-  size_t pos = path.rfind('/');
-  if (pos == std::string::npos) return ".";
-  if (pos == 0) return "/";
-  return path.substr(0, pos);
-}
-
-class FileCloser {
- public:
-  explicit FileCloser(int fd) : fd_(fd) {}
-  ~FileCloser() {
-    if (fd_ >= 0) close(fd_);
-  }
-  FileCloser(const FileCloser&) = delete;
-  FileCloser& operator=(const FileCloser&) = delete;
-
- private:
-  int fd_;
-};
-
-Status SyncDirectory(const std::string& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError("cannot open directory " + dir, errno);
-  FileCloser closer(fd);
-  // Some file systems cannot fsync a directory (EINVAL); there the rename is
-  // as durable as it gets.
-  if (fsync(fd) != 0 && errno != EINVAL) {
-    return IoError("cannot fsync directory " + dir, errno);
-  }
-  return Status::OK();
-}
 
 // Writes everything it is given to a file descriptor and keeps the CRC32C of
 // it. Used through a CopyingOutputStreamAdaptor, which batches protobuf's
@@ -350,8 +226,8 @@ Status WriteAllAt(int fd, const char* data, size_t n, off_t offset) {
   return Status::OK();
 }
 
-// Writes header and payload to the open, empty file `fd` and fsyncs it. The
-// header goes last, once the payload's length and checksum are known.
+// Writes header and payload to the open, empty file `fd`. The header goes
+// last, once the payload's length and checksum are known.
 Status WriteFile(int fd, const ModelShard& shard,
                  const CheckpointWriteOptions& options) {
   char header[kCheckpointHeaderSize] = {};
@@ -371,9 +247,7 @@ Status WriteFile(int fd, const ModelShard& shard,
   EncodeFixed64(header + 16, writer.bytes());
   EncodeFixed32(header + 24, writer.crc());
   EncodeFixed32(header + 28, Crc32c(0, header, 28));
-  PS_RETURN_IF_ERROR(WriteAllAt(fd, header, sizeof(header), 0));
-  if (fsync(fd) != 0) return IoError("cannot fsync checkpoint", errno);
-  return Status::OK();
+  return WriteAllAt(fd, header, sizeof(header), 0);
 }
 
 // ---- Reading
@@ -660,32 +534,7 @@ Status CheckHeader(const std::string& path, const char* header, size_t got,
   return Status::OK();
 }
 
-std::atomic<uint64_t> temp_file_counter{0};
-
 }  // namespace
-
-uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
-  const auto& t = Tables().t;
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = ~crc;
-  while (n >= 8) {
-    uint32_t lo =
-        (static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24) ^
-        c;
-    uint32_t hi =
-        static_cast<uint32_t>(p[4]) | static_cast<uint32_t>(p[5]) << 8 |
-        static_cast<uint32_t>(p[6]) << 16 | static_cast<uint32_t>(p[7]) << 24;
-    c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^
-        t[4][lo >> 24] ^ t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^
-        t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
-    p += 8;
-    n -= 8;
-  }
-  while (n-- > 0) c = t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-  return ~c;
-}
 
 Status ValidateShard(const ModelShard& shard) {
   if (shard.num_servers < 1 || shard.server_rank < 0 ||
@@ -763,21 +612,8 @@ Status ValidateShard(const ModelShard& shard) {
 Status WriteCheckpoint(const std::string& path, const ModelShard& shard,
                        const CheckpointWriteOptions& options) {
   PS_RETURN_IF_ERROR(ValidateShard(shard));
-  const std::string temp = path + ".tmp." + std::to_string(getpid()) + "." +
-                           std::to_string(temp_file_counter.fetch_add(1));
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot create " + temp, errno);
-  Status status = WriteFile(fd, shard, options);
-  if (close(fd) != 0 && status.ok())
-    status = IoError("cannot close " + temp, errno);
-  if (status.ok() && rename(temp.c_str(), path.c_str()) != 0) {
-    status = IoError("cannot rename " + temp + " to " + path, errno);
-  }
-  if (!status.ok()) {
-    unlink(temp.c_str());
-    return status;
-  }
-  return SyncDirectory(DirName(path));
+  return WriteFileAtomically(
+      path, [&](int fd) { return WriteFile(fd, shard, options); });
 }
 
 StatusOr<ModelShard> ReadCheckpoint(const std::string& path) {
@@ -786,7 +622,7 @@ StatusOr<ModelShard> ReadCheckpoint(const std::string& path) {
     if (errno == ENOENT) return Status::NotFound("no checkpoint at " + path);
     return IoError("cannot open " + path, errno);
   }
-  FileCloser closer(fd);
+  ScopedFd closer(fd);
   struct stat st;
   if (fstat(fd, &st) != 0) return IoError("cannot stat " + path, errno);
   if (!S_ISREG(st.st_mode))

@@ -126,11 +126,6 @@ inline constexpr size_t kCheckpointHeaderSize = 32;
 // other than float32, segments of one table that disagree).
 [[nodiscard]] StatusOr<ModelShard> ReadCheckpoint(const std::string& path);
 
-// Extends the CRC32C (Castagnoli polynomial, reflected, as in iSCSI and
-// leveldb) `crc` of some bytes with the `n` bytes at `data`; start with 0.
-// Crc32c(0, "123456789", 9) == 0xE3069283. Exposed for tests and tools.
-uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
-
 }  // namespace model
 }  // namespace ps
 

@@ -47,23 +47,14 @@ class ModelClient::Impl {
       return Status::InvalidArgument("table '" + spec.name + "': dim " +
                                      std::to_string(spec.dim) + " < 1");
     }
-    auto app = model::KVAppFor(spec.consistency);
-    if (!app.ok()) return app.status();
     model::ControlRequest request;
     request.op = ControlOp::kRegisterTable;
-    request.name = spec.name;
     request.dim = spec.dim;
     request.initializer = spec.initializer;
-    request.optimizer = spec.optimizer;
-    request.consistency = spec.consistency;
-    PS_RETURN_IF_ERROR(Ask(request, nullptr));
     Info info;
-    info.id = model::TableId(spec.name);
     info.dim = spec.dim;
-    info.kv = Worker(*app);
-    std::lock_guard<std::mutex> lock(mu_);
-    tables_[spec.name] = info;
-    return Status::OK();
+    return Register(&request, spec.name, spec.optimizer, spec.consistency,
+                    &info);
   }
 
   Status RegisterDense(const DenseSpec& spec,
@@ -83,25 +74,15 @@ class ModelClient::Impl {
           "'" + spec.name + "': " + std::to_string(initial.size()) +
           " initial values for " + std::to_string(numel) + " elements");
     }
-    auto app = model::KVAppFor(spec.consistency);
-    if (!app.ok()) return app.status();
     model::ControlRequest request;
     request.op = ControlOp::kRegisterDense;
-    request.name = spec.name;
     request.shape = spec.shape;
-    request.optimizer = spec.optimizer;
-    request.consistency = spec.consistency;
-    PS_RETURN_IF_ERROR(Ask(request, nullptr));
     Info info;
-    info.id = model::TableId(spec.name);
     info.dense = true;
     info.numel = numel;
     info.dim = static_cast<int>(std::min<int64_t>(numel, model::kDenseChunk));
-    info.kv = Worker(*app);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tables_[spec.name] = info;
-    }
+    PS_RETURN_IF_ERROR(
+        Register(&request, spec.name, spec.optimizer, spec.consistency, &info));
     // Offer our values; servers keep the first they get.
     std::vector<Key> keys;
     std::vector<float> vals;
@@ -382,6 +363,25 @@ class ModelClient::Impl {
                 chunks.begin() + i * dim + (end - begin),
                 values->begin() + begin);
     }
+  }
+
+  // Completes *request (a registration) with what tables and dense
+  // parameters share, registers it on every server, then records *info (its
+  // id and worker filled in here) under `name`.
+  Status Register(model::ControlRequest* request, const std::string& name,
+                  const std::string& optimizer, const std::string& consistency,
+                  Info* info) {
+    auto app = model::KVAppFor(consistency);
+    if (!app.ok()) return app.status();
+    request->name = name;
+    request->optimizer = optimizer;
+    request->consistency = consistency;
+    PS_RETURN_IF_ERROR(Ask(*request, nullptr));
+    info->id = model::TableId(name);
+    info->kv = Worker(*app);
+    std::lock_guard<std::mutex> lock(mu_);
+    tables_[name] = *info;
+    return Status::OK();
   }
 
   // Sends a control request to every server; fails with the first error

@@ -30,27 +30,18 @@ const char* OpName(ControlOp op) {
 namespace {
 
 // The oneof case numbers are the ControlOp values.
-static_assert(static_cast<int>(pb::ControlRequest::kRegisterTable) ==
-                  static_cast<int>(ControlOp::kRegisterTable),
-              "op numbers");
-static_assert(static_cast<int>(pb::ControlRequest::kRegisterDense) ==
-                  static_cast<int>(ControlOp::kRegisterDense),
-              "op numbers");
-static_assert(static_cast<int>(pb::ControlRequest::kSave) ==
-                  static_cast<int>(ControlOp::kSave),
-              "op numbers");
-static_assert(static_cast<int>(pb::ControlRequest::kLoad) ==
-                  static_cast<int>(ControlOp::kLoad),
-              "op numbers");
-static_assert(static_cast<int>(pb::ControlRequest::kVersion) ==
-                  static_cast<int>(ControlOp::kVersion),
-              "op numbers");
-static_assert(static_cast<int>(pb::ControlRequest::kLoadCommit) ==
-                  static_cast<int>(ControlOp::kLoadCommit),
-              "op numbers");
-static_assert(static_cast<int>(pb::ControlRequest::kLoadAbort) ==
-                  static_cast<int>(ControlOp::kLoadAbort),
-              "op numbers");
+constexpr bool Same(pb::ControlRequest::OpCase c, ControlOp op) {
+  return static_cast<int>(c) == static_cast<int>(op);
+}
+static_assert(
+    Same(pb::ControlRequest::kRegisterTable, ControlOp::kRegisterTable) &&
+        Same(pb::ControlRequest::kRegisterDense, ControlOp::kRegisterDense) &&
+        Same(pb::ControlRequest::kSave, ControlOp::kSave) &&
+        Same(pb::ControlRequest::kLoad, ControlOp::kLoad) &&
+        Same(pb::ControlRequest::kVersion, ControlOp::kVersion) &&
+        Same(pb::ControlRequest::kLoadCommit, ControlOp::kLoadCommit) &&
+        Same(pb::ControlRequest::kLoadAbort, ControlOp::kLoadAbort),
+    "the op case numbers of model_control.proto are ControlOp's");
 
 Status Bad(const std::string& what) {
   return Status::Corruption("malformed model control request: " + what);

@@ -60,11 +60,11 @@ inline uint32_t CmdTable(int cmd) {
 }
 
 inline uint64_t Salt(uint32_t table_id) {
-  return Fmix64(0x9E3779B97F4A7C15ull * (table_id + 1));
+  return Fmix64(kGoldenGamma * (table_id + 1));
 }
 
 // 2^64 / golden ratio, odd.
-constexpr uint64_t kRowSpread = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kRowSpread = kGoldenGamma;
 constexpr uint64_t kRowSpreadInverse = InverseModPow2(kRowSpread);
 static_assert(kRowSpread * kRowSpreadInverse == 1, "bad inverse");
 

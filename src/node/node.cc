@@ -10,6 +10,7 @@
 #include <random>
 
 #include "node/customer.h"
+#include "util/file.h"
 #include "util/malloc_tuning.h"
 #include "util/secret.h"
 #include "util/thread_name.h"
@@ -49,17 +50,9 @@ std::string NewKeyOrEmpty() {
 
 // Writes the port atomically (a launcher polls for the file).
 Status WritePortFile(const std::string& path, int port) {
-  std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    return Status::InvalidArgument("cannot write EMBER_PORT_FILE " + path);
-  }
-  std::fprintf(f, "%d\n", port);
-  bool ok = std::fclose(f) == 0;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::InvalidArgument("cannot write EMBER_PORT_FILE " + path);
-  }
-  return Status::OK();
+  Status s = WriteStringToFileAtomically(path, std::to_string(port) + "\n");
+  if (s.ok()) return s;
+  return Status(s.code(), "cannot write EMBER_PORT_FILE: " + s.message());
 }
 
 // Large received messages (ZeroMQ mallocs each one) come from malloc's heap

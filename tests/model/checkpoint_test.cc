@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "util/crc32c.h"
+
 namespace ps {
 namespace model {
 namespace {
@@ -276,33 +278,6 @@ class CheckpointTest : public ::testing::Test {
   std::string dir_;
   std::string path_;
 };
-
-// ---- CRC32C ----------------------------------------------------------------
-
-TEST(Crc32cTest, MatchesPublishedCheckValues) {
-  EXPECT_EQ(Crc32c(0, "123456789", 9), 0xE3069283u);
-  EXPECT_EQ(Crc32c(0, "", 0), 0u);
-  std::string zeros(32, '\0');
-  EXPECT_EQ(Crc32c(0, zeros.data(), zeros.size()),
-            0x8A9136AAu);  // RFC 3720 B.4
-  std::string ones(32, '\xff');
-  EXPECT_EQ(Crc32c(0, ones.data(), ones.size()), 0x62A8AB43u);
-  std::string ascending(32, '\0');
-  for (int i = 0; i < 32; ++i) ascending[i] = static_cast<char>(i);
-  EXPECT_EQ(Crc32c(0, ascending.data(), ascending.size()), 0x46DD794Eu);
-}
-
-TEST(Crc32cTest, ExtendingInPiecesEqualsOneCall) {
-  std::mt19937_64 rng(7);
-  std::string data(1000, '\0');
-  for (char& c : data) c = static_cast<char>(rng());
-  const uint32_t whole = Crc32c(0, data.data(), data.size());
-  for (size_t split : {0, 1, 3, 7, 8, 9, 500, 999, 1000}) {
-    uint32_t crc = Crc32c(0, data.data(), split);
-    crc = Crc32c(crc, data.data() + split, data.size() - split);
-    EXPECT_EQ(crc, whole) << "split at " << split;
-  }
-}
 
 // ---- Round trips
 // -------------------------------------------------------------
