@@ -14,6 +14,7 @@
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -28,14 +29,14 @@ class ModelClient::Impl {
     control_ = std::make_unique<SimpleApp>(model::kControlApp, customer_id,
                                            postoffice_);
     control_->set_response_handle([this](const SimpleData& res, SimpleApp*) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       answers_[res.timestamp].push_back(res.body);
     });
   }
 
   ~Impl() {
     control_.reset();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     workers_.clear();
   }
 
@@ -111,7 +112,7 @@ class ModelClient::Impl {
     auto info = Lookup(table, false);
     int ticket;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ticket = next_ticket_++;
       rows_[ticket] = p;
     }
@@ -142,7 +143,7 @@ class ModelClient::Impl {
   Status WaitRows(int ticket, std::vector<float>* rows) {
     std::shared_ptr<PendingRows> p;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = rows_.find(ticket);
       if (it == rows_.end()) {
         return Status::InvalidArgument("unknown or already waited ticket " +
@@ -242,7 +243,7 @@ class ModelClient::Impl {
   Status Clock() {
     std::vector<KVWorker<float>*> kvs;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (auto& w : workers_) kvs.push_back(w.second.get());
     }
     std::vector<int> ts;
@@ -279,7 +280,7 @@ class ModelClient::Impl {
   }
 
   int dim(const std::string& table) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tables_.find(table);
     return it == tables_.end() ? 0 : it->second.dim;
   }
@@ -303,7 +304,7 @@ class ModelClient::Impl {
   };
 
   StatusOr<Info> Lookup(const std::string& name, bool dense) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tables_.find(name);
     if (it == tables_.end()) {
       return Status::NotFound(std::string(dense ? "dense parameter" : "table") +
@@ -319,7 +320,7 @@ class ModelClient::Impl {
   }
 
   KVWorker<float>* Worker(int app_id) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto& w = workers_[app_id];
     if (!w) {
       w = std::make_unique<KVWorker<float>>(app_id, customer_id_, postoffice_);
@@ -379,7 +380,7 @@ class ModelClient::Impl {
     PS_RETURN_IF_ERROR(Ask(*request, nullptr));
     info->id = model::TableId(name);
     info->kv = Worker(*app);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     tables_[name] = *info;
     return Status::OK();
   }
@@ -403,7 +404,7 @@ class ModelClient::Impl {
     }
     std::vector<std::string> answers;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       answers = std::move(answers_[ts]);
       answers_.erase(ts);
     }
@@ -433,12 +434,14 @@ class ModelClient::Impl {
   const int customer_id_;
   std::unique_ptr<SimpleApp> control_;
 
-  mutable std::mutex mu_;
-  std::map<int, std::unique_ptr<KVWorker<float>>> workers_;  // by app id
-  std::map<std::string, Info> tables_;
-  std::map<int, std::vector<std::string>> answers_;  // control, by timestamp
-  std::map<int, std::shared_ptr<PendingRows>> rows_;
-  int next_ticket_ = 1;
+  mutable Mutex mu_;
+  std::map<int, std::unique_ptr<KVWorker<float>>> workers_
+      GUARDED_BY(mu_);  // by app id
+  std::map<std::string, Info> tables_ GUARDED_BY(mu_);
+  // Control answers, by timestamp.
+  std::map<int, std::vector<std::string>> answers_ GUARDED_BY(mu_);
+  std::map<int, std::shared_ptr<PendingRows>> rows_ GUARDED_BY(mu_);
+  int next_ticket_ GUARDED_BY(mu_) = 1;
 };
 
 ModelClient::ModelClient(Postoffice* postoffice, int customer_id)

@@ -15,6 +15,7 @@
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -34,12 +35,12 @@ class ModelServer::Impl {
 
   ~Impl() {
     control_.reset();
-    std::lock_guard<std::mutex> lock(apps_mu_);
+    MutexLock lock(&apps_mu_);
     apps_.clear();
   }
 
   ModelServerStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ModelServerStats s = counters_;
     s.tables = tables_.size();
     for (const auto& t : tables_) {
@@ -90,7 +91,7 @@ class ModelServer::Impl {
       case ControlOp::kRegisterDense:
         return Reply(Register(r));
       case ControlOp::kVersion: {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         return Reply(Status::OK(), counters_.updates);
       }
       case ControlOp::kSave:
@@ -99,7 +100,7 @@ class ModelServer::Impl {
         return Reply(Load(r.dir));
       case ControlOp::kLoadCommit:
       case ControlOp::kLoadAbort: {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (r.op == ControlOp::kLoadCommit) {
           if (!staged_) {
             return Reply(Status::InvalidArgument("no checkpoint load staged"));
@@ -147,7 +148,7 @@ class ModelServer::Impl {
     if (!opt.ok()) return opt.status();
     const uint32_t id = model::TableId(e.name);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = tables_.find(id);
       if (it != tables_.end()) {
         const Entry& o = it->second;
@@ -177,7 +178,7 @@ class ModelServer::Impl {
   // The KVServer of a consistency mode, created at its first table. Requests
   // that arrive before it exists wait on the node (see Node's early queue).
   Status EnsureApp(int app_id, const std::string& consistency) {
-    std::lock_guard<std::mutex> lock(apps_mu_);
+    MutexLock lock(&apps_mu_);
     if (apps_.count(app_id)) return Status::OK();
     auto server = std::make_unique<KVServer<float>>(app_id, postoffice_);
     PS_RETURN_IF_ERROR(server->SetConsistency(consistency));
@@ -196,7 +197,7 @@ class ModelServer::Impl {
     KVPairs<float> res;
     Status s;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = tables_.find(tid);
       if (it == tables_.end()) {
         s = Status::NotFound("no table or dense parameter with id " +
@@ -215,7 +216,7 @@ class ModelServer::Impl {
   }
 
   Status Apply(RowOp op, Entry& e, const KVMeta& meta,
-               const KVPairs<float>& data, KVPairs<float>* res) {
+               const KVPairs<float>& data, KVPairs<float>* res) REQUIRES(mu_) {
     model::EmbeddingTable& t = *e.table;
     const size_t n = data.keys.size();
     const size_t dim = static_cast<size_t>(e.dim);
@@ -307,7 +308,8 @@ class ModelServer::Impl {
   // next round; a pull, an initialisation or a save of the table ends it.
   // Gradients are checked on arrival, so a bad push is refused alone.
   Status MergePush(Entry& e, const KVMeta& meta,
-                   const std::vector<uint64_t>& ids, const float* grads) {
+                   const std::vector<uint64_t>& ids, const float* grads)
+      REQUIRES(mu_) {
     const size_t dim = static_cast<size_t>(e.dim);
     PS_RETURN_IF_ERROR(e.table->CheckGradients(ids.data(), ids.size(), grads));
     Entry::Round& r = e.round;
@@ -323,7 +325,7 @@ class ModelServer::Impl {
     return Status::OK();
   }
 
-  Status FlushRound(Entry& e) {
+  Status FlushRound(Entry& e) REQUIRES(mu_) {
     Entry::Round& r = e.round;
     if (r.senders.empty()) return Status::OK();
     Status s =
@@ -344,7 +346,7 @@ class ModelServer::Impl {
   Status Save(const std::string& dir) {
     model::ModelShard shard;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       shard.version = static_cast<int64_t>(counters_.updates);
       shard.server_rank = postoffice_->my_rank();
       shard.num_servers = postoffice_->num_servers();
@@ -392,7 +394,7 @@ class ModelServer::Impl {
   Status Load(const std::string& dir) {
     auto shard = model::ReadCheckpoint(ShardPath(dir));
     if (!shard.ok()) return shard.status();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Check everything first: a refused load changes nothing.
     std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> fresh;
     auto make = [&](Entry& e) -> StatusOr<model::EmbeddingTable*> {
@@ -455,18 +457,18 @@ class ModelServer::Impl {
   Postoffice* const postoffice_;
   std::unique_ptr<SimpleApp> control_;
 
-  std::mutex apps_mu_;
-  std::map<int, std::unique_ptr<KVServer<float>>> apps_;  // Guarded.
+  Mutex apps_mu_;
+  std::map<int, std::unique_ptr<KVServer<float>>> apps_ GUARDED_BY(apps_mu_);
 
   struct Staged {
     std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> tables;
     uint64_t version = 0;
   };
 
-  mutable std::mutex mu_;
-  std::map<uint32_t, Entry> tables_;  // Guarded by mu_.
-  std::unique_ptr<Staged> staged_;    // Guarded by mu_: a load to commit.
-  ModelServerStats counters_;         // Guarded by mu_.
+  mutable Mutex mu_;
+  std::map<uint32_t, Entry> tables_ GUARDED_BY(mu_);
+  std::unique_ptr<Staged> staged_ GUARDED_BY(mu_);  // A load to commit.
+  ModelServerStats counters_ GUARDED_BY(mu_);
 };
 
 ModelServer::ModelServer(Postoffice* postoffice)

@@ -28,6 +28,7 @@
 #include "message/message.h"
 #include "node/request_tracker.h"
 #include "util/blocking_queue.h"
+#include "util/mutex.h"
 #include "util/wake_fd.h"
 
 namespace ps {
@@ -152,20 +153,20 @@ class Customer {
   BlockingQueue<Event> queue_;
   std::thread thread_;
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable idle_cv_;
-  FailureHandler failure_handler_;           // Guarded by mu_.
-  PeerFailureHandler peer_failure_handler_;  // Guarded by mu_.
-  WatchHandler watch_handler_;               // Guarded by mu_.
-  bool watch_queued_ = false;                // Guarded by mu_.
-  uint64_t queued_ = 0;                      // Guarded by mu_.
-  uint64_t handled_ = 0;                     // Guarded by mu_.
-  bool held_ = false;                        // Guarded by mu_.
+  FailureHandler failure_handler_ GUARDED_BY(mu_);
+  PeerFailureHandler peer_failure_handler_ GUARDED_BY(mu_);
+  WatchHandler watch_handler_ GUARDED_BY(mu_);
+  bool watch_queued_ GUARDED_BY(mu_) = false;
+  uint64_t queued_ GUARDED_BY(mu_) = 0;
+  uint64_t handled_ GUARDED_BY(mu_) = 0;
+  bool held_ GUARDED_BY(mu_) = false;
   // An event is being handled (by the customer thread or a claimant).
-  bool busy_ = false;  // Guarded by mu_.
+  bool busy_ GUARDED_BY(mu_) = false;
   // Messages admitted for the customer thread and not yet queued.
-  int admitted_ = 0;                  // Guarded by mu_.
-  InlinePredicate inline_predicate_;  // Guarded by mu_.
+  int admitted_ GUARDED_BY(mu_) = 0;
+  InlinePredicate inline_predicate_ GUARDED_BY(mu_);
 
   // The customer thread waits inside the van (CoReceive). Whoever clears
   // it (exchange) signals wake_; the thread then consumes that signal.

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "util/clock.h"
+#include "util/mutex.h"
 #include "util/thread_name.h"
 
 namespace ps {
@@ -110,7 +111,7 @@ Status ZmqVan::set_security(const VanSecurity& security) {
           "EMBER_CURVE_KEY_FILE: the public key is not the secret key's");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_) return Status::Internal("set_security after Start");
   security_ = security;
   return Status::OK();
@@ -206,7 +207,7 @@ ZmqVan::~ZmqVan() { Stop(); }
 
 StatusOr<int> ZmqVan::Start(const std::string& host, int port,
                             Handler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_) return Status::Internal("van started twice");
   context_ = zmq_ctx_new();
   if (context_ == nullptr) {
@@ -302,11 +303,11 @@ Status ZmqVan::Connect(int id, const std::string& host, int port) {
   }
   std::string address = HostPort(host, std::to_string(port));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
     routes_[id] = address;
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   if (!closed_) SocketFor(address);  // Errors are logged; Send reports them.
   return Status::OK();
 }
@@ -314,7 +315,7 @@ Status ZmqVan::Connect(int id, const std::string& host, int port) {
 void ZmqVan::Disconnect(int id) {
   std::string address;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = routes_.find(id);
     if (it == routes_.end()) return;
     address = it->second;
@@ -323,7 +324,7 @@ void ZmqVan::Disconnect(int id) {
       if (r.second == address) return;  // Another id still uses it.
     }
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   auto it = dealers_.find(address);
   if (it == dealers_.end()) return;
   zmq_close(it->second);  // Lingers kLingerMs for what was sent.
@@ -331,14 +332,14 @@ void ZmqVan::Disconnect(int id) {
 }
 
 size_t ZmqVan::num_routes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return routes_.size();
 }
 
 Status ZmqVan::Send(Message&& msg) {
   std::string address;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
     auto it = routes_.find(msg.meta.recipient);
     if (it == routes_.end()) {
@@ -347,7 +348,7 @@ Status ZmqVan::Send(Message&& msg) {
     }
     address = it->second;
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   if (closed_) return Status::Unavailable("van is stopped");
   void* socket = SocketFor(address);
   if (socket == nullptr) {
@@ -363,7 +364,7 @@ Status ZmqVan::Send(Message&& msg) {
 ReceiveGate::Result ZmqVan::CoReceive(int wake_fd,
                                       const std::function<bool()>& done) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return ReceiveGate::Result::kStopped;
   }
   return gate_.Visit(wake_fd, done);
@@ -512,14 +513,14 @@ void ZmqVan::ReceiveAll() {
 
 void ZmqVan::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return;
     stopping_ = true;
   }
   gate_.Stop();
   if (io_thread_.joinable()) io_thread_.join();
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(&send_mu_);
     closed_ = true;
     for (auto& entry : dealers_) zmq_close(entry.second);
     dealers_.clear();
