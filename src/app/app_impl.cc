@@ -63,6 +63,7 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler(older_than_ms);
     });
+    customer_->Start();
     customer_ptr_.store(customer_.get(), std::memory_order_release);
   }
   return customer_.get();

@@ -23,12 +23,19 @@ Customer::Customer(int app_id, int customer_id, Node* node, Handler handler,
       customer_id_(customer_id),
       node_(node),
       handler_(std::move(handler)),
-      held_(held) {
+      held_(held) {}
+
+Customer::~Customer() { Stop(); }
+
+void Customer::Start() {
+  CHECK(!started_) << "Customer::Start called twice";
+  started_ = true;
   thread_ = std::thread(&Customer::Loop, this);
   node_->AddCustomer(this);
 }
 
-Customer::~Customer() {
+void Customer::Stop() {
+  if (!started_ || !thread_.joinable()) return;
   node_->RemoveCustomer(this);
   {
     // No new claims once removed; let a claimant in progress finish.

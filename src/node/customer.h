@@ -43,12 +43,13 @@ class Customer {
   // failed), so the application can drop what it kept for it.
   using FailureHandler = std::function<void(int timestamp, const Status&)>;
 
-  // Registers with `node` (borrowed; must outlive this customer) and starts
-  // the customer thread. Messages that arrived for this id before it existed
-  // are queued now. A `held` customer queues messages but handles none until
-  // Release(), so an application can finish setting its handles first.
+  // A customer of `node` (borrowed; must outlive this customer), which
+  // receives nothing until Start(). A `held` customer queues messages but
+  // handles none until Release(), so an application can finish setting its
+  // handles first.
   Customer(int app_id, int customer_id, Node* node, Handler handler,
            bool held = false);
+  // Stop().
   ~Customer();
   Customer(const Customer&) = delete;
   Customer& operator=(const Customer&) = delete;
@@ -120,6 +121,14 @@ class Customer {
   // Fails every open request (expulsion, abort).
   void FailAll(const Status& status);
 
+  // Starts the customer thread and registers with the node; messages that
+  // arrived for this id before are queued now. Call once.
+  void Start();
+  // Unregisters from the node, lets a claim in progress finish, and joins the
+  // customer thread after it has handled what was queued. Idempotent; a
+  // customer never started has nothing to stop.
+  void Stop();
+
   // Starts handling messages (idempotent).
   void Release();
 
@@ -151,7 +160,8 @@ class Customer {
   Handler handler_;
   RequestTracker tracker_;
   BlockingQueue<Event> queue_;
-  std::thread thread_;
+  std::thread thread_;    // Started by Start(), joined by Stop().
+  bool started_ = false;  // Start() and Stop() run on the owner's thread.
 
   Mutex mu_;
   std::condition_variable idle_cv_;
