@@ -150,22 +150,37 @@ Status WritePiece(const ember::model::Model& piece,
   return Status::OK();
 }
 
-Status WritePayload(const ModelShard& shard,
-                    const CheckpointWriteOptions& options,
-                    CopyingOutputStreamAdaptor* out,
-                    const CrcFileWriter& writer) {
-  {
-    ember::model::Model head;
-    head.set_version(shard.version);
-    ember::model::ShardInfo* info = head.mutable_shard();
-    info->set_server_rank(shard.server_rank);
-    info->set_num_servers(shard.num_servers);
-    info->set_ring_epoch(shard.ring_epoch);
-    info->set_ring_virtual_nodes(shard.ring_virtual_nodes);
-    for (int id : shard.ring_server_ids) info->add_ring_server_ids(id);
-    PS_RETURN_IF_ERROR(WritePiece(head, out, writer, "the shard header"));
-  }
-  for (const DenseShard& dense : shard.dense) {
+Status ValidateDense(const DenseShard& dense);
+Status ValidateTableRows(const TableShard& table);
+
+Status WriteHead(const ModelShard& shard, CopyingOutputStreamAdaptor* out,
+                 const CrcFileWriter& writer) {
+  ember::model::Model head;
+  head.set_version(shard.version);
+  ember::model::ShardInfo* info = head.mutable_shard();
+  info->set_server_rank(shard.server_rank);
+  info->set_num_servers(shard.num_servers);
+  info->set_ring_epoch(shard.ring_epoch);
+  info->set_ring_virtual_nodes(shard.ring_virtual_nodes);
+  for (int id : shard.ring_server_ids) info->add_ring_server_ids(id);
+  return WritePiece(head, out, writer, "the shard header");
+}
+
+// Writes the parts of a shard as they come, each checked as ValidateShard
+// checks a whole shard, and tables cut into segments.
+class StreamSink : public CheckpointSink {
+ public:
+  StreamSink(const CheckpointWriteOptions& options,
+             CopyingOutputStreamAdaptor* out, const CrcFileWriter& writer)
+      : options_(options), out_(out), writer_(writer) {}
+
+  Status AddDense(const DenseShard& dense) override {
+    PS_RETURN_IF_ERROR(ValidateDense(dense));
+    if (!dense_chunks_.emplace(dense.name, dense.chunk).second) {
+      return Status::InvalidArgument("dense parameter '" + dense.name +
+                                     "' chunk " + std::to_string(dense.chunk) +
+                                     " appears twice");
+    }
     ember::model::Model piece;
     ember::model::DenseParam* param = piece.add_dense_params();
     param->set_name(dense.name);
@@ -178,25 +193,54 @@ Status WritePayload(const ModelShard& shard,
     param->set_optimizer(dense.optimizer);
     EncodeFloats(dense.slots.data(), dense.slots.size(),
                  param->mutable_slots());
-    PS_RETURN_IF_ERROR(
-        WritePiece(piece, out, writer, "dense parameter " + dense.name));
+    return WritePiece(piece, out_, writer_, "dense parameter " + dense.name);
   }
-  for (const TableShard& table : shard.tables) {
+
+  Status AddTableRows(const TableShard& table, uint64_t table_rows) override {
+    PS_RETURN_IF_ERROR(ValidateTableRows(table));
+    const std::string what = "embedding table '" + table.name + "'";
+    auto [it, fresh] = tables_.try_emplace(table.table_id);
+    Announced& a = it->second;
+    if (fresh) {
+      if (!table_names_.insert(table.name).second) {
+        return Status::InvalidArgument(what + " appears twice");
+      }
+      a = Announced{table.name,
+                    table.dim,
+                    table.initializer,
+                    table.optimizer,
+                    table.slot_floats,
+                    table_rows,
+                    0};
+    } else if (a.name != table.name || a.dim != table.dim ||
+               a.initializer != table.initializer ||
+               a.optimizer != table.optimizer ||
+               a.slot_floats != table.slot_floats || a.rows != table_rows) {
+      return Status::InvalidArgument("table id " +
+                                     std::to_string(table.table_id) +
+                                     " appears twice, with other specs");
+    }
+    const size_t rows = table.ids.size();
+    if (rows > a.rows - a.written) {
+      return Status::InvalidArgument(what + ": more rows than the " +
+                                     std::to_string(a.rows) + " announced");
+    }
+    a.written += rows;
+    // An empty table still gets one segment, to keep its info.
+    if (rows == 0 && !(fresh && table_rows == 0)) return Status::OK();
     const size_t dim = static_cast<size_t>(table.dim);
     const size_t slot_floats = static_cast<size_t>(table.slot_floats);
     const size_t row_bytes =
         sizeof(uint64_t) + sizeof(float) * (dim + slot_floats);
     const size_t rows_per_segment =
-        std::max<size_t>(1, options.max_segment_bytes / row_bytes);
-    const size_t rows = table.ids.size();
-    // An empty table still gets one segment, to keep its info.
+        std::max<size_t>(1, options_.max_segment_bytes / row_bytes);
     size_t begin = 0;
     do {
       size_t end = std::min(rows, begin + rows_per_segment);
       ember::model::Model piece;
       ember::model::EmbeddingTable* segment = piece.add_embedding_tables();
       FillInfo(table, segment->mutable_info());
-      segment->set_table_rows(rows);
+      segment->set_table_rows(table_rows);
       segment->set_slot_floats(table.slot_floats);
       segment->mutable_ids()->Add(table.ids.begin() + begin,
                                   table.ids.begin() + end);
@@ -205,12 +249,41 @@ Status WritePayload(const ModelShard& shard,
       EncodeFloats(table.slots.data() + begin * slot_floats,
                    (end - begin) * slot_floats, segment->mutable_slots());
       PS_RETURN_IF_ERROR(
-          WritePiece(piece, out, writer, "embedding table " + table.name));
+          WritePiece(piece, out_, writer_, "embedding table " + table.name));
       begin = end;
     } while (begin < rows);
+    return Status::OK();
   }
-  return Status::OK();
-}
+
+  // Every table got the rows it announced.
+  Status Finish() const {
+    for (const auto& t : tables_) {
+      if (t.second.written != t.second.rows) {
+        return Status::InvalidArgument(
+            "embedding table '" + t.second.name + "' announced " +
+            std::to_string(t.second.rows) + " rows but got " +
+            std::to_string(t.second.written));
+      }
+    }
+    return Status::OK();
+  }
+
+ private:
+  struct Announced {
+    std::string name;
+    int dim;
+    std::string initializer, optimizer;
+    int slot_floats;
+    uint64_t rows, written;
+  };
+
+  const CheckpointWriteOptions& options_;
+  CopyingOutputStreamAdaptor* const out_;
+  const CrcFileWriter& writer_;
+  std::set<std::pair<std::string, uint64_t>> dense_chunks_;
+  std::unordered_map<uint32_t, Announced> tables_;
+  std::set<std::string> table_names_;
+};
 
 Status WriteAllAt(int fd, const char* data, size_t n, off_t offset) {
   while (n > 0) {
@@ -228,7 +301,8 @@ Status WriteAllAt(int fd, const char* data, size_t n, off_t offset) {
 
 // Writes header and payload to the open, empty file `fd`. The header goes
 // last, once the payload's length and checksum are known.
-Status WriteFile(int fd, const ModelShard& shard,
+Status WriteFile(int fd, const ModelShard& head,
+                 const std::function<Status(CheckpointSink*)>& fill,
                  const CheckpointWriteOptions& options) {
   char header[kCheckpointHeaderSize] = {};
   PS_RETURN_IF_ERROR(WriteAllAt(fd, header, sizeof(header), 0));
@@ -238,7 +312,10 @@ Status WriteFile(int fd, const ModelShard& shard,
   CrcFileWriter writer(fd);
   {
     CopyingOutputStreamAdaptor out(&writer, kIoBlockBytes);
-    PS_RETURN_IF_ERROR(WritePayload(shard, options, &out, writer));
+    PS_RETURN_IF_ERROR(WriteHead(head, &out, writer));
+    StreamSink sink(options, &out, writer);
+    PS_RETURN_IF_ERROR(fill(&sink));
+    PS_RETURN_IF_ERROR(sink.Finish());
     if (!out.Flush()) return IoError("cannot write checkpoint", writer.error());
   }
   std::memcpy(header, kCheckpointMagic, sizeof(kCheckpointMagic));
@@ -536,7 +613,9 @@ Status CheckHeader(const std::string& path, const char* header, size_t got,
 
 }  // namespace
 
-Status ValidateShard(const ModelShard& shard) {
+namespace {
+
+Status ValidateHead(const ModelShard& shard) {
   if (shard.num_servers < 1 || shard.server_rank < 0 ||
       shard.server_rank >= shard.num_servers) {
     return Status::InvalidArgument(
@@ -546,74 +625,120 @@ Status ValidateShard(const ModelShard& shard) {
   if (shard.ring_virtual_nodes < 0) {
     return Status::InvalidArgument("negative ring virtual node count");
   }
+  return Status::OK();
+}
+
+Status ValidateDense(const DenseShard& dense) {
+  const std::string what = "dense parameter '" + dense.name + "' chunk " +
+                           std::to_string(dense.chunk);
+  if (dense.name.empty()) {
+    return Status::InvalidArgument("dense parameter without a name");
+  }
+  uint64_t elements = 1;
+  for (int64_t d : dense.shape) {
+    if (d < 0 ||
+        __builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) {
+      return Status::InvalidArgument(what + " has an invalid shape");
+    }
+  }
+  if (dense.offset > elements ||
+      dense.values.size() > elements - dense.offset) {
+    return Status::InvalidArgument(
+        what + ": " + std::to_string(dense.values.size()) +
+        " values at offset " + std::to_string(dense.offset) +
+        " do not fit its shape of " + std::to_string(elements) + " elements");
+  }
+  return Status::OK();
+}
+
+Status ValidateTableRows(const TableShard& table) {
+  const std::string what = "embedding table '" + table.name + "'";
+  if (table.name.empty()) {
+    return Status::InvalidArgument("embedding table without a name");
+  }
+  if (table.dim < 1 || table.dim > kMaxDim) {
+    return Status::InvalidArgument(what + " has dim " +
+                                   std::to_string(table.dim));
+  }
+  if (table.slot_floats < 0 || table.slot_floats > kMaxSlotFloats) {
+    return Status::InvalidArgument(what + " has " +
+                                   std::to_string(table.slot_floats) +
+                                   " slot floats per row");
+  }
+  size_t weights, slots;
+  if (__builtin_mul_overflow(table.ids.size(), static_cast<size_t>(table.dim),
+                             &weights) ||
+      __builtin_mul_overflow(table.ids.size(),
+                             static_cast<size_t>(table.slot_floats), &slots) ||
+      table.weights.size() != weights || table.slots.size() != slots) {
+    return Status::InvalidArgument(
+        what + ": inconsistent sizes: " + std::to_string(table.ids.size()) +
+        " ids of dim " + std::to_string(table.dim) + " with " +
+        std::to_string(table.slot_floats) + " slot floats, but " +
+        std::to_string(table.weights.size()) + " weights and " +
+        std::to_string(table.slots.size()) + " slots");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValidateShard(const ModelShard& shard) {
+  PS_RETURN_IF_ERROR(ValidateHead(shard));
   std::set<std::pair<std::string, uint64_t>> dense_chunks;
   for (const DenseShard& dense : shard.dense) {
-    const std::string what = "dense parameter '" + dense.name + "' chunk " +
-                             std::to_string(dense.chunk);
-    if (dense.name.empty())
-      return Status::InvalidArgument("dense parameter without a name");
+    PS_RETURN_IF_ERROR(ValidateDense(dense));
     if (!dense_chunks.emplace(dense.name, dense.chunk).second) {
-      return Status::InvalidArgument(what + " appears twice");
-    }
-    uint64_t elements = 1;
-    for (int64_t d : dense.shape) {
-      if (d < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(d),
-                                          &elements)) {
-        return Status::InvalidArgument(what + " has an invalid shape");
-      }
-    }
-    if (dense.offset > elements ||
-        dense.values.size() > elements - dense.offset) {
-      return Status::InvalidArgument(
-          what + ": " + std::to_string(dense.values.size()) +
-          " values at offset " + std::to_string(dense.offset) +
-          " do not fit its shape of " + std::to_string(elements) + " elements");
+      return Status::InvalidArgument("dense parameter '" + dense.name +
+                                     "' chunk " + std::to_string(dense.chunk) +
+                                     " appears twice");
     }
   }
   std::set<uint32_t> table_ids;
   std::set<std::string> table_names;
   for (const TableShard& table : shard.tables) {
-    const std::string what = "embedding table '" + table.name + "'";
-    if (table.name.empty())
-      return Status::InvalidArgument("embedding table without a name");
+    PS_RETURN_IF_ERROR(ValidateTableRows(table));
     if (!table_ids.insert(table.table_id).second) {
       return Status::InvalidArgument(
           "table id " + std::to_string(table.table_id) + " appears twice");
     }
     if (!table_names.insert(table.name).second) {
-      return Status::InvalidArgument(what + " appears twice");
-    }
-    if (table.dim < 1 || table.dim > kMaxDim) {
-      return Status::InvalidArgument(what + " has dim " +
-                                     std::to_string(table.dim));
-    }
-    if (table.slot_floats < 0 || table.slot_floats > kMaxSlotFloats) {
-      return Status::InvalidArgument(what + " has " +
-                                     std::to_string(table.slot_floats) +
-                                     " slot floats per row");
-    }
-    size_t weights, slots;
-    if (__builtin_mul_overflow(table.ids.size(), static_cast<size_t>(table.dim),
-                               &weights) ||
-        __builtin_mul_overflow(
-            table.ids.size(), static_cast<size_t>(table.slot_floats), &slots) ||
-        table.weights.size() != weights || table.slots.size() != slots) {
-      return Status::InvalidArgument(
-          what + ": inconsistent sizes: " + std::to_string(table.ids.size()) +
-          " ids of dim " + std::to_string(table.dim) + " with " +
-          std::to_string(table.slot_floats) + " slot floats, but " +
-          std::to_string(table.weights.size()) + " weights and " +
-          std::to_string(table.slots.size()) + " slots");
+      return Status::InvalidArgument("embedding table '" + table.name +
+                                     "' appears twice");
     }
   }
   return Status::OK();
 }
 
+Status WriteCheckpointStream(const std::string& path, const ModelShard& header,
+                             const std::function<Status(CheckpointSink*)>& fill,
+                             const CheckpointWriteOptions& options) {
+  if (!header.dense.empty() || !header.tables.empty()) {
+    return Status::InvalidArgument(
+        "a streamed checkpoint's header holds no parts");
+  }
+  PS_RETURN_IF_ERROR(ValidateHead(header));
+  return WriteFileAtomically(
+      path, [&](int fd) { return WriteFile(fd, header, fill, options); });
+}
+
 Status WriteCheckpoint(const std::string& path, const ModelShard& shard,
                        const CheckpointWriteOptions& options) {
   PS_RETURN_IF_ERROR(ValidateShard(shard));
-  return WriteFileAtomically(
-      path, [&](int fd) { return WriteFile(fd, shard, options); });
+  return WriteFileAtomically(path, [&](int fd) {
+    return WriteFile(
+        fd, shard,
+        [&](CheckpointSink* sink) {
+          for (const DenseShard& dense : shard.dense) {
+            PS_RETURN_IF_ERROR(sink->AddDense(dense));
+          }
+          for (const TableShard& table : shard.tables) {
+            PS_RETURN_IF_ERROR(sink->AddTableRows(table, table.ids.size()));
+          }
+          return Status::OK();
+        },
+        options);
+  });
 }
 
 StatusOr<ModelShard> ReadCheckpoint(const std::string& path) {

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,34 @@ inline constexpr size_t kCheckpointHeaderSize = 32;
 // with the system's message.
 [[nodiscard]] Status WriteCheckpoint(
     const std::string& path, const ModelShard& shard,
+    const CheckpointWriteOptions& options = CheckpointWriteOptions());
+
+// Adds a shard's parts to a checkpoint file being written by
+// WriteCheckpointStream, so that a server can write its shard without
+// holding it all in a ModelShard. Each part is checked as ValidateShard
+// would check it (InvalidArgument names the problem) and written at once.
+class CheckpointSink {
+ public:
+  virtual ~CheckpointSink() = default;
+  // One dense parameter or chunk of one.
+  [[nodiscard]] virtual Status AddDense(const DenseShard& dense) = 0;
+  // Rows of the table `rows` describes (its name, id, dim, specs and slot
+  // count, which every call for the table repeats), of a table that has
+  // `table_rows` rows in all: the calls for one table must add exactly that
+  // many (WriteCheckpointStream fails otherwise). `rows` may hold any number
+  // of rows, 0 included; large parts are cut into segments.
+  [[nodiscard]] virtual Status AddTableRows(const TableShard& rows,
+                                            uint64_t table_rows) = 0;
+};
+
+// Writes a checkpoint as WriteCheckpoint does, atomically, with the version,
+// rank and ring of `header` (whose dense and tables must be empty) and the
+// parts that `fill` adds to the sink it is given (valid during the call).
+// Errors: fill's own, those of WriteCheckpoint, and InvalidArgument if a
+// table got another number of rows than it announced.
+[[nodiscard]] Status WriteCheckpointStream(
+    const std::string& path, const ModelShard& header,
+    const std::function<Status(CheckpointSink*)>& fill,
     const CheckpointWriteOptions& options = CheckpointWriteOptions());
 
 // Reads the checkpoint at `path`. Blocks on disk I/O. Memory use is the

@@ -343,49 +343,96 @@ class ModelServer::Impl {
            std::to_string(postoffice_->num_servers()) + ".ckpt";
   }
 
+  // Writes this server's shard from a snapshot taken at the start, while
+  // pushes and pulls go on: each table keeps the old contents of a row that a
+  // push changes before it is written (EmbeddingTable::BeginSnapshot), and
+  // the rest are copied a slice at a time under mu_ and written without it.
+  // Extra memory is a bit per row plus a slice, not a copy of the tables.
+  // Save, Load and registrations all run on the control app's thread, so
+  // the tables and their specs stay put until the save ends.
   Status Save(const std::string& dir) {
-    model::ModelShard shard;
+    model::ModelShard head;
+    std::vector<std::pair<uint32_t, const Entry*>> saving;
     {
       MutexLock lock(&mu_);
-      shard.version = static_cast<int64_t>(counters_.updates);
-      shard.server_rank = postoffice_->my_rank();
-      shard.num_servers = postoffice_->num_servers();
+      head.version = static_cast<int64_t>(counters_.updates);
+      head.server_rank = postoffice_->my_rank();
+      head.num_servers = postoffice_->num_servers();
       for (auto& it : tables_) PS_RETURN_IF_ERROR(FlushRound(it.second));
-      for (const auto& it : tables_) {
-        const Entry& e = it.second;
-        const model::EmbeddingTable& t = *e.table;
-        if (e.dense) {
-          t.ForEachRow([&](uint64_t id, const float* w, const float* slots) {
-            model::DenseShard d;
-            d.name = e.name;
-            d.shape = e.shape;
-            d.chunk = id;
-            d.offset = id * e.dim;
-            size_t len = std::min<int64_t>(e.dim, e.numel - d.offset);
-            d.values.assign(w, w + len);
-            d.optimizer = e.optimizer;
-            d.slots.assign(slots, slots + t.slot_floats());
-            shard.dense.push_back(std::move(d));
-          });
-          continue;
-        }
-        model::TableShard ts;
-        ts.name = e.name;
-        ts.table_id = it.first;
-        ts.dim = e.dim;
-        ts.initializer = e.initializer;
-        ts.optimizer = e.optimizer;
-        ts.slot_floats = t.slot_floats();
-        ts.ids.reserve(t.size());
-        t.ForEachRow([&](uint64_t id, const float* w, const float* slots) {
-          ts.ids.push_back(id);
-          ts.weights.insert(ts.weights.end(), w, w + e.dim);
-          ts.slots.insert(ts.slots.end(), slots, slots + t.slot_floats());
-        });
-        shard.tables.push_back(std::move(ts));
+      for (auto& it : tables_) {
+        it.second.table->BeginSnapshot();
+        saving.emplace_back(it.first, &it.second);
       }
     }
-    return model::WriteCheckpoint(ShardPath(dir), shard);
+    Status s = model::WriteCheckpointStream(
+        ShardPath(dir), head, [&](model::CheckpointSink* sink) {
+          for (const auto& t : saving) {
+            PS_RETURN_IF_ERROR(WriteSnapshot(t.first, *t.second, sink));
+          }
+          return Status::OK();
+        });
+    MutexLock lock(&mu_);
+    for (const auto& t : saving) t.second->table->EndSnapshot();
+    return s;
+  }
+
+  // Index slots per slice of a snapshot (about 1 MiB of rows of dim 16 with
+  // Adagrad): what one hold of mu_ copies.
+  static constexpr size_t kSnapshotSlice = 16384;
+
+  Status WriteSnapshot(uint32_t id, const Entry& e,
+                       model::CheckpointSink* sink) {
+    model::EmbeddingTable& t = *e.table;
+    model::TableShard part;
+    part.name = e.name;
+    part.table_id = id;
+    part.dim = e.dim;
+    part.initializer = e.initializer;
+    part.optimizer = e.optimizer;
+    part.slot_floats = t.slot_floats();
+    const size_t dim = static_cast<size_t>(e.dim);
+    const size_t slot_floats = static_cast<size_t>(t.slot_floats());
+    uint64_t rows;
+    {
+      MutexLock lock(&mu_);
+      rows = t.snapshot_rows();
+    }
+    model::EmbeddingTable::RowBatch batch;
+    bool more = true;
+    while (more) {
+      batch.Clear();
+      {
+        MutexLock lock(&mu_);
+        t.TakePreservedRows(&batch);
+        more = t.NextSnapshotRows(kSnapshotSlice, &batch);
+      }
+      if (!e.dense) {
+        part.ids.swap(batch.ids);
+        part.weights.swap(batch.weights);
+        part.slots.swap(batch.slots);
+        Status s = sink->AddTableRows(part, rows);
+        part.ids.swap(batch.ids);
+        part.weights.swap(batch.weights);
+        part.slots.swap(batch.slots);
+        PS_RETURN_IF_ERROR(s);
+        continue;
+      }
+      for (size_t i = 0; i < batch.ids.size(); ++i) {
+        model::DenseShard d;
+        d.name = e.name;
+        d.shape = e.shape;
+        d.chunk = batch.ids[i];
+        d.offset = batch.ids[i] * dim;
+        const size_t len = std::min<int64_t>(dim, e.numel - d.offset);
+        d.values.assign(batch.weights.begin() + i * dim,
+                        batch.weights.begin() + i * dim + len);
+        d.optimizer = e.optimizer;
+        d.slots.assign(batch.slots.begin() + i * slot_floats,
+                       batch.slots.begin() + (i + 1) * slot_floats);
+        PS_RETURN_IF_ERROR(sink->AddDense(d));
+      }
+    }
+    return Status::OK();
   }
 
   // Reads and checks this server's shard and stages its tables; a commit

@@ -291,6 +291,97 @@ TEST_F(CheckpointTest, RoundTripKeepsEveryBit) {
   EXPECT_EQ(DirectoryEntries(), std::vector<std::string>{"shard-2.ckpt"});
 }
 
+// A shard streamed part by part, tables in slices of any size (empty ones
+// too) and in any order of rows, reads back as the same shard as
+// WriteCheckpoint's, and the two files are the same bytes when the parts
+// come in WriteCheckpoint's order.
+TEST_F(CheckpointTest, StreamedShardReadsBackAsTheWholeOne) {
+  const ModelShard shard = MakeShard(3);
+  ModelShard head = shard;
+  head.dense.clear();
+  head.tables.clear();
+  auto slices = [&](CheckpointSink* sink, size_t slice) -> Status {
+    for (const DenseShard& d : shard.dense) {
+      PS_RETURN_IF_ERROR(sink->AddDense(d));
+    }
+    for (const TableShard& t : shard.tables) {
+      const size_t dim = t.dim, sf = t.slot_floats;
+      size_t begin = 0;
+      do {
+        const size_t end = std::min(t.ids.size(), begin + slice);
+        TableShard part = t;
+        part.ids.assign(t.ids.begin() + begin, t.ids.begin() + end);
+        part.weights.assign(t.weights.begin() + begin * dim,
+                            t.weights.begin() + end * dim);
+        part.slots.assign(t.slots.begin() + begin * sf,
+                          t.slots.begin() + end * sf);
+        PS_RETURN_IF_ERROR(sink->AddTableRows(part, t.ids.size()));
+        TableShard empty = part;
+        empty.ids.clear();
+        empty.weights.clear();
+        empty.slots.clear();
+        PS_RETURN_IF_ERROR(sink->AddTableRows(empty, t.ids.size()));
+        begin = end;
+      } while (begin < t.ids.size());
+    }
+    return Status::OK();
+  };
+  ASSERT_TRUE(WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+                return slices(sink, 3);
+              }).ok());
+  StatusOr<ModelShard> read = ReadCheckpoint(path_);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameShard(shard, read.value());
+
+  // Whole tables in one part: WriteCheckpoint's bytes.
+  ASSERT_TRUE(WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+                return slices(sink, size_t{1} << 40);
+              }).ok());
+  const std::string streamed = ReadBytes(path_);
+  ASSERT_TRUE(WriteCheckpoint(path_, shard).ok());
+  EXPECT_EQ(streamed, ReadBytes(path_));
+}
+
+TEST_F(CheckpointTest, AStreamThatBreaksItsWordWritesNothing) {
+  const ModelShard shard = MakeShard(4);
+  ASSERT_FALSE(shard.tables.empty());
+  ModelShard head = shard;
+  head.dense.clear();
+  head.tables.clear();
+  const TableShard& t = shard.tables[0];
+  // Fewer rows than announced.
+  Status s = WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+    return sink->AddTableRows(t, t.ids.size() + 1);
+  });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  // More rows than announced.
+  s = WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+    PS_RETURN_IF_ERROR(sink->AddTableRows(t, t.ids.size()));
+    return sink->AddTableRows(t, t.ids.size());
+  });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  // The same table id with another spec.
+  s = WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+    TableShard other = t;
+    other.dim = t.dim + 1;
+    other.ids.clear();
+    other.weights.clear();
+    other.slots.clear();
+    PS_RETURN_IF_ERROR(sink->AddTableRows(t, t.ids.size()));
+    return sink->AddTableRows(other, t.ids.size());
+  });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  // fill's own error, and a header that carries parts.
+  s = WriteCheckpointStream(path_, head, [](CheckpointSink*) {
+    return Status::Unavailable("the store went away");
+  });
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s;
+  s = WriteCheckpointStream(path_, shard,
+                            [](CheckpointSink*) { return Status::OK(); });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  EXPECT_TRUE(DirectoryEntries().empty());
+}
+
 TEST_F(CheckpointTest, EmptyShardRoundTrips) {
   ModelShard shard;
   ASSERT_TRUE(WriteCheckpoint(path_, shard).ok());

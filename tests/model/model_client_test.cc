@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <cmath>
 #include <future>
 #include <memory>
@@ -337,6 +338,47 @@ TEST_F(ModelClientTest, SaveAndLoadCompleteWhileARoundIsOpen) {
     ASSERT_EQ(b.wait_for(std::chrono::seconds(20)), std::future_status::ready);
     EXPECT_TRUE(a.get().ok());
     EXPECT_TRUE(b.get().ok());
+  }
+  system(("rm -rf " + dir).c_str());
+}
+
+// A save while a worker keeps pushing writes the model as it was at one
+// moment: every row shows the same number of pushes, the saved version.
+// (SGD with lr 1 and gradient 1 on every row: after v pushes each row is
+// -v.) The table spans several snapshot slices.
+TEST_F(ModelClientTest, SaveWhilePushingWritesOneMoment) {
+  Form(1, 2);
+  const std::string dir = ::testing::TempDir() + "/ember_save_while_pushing";
+  system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  ASSERT_TRUE(
+      client(0)->RegisterTable({"e", 1, "zeros", "sgd(lr=1)", "asp"}).ok());
+  ASSERT_TRUE(
+      client(1)->RegisterTable({"e", 1, "zeros", "sgd(lr=1)", "asp"}).ok());
+  std::vector<uint64_t> ids(40000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  const std::vector<float> ones(ids.size(), 1.0f);
+  ASSERT_TRUE(client(0)->Push({}, {{"e", ids, ones}}).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> pushed{0};
+  std::thread pusher([&] {
+    while (!stop.load()) {
+      if (!client(1)->Push({}, {{"e", ids, ones}}).ok()) return;
+      pushed.fetch_add(1);
+    }
+  });
+  while (pushed.load() < 2) std::this_thread::yield();
+  Status saved = client(0)->Save(dir);
+  stop = true;
+  pusher.join();
+  ASSERT_TRUE(saved.ok()) << saved;
+  ASSERT_TRUE(client(0)->Load(dir).ok());
+  std::vector<float> rows;
+  ASSERT_TRUE(client(0)->PullRows("e", ids, &rows).ok());
+  int64_t version = 0;  // The loaded model's: the saved version.
+  ASSERT_TRUE(client(0)->Push({}, {}, &version).ok());
+  ASSERT_GE(version, 1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(rows[i], -static_cast<float>(version)) << "row " << i;
   }
   system(("rm -rf " + dir).c_str());
 }
