@@ -61,6 +61,7 @@
 #include "model/initializer.h"
 #include "model/optimizer.h"
 #include "util/huge_pages.h"
+#include "util/mix.h"
 
 DEFINE_uint64(rows, 2000000, "rows in each measured table");
 DEFINE_string(dims, "8,64", "row widths in floats, comma-separated");
@@ -104,12 +105,9 @@ constexpr char kInitializer[] = "uniform(lo=-0.01,hi=0.01)";
 // Keeps the compiler from dropping stores nobody reads.
 inline void Clobber(void* p) { asm volatile("" : : "r"(p) : "memory"); }
 
+// SplitMix64's output: the IDs a hashing worker would send.
 uint64_t IdOfRow(uint64_t row) {
-  // SplitMix64's finalizer: the IDs a hashing worker would send.
-  uint64_t z = row + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return ps::SplitMix64(row + ps::kGoldenGamma);
 }
 
 std::vector<std::string> Split(const std::string& text) {

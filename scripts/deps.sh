@@ -34,7 +34,8 @@ for flag in "$@"; do
       lean+=(openmpi-bin openssh-server openssh-client munge slurmctld slurmd
         slurm-client prometheus)
       ;;
-    # The libFuzzer targets of tests/fuzz (scripts/fuzz.py).
+    # The libFuzzer targets of tests/fuzz (scripts/fuzz.py); clang-15 also
+    # checks the lock annotations (-Wthread-safety, scripts/test.sh).
     --fuzz) lean+=(clang-15 libfuzzer-15-dev) ;;
     *)
       echo "usage: scripts/deps.sh [--bench] [--launchers] [--fuzz]" >&2

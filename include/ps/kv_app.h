@@ -157,7 +157,7 @@ class KVWorker : public SimpleApp {
 
   // Blocks until the request completes; exits the process non-zero, naming
   // the failed peer, if it failed.
-  void Wait(int timestamp) {
+  void Wait(int timestamp) override {
     Status s = core_->Wait(timestamp);
     if (!s.ok()) FailStop("KVWorker::Wait", s);
   }

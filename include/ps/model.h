@@ -19,7 +19,9 @@
 // ps::Start and keep them until ps::Finalize has returned, as with KVServer.
 // Calls that talk to the servers block and return a Status: kInvalidArgument
 // for bad arguments (an unknown table, a wrong gradient size), kUnavailable
-// when a server died, kAborted when the cluster failed. Thread-safe: any worker
+// when a server died, kAborted when the cluster failed; a server's refusal
+// keeps the server's code (kCorruption for a damaged checkpoint, say) with
+// its message after "server: ". Thread-safe: any worker
 // thread may call.
 #ifndef PS_MODEL_H_
 #define PS_MODEL_H_

@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include "util/mutex.h"
+
 namespace ps {
 
 AppImpl::AppImpl(SimpleApp* app, int app_id, int customer_id,
@@ -23,7 +25,7 @@ AppImpl::~AppImpl() { StopDelivery(); }
 void AppImpl::StopDelivery() {
   std::unique_ptr<Customer> customer;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     customer_ptr_.store(nullptr, std::memory_order_release);
     customer = std::move(customer_);
   }
@@ -32,7 +34,7 @@ void AppImpl::StopDelivery() {
 
 Customer* AppImpl::customer() {
   if (Customer* c = customer_ptr_.load(std::memory_order_acquire)) return c;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!customer_) {
     customer_ = std::make_unique<Customer>(
         app_id_, customer_id_, node_, [this](Message& msg) { Process(msg); },
@@ -40,7 +42,7 @@ Customer* AppImpl::customer() {
     customer_->set_failure_handler([this](int ts, const Status& s) {
       FailureHandler handler;
       {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         handler = kv_failure_;
       }
       if (handler) handler(ts, s);
@@ -48,7 +50,7 @@ Customer* AppImpl::customer() {
     customer_->set_peer_failure_handler([this](int peer, const Status& s) {
       Customer::PeerFailureHandler handler;
       {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         handler = peer_failure_;
       }
       if (handler) handler(peer, s);
@@ -56,46 +58,47 @@ Customer* AppImpl::customer() {
     customer_->set_watch_handler([this](int64_t older_than_ms) {
       Customer::WatchHandler handler;
       {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         handler = watch_;
       }
       if (handler) handler(older_than_ms);
     });
+    customer_->Start();
     customer_ptr_.store(customer_.get(), std::memory_order_release);
   }
   return customer_.get();
 }
 
 void AppImpl::set_kv_handler(KVHandler handler, FailureHandler on_failure) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   kv_handler_ = std::move(handler);
   kv_failure_ = std::move(on_failure);
 }
 
 void AppImpl::set_inline_predicate(Customer::InlinePredicate predicate) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (customer_) customer_->set_inline_predicate(std::move(predicate));
 }
 
 void AppImpl::set_peer_failure_handler(Customer::PeerFailureHandler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   peer_failure_ = std::move(handler);
 }
 
 void AppImpl::set_watch_handler(Customer::WatchHandler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   watch_ = std::move(handler);
 }
 
 void AppImpl::set_request_handle(SimpleApp::Handle handle) {
   CHECK(handle) << "invalid request handle";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   request_handle_ = std::make_shared<SimpleApp::Handle>(std::move(handle));
 }
 
 void AppImpl::set_response_handle(SimpleApp::Handle handle) {
   CHECK(handle) << "invalid response handle";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   response_handle_ = std::make_shared<SimpleApp::Handle>(std::move(handle));
 }
 
@@ -103,7 +106,7 @@ void AppImpl::Process(Message& msg) {
   if (!msg.meta.simple_app) {
     KVHandler handler;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       handler = kv_handler_;
     }
     if (handler) {
@@ -121,7 +124,7 @@ void AppImpl::Process(Message& msg) {
   CopyOrigin(msg.meta, &data);
   std::shared_ptr<SimpleApp::Handle> handle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     handle = msg.meta.request ? request_handle_ : response_handle_;
   }
   (*handle)(data, app_);

@@ -16,6 +16,7 @@
 #include "node/customer.h"
 #include "node/node.h"
 #include "ps/simple_app.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -67,19 +68,19 @@ class AppImpl {
   Postoffice* const postoffice_;
   Node* const node_;
 
-  std::mutex mu_;
-  std::unique_ptr<Customer> customer_;  // Guarded by mu_ while created.
+  Mutex mu_;
+  std::unique_ptr<Customer> customer_ GUARDED_BY(mu_);  // While created.
   // customer_.get() once created, read without mu_: every request asks for
   // the customer several times.
   std::atomic<Customer*> customer_ptr_{nullptr};
-  KVHandler kv_handler_;                       // Guarded by mu_.
-  FailureHandler kv_failure_;                  // Guarded by mu_.
-  Customer::PeerFailureHandler peer_failure_;  // Guarded by mu_.
-  Customer::WatchHandler watch_;               // Guarded by mu_.
+  KVHandler kv_handler_ GUARDED_BY(mu_);
+  FailureHandler kv_failure_ GUARDED_BY(mu_);
+  Customer::PeerFailureHandler peer_failure_ GUARDED_BY(mu_);
+  Customer::WatchHandler watch_ GUARDED_BY(mu_);
   // Shared so a call runs the one instance (handles may hold state) without
   // holding mu_.
-  std::shared_ptr<SimpleApp::Handle> request_handle_;   // Guarded by mu_.
-  std::shared_ptr<SimpleApp::Handle> response_handle_;  // Guarded by mu_.
+  std::shared_ptr<SimpleApp::Handle> request_handle_ GUARDED_BY(mu_);
+  std::shared_ptr<SimpleApp::Handle> response_handle_ GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -17,6 +17,7 @@
 #include "ps/internal/kv_core.h"
 #include "util/clock.h"
 #include "util/log_limiter.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -38,7 +39,7 @@ class KVServerCore::Impl {
     app_->set_kv_handler(nullptr, nullptr);
     app_->set_peer_failure_handler(nullptr);
     app_->set_watch_handler(nullptr);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (controller_ && (config_.mode != ConsistencyConfig::Mode::kAsp ||
                         app_->node()->options().verbose > 0)) {
       LOG(INFO) << "server app " << app_->app_id() << " consistency "
@@ -50,7 +51,7 @@ class KVServerCore::Impl {
   Status SetConsistency(const std::string& spec) {
     auto config = ConsistencyConfig::Parse(spec);
     if (!config.ok()) return config.status();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (controller_ && !(controller_->config() == *config)) {
       return Status::InvalidArgument(
           "consistency of server app " + std::to_string(app_->app_id()) +
@@ -62,7 +63,7 @@ class KVServerCore::Impl {
   }
 
   ConsistencyStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return controller_ ? controller_->stats() : ConsistencyStats();
   }
 
@@ -71,7 +72,7 @@ class KVServerCore::Impl {
     {
       // A deferred push was acknowledged when it arrived; the handle's
       // answer when it is finally applied goes nowhere.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = acked_.find(std::make_tuple(sender, customer_id, timestamp));
       if (it != acked_.end()) {
         if (--it->second == 0) acked_.erase(it);
@@ -153,7 +154,7 @@ class KVServerCore::Impl {
             int customer_id, const RawKVs& res, const Status& error) {
     bool keys_as_requested = false;
     if (pull && !push) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it =
           pull_keys_.find(std::make_tuple(sender, customer_id, timestamp));
       if (it != pull_keys_.end()) {
@@ -189,13 +190,13 @@ class KVServerCore::Impl {
 
   // On the customer thread, like every call into the controller.
   ConsistencyController* controller() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!controller_) {
       ConsistencyController::Callbacks cb;
       cb.run = [this](const RawRequest& r) { RunHandler(r); };
       cb.run_acked = [this](const RawRequest& r) {
         {
-          std::lock_guard<std::mutex> l(mu_);
+          MutexLock l(&mu_);
           ++acked_[std::make_tuple(r.sender, r.customer_id, r.timestamp)];
         }
         RunHandler(r);
@@ -214,7 +215,7 @@ class KVServerCore::Impl {
 
   // The pulls the consistency controller holds, and on whom they wait.
   void LogLongWaits(int64_t older_than_ms) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!controller_) return;
     for (const std::string& line :
          controller_->DescribeLongWaits(older_than_ms)) {
@@ -273,7 +274,7 @@ class KVServerCore::Impl {
       // A response that answers with these very keys (the handle passed
       // the request's keys on, as ps-lite's handles do) leaves them out
       // (keys_as_requested): a third of a 4-byte pull's bytes.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (pull_keys_.size() < kMaxPullKeys) {
         pull_keys_[std::make_tuple(req.sender, req.customer_id,
                                    req.timestamp)] = {req.kvs.keys, NowUs()};
@@ -289,13 +290,13 @@ class KVServerCore::Impl {
   // At most a line a second per worker about its rejected requests.
   LogLimiter reject_log_;
 
-  mutable std::mutex mu_;
-  ConsistencyConfig config_;  // Guarded by mu_.
+  mutable Mutex mu_;
+  ConsistencyConfig config_ GUARDED_BY(mu_);
   // Created at the first message; used on the customer thread only.
-  std::unique_ptr<ConsistencyController> controller_;  // Guarded by mu_.
+  std::unique_ptr<ConsistencyController> controller_ GUARDED_BY(mu_);
   // Requests acknowledged before their handle ran: (sender, customer,
   // timestamp) -> answers to swallow.
-  std::map<std::tuple<int, int, int>, int> acked_;  // Guarded by mu_.
+  std::map<std::tuple<int, int, int>, int> acked_ GUARDED_BY(mu_);
   // Pulls not yet answered: (sender, customer, timestamp) -> their keys,
   // held so that no other array can take their address meanwhile. At most
   // kMaxPullKeys (a handle that never answers cannot grow it); a pull

@@ -17,6 +17,7 @@
 #include "partition/key_ring.h"
 #include "partition/slicer.h"
 #include "ps/internal/kv_core.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -186,7 +187,7 @@ class KVWorkerCore::Impl {
   Message NewRequest(int ts, int recipient, int64_t clock) const;
   Status Assemble(const Pending& p) const;
   void Forget(int ts) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     pending_.erase(ts);
   }
 
@@ -196,8 +197,8 @@ class KVWorkerCore::Impl {
   std::atomic<int64_t> clock_{0};  // Iterations ended (Clock calls).
   std::atomic<int> callbacks_{0};  // Requests whose callback is pending.
 
-  std::mutex mu_;
-  std::unordered_map<int, Pending> pending_;  // Guarded by mu_.
+  Mutex mu_;
+  std::unordered_map<int, Pending> pending_ GUARDED_BY(mu_);
 };
 
 // Submit checks the same while slicing; a request the application sliced
@@ -511,7 +512,7 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     pending_[ts] = std::move(p);
   }
   tracker()->Expect(ts, recipients);
@@ -550,7 +551,7 @@ void KVWorkerCore::Impl::Process(Message& msg) {
   Status s = ParseKVFrames(msg, value_bytes_, &raw);
   Pending done;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = pending_.find(ts);
     if (it == pending_.end()) return;
     const std::vector<int>& ids = *it->second.ids;

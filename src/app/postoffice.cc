@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "node/node.h"
 #include "ps/ps.h"
@@ -17,36 +18,20 @@ const char* Version() { return EMBER_VERSION; }
 
 namespace {
 
-void InitLogging(const char* argv0) {
+// `verbose`: PS_VERBOSE, as Options read it.
+void InitLogging(const char* argv0, int verbose) {
   static std::once_flag once;
-  std::call_once(once, [argv0] {
+  std::call_once(once, [argv0, verbose] {
     // Log to stderr unless the user configured glog; launchers collect it.
     if (std::getenv("GLOG_logtostderr") == nullptr &&
         std::getenv("GLOG_log_dir") == nullptr) {
       FLAGS_logtostderr = true;
     }
-    if (const char* v = std::getenv("PS_VERBOSE")) {
-      int level = std::atoi(v);
-      if (level > FLAGS_v) FLAGS_v = level;
-    }
+    if (verbose > FLAGS_v) FLAGS_v = verbose;
     if (!google::IsGoogleLoggingInitialized()) {
       google::InitGoogleLogging(argv0 != nullptr ? argv0 : "ember");
     }
   });
-}
-
-Role RoleFromEnvironment() {
-  Role role = Role::kWorker;
-  if (const char* r = std::getenv("DMLC_ROLE")) {
-    Status s = ParseRole(r, &role);
-    (void)s;  // Reported properly by Start.
-  }
-  return role;
-}
-
-int IntFromEnvironment(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? std::atoi(v) : fallback;
 }
 
 }  // namespace
@@ -74,12 +59,27 @@ Postoffice::Postoffice(std::unique_ptr<Node> node) : node_(std::move(node)) {}
 
 Postoffice::~Postoffice() = default;
 
+const Options& Postoffice::SettingsLocked() const {
+  if (node_) return node_->options();
+  if (!options_) {
+    StatusOr<Options> read = Options::FromEnvironment();
+    options_status_ = read.status();
+    if (!read.ok()) {
+      LOG(WARNING) << "the settings cannot be read (" << read.status()
+                   << "); until Start reports it, the defaults answer";
+    }
+    options_ = std::make_unique<Options>(read.ok() ? std::move(read.value())
+                                                   : Options());
+  }
+  return *options_;
+}
+
 Status Postoffice::EnsureNode() {
   std::lock_guard<std::mutex> lock(mu_);
   if (node_) return Status::OK();
-  StatusOr<Options> options = Options::FromEnvironment();
-  if (!options.ok()) return options.status();
-  node_ = std::make_unique<Node>(options.value(), std::make_unique<ZmqVan>());
+  const Options options = SettingsLocked();
+  PS_RETURN_IF_ERROR(options_status_);
+  node_ = std::make_unique<Node>(options, std::make_unique<ZmqVan>());
   return Status::OK();
 }
 
@@ -95,7 +95,7 @@ Status Postoffice::StartStatus(int customer_id, bool do_barrier) {
 
 void Postoffice::Start(int customer_id, const char* argv0,
                        const bool do_barrier) {
-  InitLogging(argv0);
+  InitLogging(argv0, verbose());
   Status s = StartStatus(customer_id, do_barrier);
   if (!s.ok()) FailStop("ps::Start", s);
 }
@@ -130,29 +130,27 @@ void Postoffice::RegisterExitCallback(const std::function<void()>& cb) {
 
 int Postoffice::num_workers() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return node_ ? node_->num_workers()
-               : IntFromEnvironment("DMLC_NUM_WORKER", 0);
+  return node_ ? node_->num_workers() : SettingsLocked().num_workers;
 }
 
 int Postoffice::num_servers() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return node_ ? node_->num_servers()
-               : IntFromEnvironment("DMLC_NUM_SERVER", 0);
+  return node_ ? node_->num_servers() : SettingsLocked().num_servers;
 }
 
 bool Postoffice::is_worker() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return (node_ ? node_->role() : RoleFromEnvironment()) == Role::kWorker;
+  return SettingsLocked().role == Role::kWorker;
 }
 
 bool Postoffice::is_server() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return (node_ ? node_->role() : RoleFromEnvironment()) == Role::kServer;
+  return SettingsLocked().role == Role::kServer;
 }
 
 bool Postoffice::is_scheduler() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return (node_ ? node_->role() : RoleFromEnvironment()) == Role::kScheduler;
+  return SettingsLocked().role == Role::kScheduler;
 }
 
 int Postoffice::my_rank() const {
@@ -164,7 +162,7 @@ int Postoffice::my_rank() const {
 
 int Postoffice::verbose() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return node_ ? node_->options().verbose : IntFromEnvironment("PS_VERBOSE", 0);
+  return SettingsLocked().verbose;
 }
 
 const std::vector<int>& Postoffice::GetNodeIDs(int node_id) const {
@@ -185,8 +183,7 @@ const std::vector<int>& Postoffice::GetNodeIDs(int node_id) const {
 const std::vector<Range>& Postoffice::GetServerKeyRanges() {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<const KeyRing> ring = node_ ? node_->key_ring() : nullptr;
-  int n =
-      node_ ? node_->num_servers() : IntFromEnvironment("DMLC_NUM_SERVER", 0);
+  int n = node_ ? node_->num_servers() : SettingsLocked().num_servers;
   std::vector<Range> ranges;
   if (ring && ring->num_ranges() == static_cast<size_t>(ring->num_servers())) {
     for (int s = 0; s < ring->num_servers(); ++s) {

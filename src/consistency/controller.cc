@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "util/mutex.h"
 #include "util/wait_log.h"
 
 namespace ps {
@@ -81,7 +82,7 @@ void ConsistencyController::OnRequest(RawRequest request) {
   }
   Tick(w, request.clock);
   if (request.push) {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     ++stats_.pushes;
   }
   const bool bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
@@ -124,7 +125,7 @@ void ConsistencyController::OnRequest(RawRequest request) {
     }
     if (!request.pull) cb_.ack(request);  // The pull half answers a push-pull.
     {
-      std::lock_guard<std::mutex> lock(stats_mu_);
+      MutexLock lock(&stats_mu_);
       ++stats_.pushes_deferred;
     }
     auto order = [](const PendingPush& a, const PendingPush& b) {
@@ -147,7 +148,7 @@ void ConsistencyController::OnClock(int sender, int64_t clock) {
   if (w < 0 || !live_[w]) return;
   Tick(w, clock);
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     ++stats_.clocks;
   }
   Progress();
@@ -159,7 +160,7 @@ void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
   live_[w] = false;
   --live_count_;
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     stats_.live_workers = live_count_;
   }
   size_t dropped = 0;
@@ -176,7 +177,7 @@ void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
                      [w](const PendingPull& p) { return p.worker == w; }),
       pulls_.end());
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     stats_.pushes_dropped += dropped;
   }
   LOG(WARNING) << "consistency " << config_.ToString() << ": " << status
@@ -194,7 +195,7 @@ void ConsistencyController::OnFailAll(const Status& status) {
   std::deque<PendingPull> pulls;
   pulls.swap(pulls_);
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     stats_.pushes_dropped += pushes_.size();
     stats_.pulls_failed += pulls.size();
   }
@@ -353,7 +354,7 @@ void ConsistencyController::Answer(PendingPull& p, bool waited) {
                     ? 0
                     : std::max<int64_t>(0, p.request.clock - min);
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(&stats_mu_);
     ++stats_.pulls;
     if (waited) {
       double ms = static_cast<double>(clock_->NowMs() - p.arrived_ms);
@@ -375,13 +376,13 @@ void ConsistencyController::Progress() {
   while (!counts_.empty() && counts_.begin()->first < min) {
     counts_.erase(counts_.begin());
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   stats_.live_workers = live_count_;
   stats_.min_clock = min == ConsistencyConfig::kUnbounded ? 0 : min;
 }
 
 ConsistencyStats ConsistencyController::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   ConsistencyStats s = stats_;
   return s;
 }

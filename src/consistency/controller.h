@@ -23,6 +23,7 @@
 #include "ps/consistency.h"
 #include "ps/internal/kv_request.h"
 #include "util/clock.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -119,8 +120,8 @@ class ConsistencyController {
   std::deque<PendingPull> pulls_;
   Status failed_;  // Set by OnFailAll.
 
-  mutable std::mutex stats_mu_;
-  ConsistencyStats stats_;  // Guarded by stats_mu_.
+  mutable Mutex stats_mu_;
+  ConsistencyStats stats_ GUARDED_BY(stats_mu_);
 };
 
 }  // namespace ps

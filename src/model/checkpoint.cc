@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstring>
 #include <set>
@@ -16,6 +15,9 @@
 #include <utility>
 
 #include "model.pb.h"
+#include "util/coding.h"
+#include "util/crc32c.h"
+#include "util/file.h"
 
 namespace ps {
 namespace model {
@@ -35,132 +37,6 @@ constexpr int64_t kMaxSlotFloats = int64_t{1} << 26;
 
 // Buffer size between protobuf and the file descriptor.
 constexpr int kIoBlockBytes = 1 << 20;
-
-constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
-
-// ---- CRC32C, slicing-by-8 -------------------------------------------------
-
-struct Crc32cTables {
-  uint32_t t[8][256];
-};
-
-const Crc32cTables& Tables() {
-  static const Crc32cTables tables = [] {
-    Crc32cTables tb;
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
-      tb.t[0][i] = c;
-    }
-    // t[k][i] is the CRC of byte i followed by k zero bytes, which lets the
-    // loop below fold eight bytes per step.
-    for (uint32_t i = 0; i < 256; ++i) {
-      for (int k = 1; k < 8; ++k) {
-        uint32_t prev = tb.t[k - 1][i];
-        tb.t[k][i] = (prev >> 8) ^ tb.t[0][prev & 0xff];
-      }
-    }
-    return tb;
-  }();
-  return tables;
-}
-
-// ---- Little-endian encoding ------------------------------------------------
-
-void EncodeFixed32(char* dst, uint32_t v) {
-  for (int i = 0; i < 4; ++i) dst[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-void EncodeFixed64(char* dst, uint64_t v) {
-  for (int i = 0; i < 8; ++i) dst[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint32_t DecodeFixed32(const char* src) {
-  const auto* p = reinterpret_cast<const unsigned char*>(src);
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-
-uint64_t DecodeFixed64(const char* src) {
-  const auto* p = reinterpret_cast<const unsigned char*>(src);
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-// Sets *out to the n floats at v, little-endian. Bit patterns (NaN payloads,
-// -0.0) are kept.
-void EncodeFloats(const float* v, size_t n, std::string* out) {
-  out->resize(n * sizeof(float));
-  if (n == 0) return;
-  if constexpr (kLittleEndian) {
-    std::memcpy(&(*out)[0], v, n * sizeof(float));
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, v + i, sizeof(bits));
-      EncodeFixed32(&(*out)[4 * i], bits);
-    }
-  }
-}
-
-// Appends the little-endian floats in `in` (whose size is a multiple of 4)
-// to *out.
-void AppendFloats(const std::string& in, std::vector<float>* out) {
-  size_t n = in.size() / sizeof(float);
-  size_t old = out->size();
-  out->resize(old + n);
-  if (n == 0) return;
-  if constexpr (kLittleEndian) {
-    std::memcpy(out->data() + old, in.data(), n * sizeof(float));
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits = DecodeFixed32(in.data() + 4 * i);
-      std::memcpy(out->data() + old + i, &bits, sizeof(bits));
-    }
-  }
-}
-
-// ---- File helpers ----------------------------------------------------------
-
-Status IoError(const std::string& context, int err) {
-  std::string message = context + ": " + std::strerror(err);
-  if (err == ENOENT) return Status::NotFound(message);
-  return Status::Unavailable(message);
-}
-
-std::string DirName(const std::string& path) {
-  size_t pos = path.rfind('/');
-  if (pos == std::string::npos) return ".";
-  if (pos == 0) return "/";
-  return path.substr(0, pos);
-}
-
-class FileCloser {
- public:
-  explicit FileCloser(int fd) : fd_(fd) {}
-  ~FileCloser() {
-    if (fd_ >= 0) close(fd_);
-  }
-  FileCloser(const FileCloser&) = delete;
-  FileCloser& operator=(const FileCloser&) = delete;
-
- private:
-  int fd_;
-};
-
-Status SyncDirectory(const std::string& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError("cannot open directory " + dir, errno);
-  FileCloser closer(fd);
-  // Some file systems cannot fsync a directory (EINVAL); there the rename is
-  // as durable as it gets.
-  if (fsync(fd) != 0 && errno != EINVAL) {
-    return IoError("cannot fsync directory " + dir, errno);
-  }
-  return Status::OK();
-}
 
 // Writes everything it is given to a file descriptor and keeps the CRC32C of
 // it. Used through a CopyingOutputStreamAdaptor, which batches protobuf's
@@ -274,22 +150,37 @@ Status WritePiece(const ember::model::Model& piece,
   return Status::OK();
 }
 
-Status WritePayload(const ModelShard& shard,
-                    const CheckpointWriteOptions& options,
-                    CopyingOutputStreamAdaptor* out,
-                    const CrcFileWriter& writer) {
-  {
-    ember::model::Model head;
-    head.set_version(shard.version);
-    ember::model::ShardInfo* info = head.mutable_shard();
-    info->set_server_rank(shard.server_rank);
-    info->set_num_servers(shard.num_servers);
-    info->set_ring_epoch(shard.ring_epoch);
-    info->set_ring_virtual_nodes(shard.ring_virtual_nodes);
-    for (int id : shard.ring_server_ids) info->add_ring_server_ids(id);
-    PS_RETURN_IF_ERROR(WritePiece(head, out, writer, "the shard header"));
-  }
-  for (const DenseShard& dense : shard.dense) {
+Status ValidateDense(const DenseShard& dense);
+Status ValidateTableRows(const TableShard& table);
+
+Status WriteHead(const ModelShard& shard, CopyingOutputStreamAdaptor* out,
+                 const CrcFileWriter& writer) {
+  ember::model::Model head;
+  head.set_version(shard.version);
+  ember::model::ShardInfo* info = head.mutable_shard();
+  info->set_server_rank(shard.server_rank);
+  info->set_num_servers(shard.num_servers);
+  info->set_ring_epoch(shard.ring_epoch);
+  info->set_ring_virtual_nodes(shard.ring_virtual_nodes);
+  for (int id : shard.ring_server_ids) info->add_ring_server_ids(id);
+  return WritePiece(head, out, writer, "the shard header");
+}
+
+// Writes the parts of a shard as they come, each checked as ValidateShard
+// checks a whole shard, and tables cut into segments.
+class StreamSink : public CheckpointSink {
+ public:
+  StreamSink(const CheckpointWriteOptions& options,
+             CopyingOutputStreamAdaptor* out, const CrcFileWriter& writer)
+      : options_(options), out_(out), writer_(writer) {}
+
+  Status AddDense(const DenseShard& dense) override {
+    PS_RETURN_IF_ERROR(ValidateDense(dense));
+    if (!dense_chunks_.emplace(dense.name, dense.chunk).second) {
+      return Status::InvalidArgument("dense parameter '" + dense.name +
+                                     "' chunk " + std::to_string(dense.chunk) +
+                                     " appears twice");
+    }
     ember::model::Model piece;
     ember::model::DenseParam* param = piece.add_dense_params();
     param->set_name(dense.name);
@@ -302,25 +193,54 @@ Status WritePayload(const ModelShard& shard,
     param->set_optimizer(dense.optimizer);
     EncodeFloats(dense.slots.data(), dense.slots.size(),
                  param->mutable_slots());
-    PS_RETURN_IF_ERROR(
-        WritePiece(piece, out, writer, "dense parameter " + dense.name));
+    return WritePiece(piece, out_, writer_, "dense parameter " + dense.name);
   }
-  for (const TableShard& table : shard.tables) {
+
+  Status AddTableRows(const TableShard& table, uint64_t table_rows) override {
+    PS_RETURN_IF_ERROR(ValidateTableRows(table));
+    const std::string what = "embedding table '" + table.name + "'";
+    auto [it, fresh] = tables_.try_emplace(table.table_id);
+    Announced& a = it->second;
+    if (fresh) {
+      if (!table_names_.insert(table.name).second) {
+        return Status::InvalidArgument(what + " appears twice");
+      }
+      a = Announced{table.name,
+                    table.dim,
+                    table.initializer,
+                    table.optimizer,
+                    table.slot_floats,
+                    table_rows,
+                    0};
+    } else if (a.name != table.name || a.dim != table.dim ||
+               a.initializer != table.initializer ||
+               a.optimizer != table.optimizer ||
+               a.slot_floats != table.slot_floats || a.rows != table_rows) {
+      return Status::InvalidArgument("table id " +
+                                     std::to_string(table.table_id) +
+                                     " appears twice, with other specs");
+    }
+    const size_t rows = table.ids.size();
+    if (rows > a.rows - a.written) {
+      return Status::InvalidArgument(what + ": more rows than the " +
+                                     std::to_string(a.rows) + " announced");
+    }
+    a.written += rows;
+    // An empty table still gets one segment, to keep its info.
+    if (rows == 0 && !(fresh && table_rows == 0)) return Status::OK();
     const size_t dim = static_cast<size_t>(table.dim);
     const size_t slot_floats = static_cast<size_t>(table.slot_floats);
     const size_t row_bytes =
         sizeof(uint64_t) + sizeof(float) * (dim + slot_floats);
     const size_t rows_per_segment =
-        std::max<size_t>(1, options.max_segment_bytes / row_bytes);
-    const size_t rows = table.ids.size();
-    // An empty table still gets one segment, to keep its info.
+        std::max<size_t>(1, options_.max_segment_bytes / row_bytes);
     size_t begin = 0;
     do {
       size_t end = std::min(rows, begin + rows_per_segment);
       ember::model::Model piece;
       ember::model::EmbeddingTable* segment = piece.add_embedding_tables();
       FillInfo(table, segment->mutable_info());
-      segment->set_table_rows(rows);
+      segment->set_table_rows(table_rows);
       segment->set_slot_floats(table.slot_floats);
       segment->mutable_ids()->Add(table.ids.begin() + begin,
                                   table.ids.begin() + end);
@@ -329,12 +249,41 @@ Status WritePayload(const ModelShard& shard,
       EncodeFloats(table.slots.data() + begin * slot_floats,
                    (end - begin) * slot_floats, segment->mutable_slots());
       PS_RETURN_IF_ERROR(
-          WritePiece(piece, out, writer, "embedding table " + table.name));
+          WritePiece(piece, out_, writer_, "embedding table " + table.name));
       begin = end;
     } while (begin < rows);
+    return Status::OK();
   }
-  return Status::OK();
-}
+
+  // Every table got the rows it announced.
+  Status Finish() const {
+    for (const auto& t : tables_) {
+      if (t.second.written != t.second.rows) {
+        return Status::InvalidArgument(
+            "embedding table '" + t.second.name + "' announced " +
+            std::to_string(t.second.rows) + " rows but got " +
+            std::to_string(t.second.written));
+      }
+    }
+    return Status::OK();
+  }
+
+ private:
+  struct Announced {
+    std::string name;
+    int dim;
+    std::string initializer, optimizer;
+    int slot_floats;
+    uint64_t rows, written;
+  };
+
+  const CheckpointWriteOptions& options_;
+  CopyingOutputStreamAdaptor* const out_;
+  const CrcFileWriter& writer_;
+  std::set<std::pair<std::string, uint64_t>> dense_chunks_;
+  std::unordered_map<uint32_t, Announced> tables_;
+  std::set<std::string> table_names_;
+};
 
 Status WriteAllAt(int fd, const char* data, size_t n, off_t offset) {
   while (n > 0) {
@@ -350,9 +299,10 @@ Status WriteAllAt(int fd, const char* data, size_t n, off_t offset) {
   return Status::OK();
 }
 
-// Writes header and payload to the open, empty file `fd` and fsyncs it. The
-// header goes last, once the payload's length and checksum are known.
-Status WriteFile(int fd, const ModelShard& shard,
+// Writes header and payload to the open, empty file `fd`. The header goes
+// last, once the payload's length and checksum are known.
+Status WriteFile(int fd, const ModelShard& head,
+                 const std::function<Status(CheckpointSink*)>& fill,
                  const CheckpointWriteOptions& options) {
   char header[kCheckpointHeaderSize] = {};
   PS_RETURN_IF_ERROR(WriteAllAt(fd, header, sizeof(header), 0));
@@ -362,7 +312,10 @@ Status WriteFile(int fd, const ModelShard& shard,
   CrcFileWriter writer(fd);
   {
     CopyingOutputStreamAdaptor out(&writer, kIoBlockBytes);
-    PS_RETURN_IF_ERROR(WritePayload(shard, options, &out, writer));
+    PS_RETURN_IF_ERROR(WriteHead(head, &out, writer));
+    StreamSink sink(options, &out, writer);
+    PS_RETURN_IF_ERROR(fill(&sink));
+    PS_RETURN_IF_ERROR(sink.Finish());
     if (!out.Flush()) return IoError("cannot write checkpoint", writer.error());
   }
   std::memcpy(header, kCheckpointMagic, sizeof(kCheckpointMagic));
@@ -371,9 +324,7 @@ Status WriteFile(int fd, const ModelShard& shard,
   EncodeFixed64(header + 16, writer.bytes());
   EncodeFixed32(header + 24, writer.crc());
   EncodeFixed32(header + 28, Crc32c(0, header, 28));
-  PS_RETURN_IF_ERROR(WriteAllAt(fd, header, sizeof(header), 0));
-  if (fsync(fd) != 0) return IoError("cannot fsync checkpoint", errno);
-  return Status::OK();
+  return WriteAllAt(fd, header, sizeof(header), 0);
 }
 
 // ---- Reading
@@ -660,34 +611,11 @@ Status CheckHeader(const std::string& path, const char* header, size_t got,
   return Status::OK();
 }
 
-std::atomic<uint64_t> temp_file_counter{0};
-
 }  // namespace
 
-uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
-  const auto& t = Tables().t;
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = ~crc;
-  while (n >= 8) {
-    uint32_t lo =
-        (static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
-         static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24) ^
-        c;
-    uint32_t hi =
-        static_cast<uint32_t>(p[4]) | static_cast<uint32_t>(p[5]) << 8 |
-        static_cast<uint32_t>(p[6]) << 16 | static_cast<uint32_t>(p[7]) << 24;
-    c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^
-        t[4][lo >> 24] ^ t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^
-        t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
-    p += 8;
-    n -= 8;
-  }
-  while (n-- > 0) c = t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-  return ~c;
-}
+namespace {
 
-Status ValidateShard(const ModelShard& shard) {
+Status ValidateHead(const ModelShard& shard) {
   if (shard.num_servers < 1 || shard.server_rank < 0 ||
       shard.server_rank >= shard.num_servers) {
     return Status::InvalidArgument(
@@ -697,87 +625,120 @@ Status ValidateShard(const ModelShard& shard) {
   if (shard.ring_virtual_nodes < 0) {
     return Status::InvalidArgument("negative ring virtual node count");
   }
+  return Status::OK();
+}
+
+Status ValidateDense(const DenseShard& dense) {
+  const std::string what = "dense parameter '" + dense.name + "' chunk " +
+                           std::to_string(dense.chunk);
+  if (dense.name.empty()) {
+    return Status::InvalidArgument("dense parameter without a name");
+  }
+  uint64_t elements = 1;
+  for (int64_t d : dense.shape) {
+    if (d < 0 ||
+        __builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) {
+      return Status::InvalidArgument(what + " has an invalid shape");
+    }
+  }
+  if (dense.offset > elements ||
+      dense.values.size() > elements - dense.offset) {
+    return Status::InvalidArgument(
+        what + ": " + std::to_string(dense.values.size()) +
+        " values at offset " + std::to_string(dense.offset) +
+        " do not fit its shape of " + std::to_string(elements) + " elements");
+  }
+  return Status::OK();
+}
+
+Status ValidateTableRows(const TableShard& table) {
+  const std::string what = "embedding table '" + table.name + "'";
+  if (table.name.empty()) {
+    return Status::InvalidArgument("embedding table without a name");
+  }
+  if (table.dim < 1 || table.dim > kMaxDim) {
+    return Status::InvalidArgument(what + " has dim " +
+                                   std::to_string(table.dim));
+  }
+  if (table.slot_floats < 0 || table.slot_floats > kMaxSlotFloats) {
+    return Status::InvalidArgument(what + " has " +
+                                   std::to_string(table.slot_floats) +
+                                   " slot floats per row");
+  }
+  size_t weights, slots;
+  if (__builtin_mul_overflow(table.ids.size(), static_cast<size_t>(table.dim),
+                             &weights) ||
+      __builtin_mul_overflow(table.ids.size(),
+                             static_cast<size_t>(table.slot_floats), &slots) ||
+      table.weights.size() != weights || table.slots.size() != slots) {
+    return Status::InvalidArgument(
+        what + ": inconsistent sizes: " + std::to_string(table.ids.size()) +
+        " ids of dim " + std::to_string(table.dim) + " with " +
+        std::to_string(table.slot_floats) + " slot floats, but " +
+        std::to_string(table.weights.size()) + " weights and " +
+        std::to_string(table.slots.size()) + " slots");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ValidateShard(const ModelShard& shard) {
+  PS_RETURN_IF_ERROR(ValidateHead(shard));
   std::set<std::pair<std::string, uint64_t>> dense_chunks;
   for (const DenseShard& dense : shard.dense) {
-    const std::string what = "dense parameter '" + dense.name + "' chunk " +
-                             std::to_string(dense.chunk);
-    if (dense.name.empty())
-      return Status::InvalidArgument("dense parameter without a name");
+    PS_RETURN_IF_ERROR(ValidateDense(dense));
     if (!dense_chunks.emplace(dense.name, dense.chunk).second) {
-      return Status::InvalidArgument(what + " appears twice");
-    }
-    uint64_t elements = 1;
-    for (int64_t d : dense.shape) {
-      if (d < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(d),
-                                          &elements)) {
-        return Status::InvalidArgument(what + " has an invalid shape");
-      }
-    }
-    if (dense.offset > elements ||
-        dense.values.size() > elements - dense.offset) {
-      return Status::InvalidArgument(
-          what + ": " + std::to_string(dense.values.size()) +
-          " values at offset " + std::to_string(dense.offset) +
-          " do not fit its shape of " + std::to_string(elements) + " elements");
+      return Status::InvalidArgument("dense parameter '" + dense.name +
+                                     "' chunk " + std::to_string(dense.chunk) +
+                                     " appears twice");
     }
   }
   std::set<uint32_t> table_ids;
   std::set<std::string> table_names;
   for (const TableShard& table : shard.tables) {
-    const std::string what = "embedding table '" + table.name + "'";
-    if (table.name.empty())
-      return Status::InvalidArgument("embedding table without a name");
+    PS_RETURN_IF_ERROR(ValidateTableRows(table));
     if (!table_ids.insert(table.table_id).second) {
       return Status::InvalidArgument(
           "table id " + std::to_string(table.table_id) + " appears twice");
     }
     if (!table_names.insert(table.name).second) {
-      return Status::InvalidArgument(what + " appears twice");
-    }
-    if (table.dim < 1 || table.dim > kMaxDim) {
-      return Status::InvalidArgument(what + " has dim " +
-                                     std::to_string(table.dim));
-    }
-    if (table.slot_floats < 0 || table.slot_floats > kMaxSlotFloats) {
-      return Status::InvalidArgument(what + " has " +
-                                     std::to_string(table.slot_floats) +
-                                     " slot floats per row");
-    }
-    size_t weights, slots;
-    if (__builtin_mul_overflow(table.ids.size(), static_cast<size_t>(table.dim),
-                               &weights) ||
-        __builtin_mul_overflow(
-            table.ids.size(), static_cast<size_t>(table.slot_floats), &slots) ||
-        table.weights.size() != weights || table.slots.size() != slots) {
-      return Status::InvalidArgument(
-          what + ": inconsistent sizes: " + std::to_string(table.ids.size()) +
-          " ids of dim " + std::to_string(table.dim) + " with " +
-          std::to_string(table.slot_floats) + " slot floats, but " +
-          std::to_string(table.weights.size()) + " weights and " +
-          std::to_string(table.slots.size()) + " slots");
+      return Status::InvalidArgument("embedding table '" + table.name +
+                                     "' appears twice");
     }
   }
   return Status::OK();
 }
 
+Status WriteCheckpointStream(const std::string& path, const ModelShard& header,
+                             const std::function<Status(CheckpointSink*)>& fill,
+                             const CheckpointWriteOptions& options) {
+  if (!header.dense.empty() || !header.tables.empty()) {
+    return Status::InvalidArgument(
+        "a streamed checkpoint's header holds no parts");
+  }
+  PS_RETURN_IF_ERROR(ValidateHead(header));
+  return WriteFileAtomically(
+      path, [&](int fd) { return WriteFile(fd, header, fill, options); });
+}
+
 Status WriteCheckpoint(const std::string& path, const ModelShard& shard,
                        const CheckpointWriteOptions& options) {
   PS_RETURN_IF_ERROR(ValidateShard(shard));
-  const std::string temp = path + ".tmp." + std::to_string(getpid()) + "." +
-                           std::to_string(temp_file_counter.fetch_add(1));
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot create " + temp, errno);
-  Status status = WriteFile(fd, shard, options);
-  if (close(fd) != 0 && status.ok())
-    status = IoError("cannot close " + temp, errno);
-  if (status.ok() && rename(temp.c_str(), path.c_str()) != 0) {
-    status = IoError("cannot rename " + temp + " to " + path, errno);
-  }
-  if (!status.ok()) {
-    unlink(temp.c_str());
-    return status;
-  }
-  return SyncDirectory(DirName(path));
+  return WriteFileAtomically(path, [&](int fd) {
+    return WriteFile(
+        fd, shard,
+        [&](CheckpointSink* sink) {
+          for (const DenseShard& dense : shard.dense) {
+            PS_RETURN_IF_ERROR(sink->AddDense(dense));
+          }
+          for (const TableShard& table : shard.tables) {
+            PS_RETURN_IF_ERROR(sink->AddTableRows(table, table.ids.size()));
+          }
+          return Status::OK();
+        },
+        options);
+  });
 }
 
 StatusOr<ModelShard> ReadCheckpoint(const std::string& path) {
@@ -786,7 +747,7 @@ StatusOr<ModelShard> ReadCheckpoint(const std::string& path) {
     if (errno == ENOENT) return Status::NotFound("no checkpoint at " + path);
     return IoError("cannot open " + path, errno);
   }
-  FileCloser closer(fd);
+  ScopedFd closer(fd);
   struct stat st;
   if (fstat(fd, &st) != 0) return IoError("cannot stat " + path, errno);
   if (!S_ISREG(st.st_mode))

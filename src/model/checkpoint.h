@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,34 @@ inline constexpr size_t kCheckpointHeaderSize = 32;
     const std::string& path, const ModelShard& shard,
     const CheckpointWriteOptions& options = CheckpointWriteOptions());
 
+// Adds a shard's parts to a checkpoint file being written by
+// WriteCheckpointStream, so that a server can write its shard without
+// holding it all in a ModelShard. Each part is checked as ValidateShard
+// would check it (InvalidArgument names the problem) and written at once.
+class CheckpointSink {
+ public:
+  virtual ~CheckpointSink() = default;
+  // One dense parameter or chunk of one.
+  [[nodiscard]] virtual Status AddDense(const DenseShard& dense) = 0;
+  // Rows of the table `rows` describes (its name, id, dim, specs and slot
+  // count, which every call for the table repeats), of a table that has
+  // `table_rows` rows in all: the calls for one table must add exactly that
+  // many (WriteCheckpointStream fails otherwise). `rows` may hold any number
+  // of rows, 0 included; large parts are cut into segments.
+  [[nodiscard]] virtual Status AddTableRows(const TableShard& rows,
+                                            uint64_t table_rows) = 0;
+};
+
+// Writes a checkpoint as WriteCheckpoint does, atomically, with the version,
+// rank and ring of `header` (whose dense and tables must be empty) and the
+// parts that `fill` adds to the sink it is given (valid during the call).
+// Errors: fill's own, those of WriteCheckpoint, and InvalidArgument if a
+// table got another number of rows than it announced.
+[[nodiscard]] Status WriteCheckpointStream(
+    const std::string& path, const ModelShard& header,
+    const std::function<Status(CheckpointSink*)>& fill,
+    const CheckpointWriteOptions& options = CheckpointWriteOptions());
+
 // Reads the checkpoint at `path`. Blocks on disk I/O. Memory use is the
 // shard plus one segment.
 //
@@ -125,11 +154,6 @@ inline constexpr size_t kCheckpointHeaderSize = 32;
 // not parse, or parses into an inconsistent shard (ValidateShard, a dtype
 // other than float32, segments of one table that disagree).
 [[nodiscard]] StatusOr<ModelShard> ReadCheckpoint(const std::string& path);
-
-// Extends the CRC32C (Castagnoli polynomial, reflected, as in iSCSI and
-// leveldb) `crc` of some bytes with the `n` bytes at `data`; start with 0.
-// Crc32c(0, "123456789", 9) == 0xE3069283. Exposed for tests and tools.
-uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
 
 }  // namespace model
 }  // namespace ps

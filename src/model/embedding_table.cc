@@ -197,6 +197,7 @@ float* EmbeddingTable::NewFullChunk() {
 }
 
 void EmbeddingTable::Rehash(size_t capacity) {
+  ++index_generation_;
   // The new index is built aside and swapped in at the end, so a failed
   // allocation (std::bad_alloc) leaves the table as it was.
   std::unique_ptr<IndexEntry[]> small;
@@ -327,6 +328,16 @@ Status EmbeddingTable::ApplyGradients(const uint64_t* ids, size_t n,
   const size_t dim = dim_;
   PS_RETURN_IF_ERROR(CheckRoom(ids, n));
   ResolveRows(ids, n);
+  if (snapshot_active_) {
+    // Keep what a snapshot under way must still hand out, before changing it.
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t row = rows_scratch_[i];
+      if (row < snapshot_rows_ && !HandedOut(row)) {
+        MarkHandedOut(row);
+        AppendRow(ids[i], row, &preserved_);
+      }
+    }
+  }
 
   // Group positions by row, numbering rows in order of first appearance,
   // with a scratch hash of {row, number} pairs sized for load <= 1/2.
@@ -410,6 +421,61 @@ void EmbeddingTable::ForEachRow(
     const float* data = RowData(entry.row);
     fn(EntryId(entry), data, data + dim_);
   }
+}
+
+void EmbeddingTable::AppendRow(uint64_t id, uint32_t row, RowBatch* out) const {
+  const float* data = RowData(row);
+  out->ids.push_back(id);
+  out->weights.insert(out->weights.end(), data, data + dim_);
+  out->slots.insert(out->slots.end(), data + dim_, data + row_floats_);
+}
+
+void EmbeddingTable::BeginSnapshot() {
+  snapshot_active_ = true;
+  snapshot_rows_ = num_rows_;
+  snapshot_handed_.assign((num_rows_ + 63) / 64, 0);
+  snapshot_cursor_ = 0;
+  snapshot_generation_ = index_generation_;
+  preserved_.Clear();
+}
+
+bool EmbeddingTable::NextSnapshotRows(size_t slots, RowBatch* out) {
+  if (!snapshot_active_) return false;
+  if (snapshot_generation_ != index_generation_) {
+    // Rehashed since the last slice: walk the new index from its start (the
+    // rows handed out already are marked). The walk that reaches the end
+    // saw one index whole, so it missed no row.
+    snapshot_generation_ = index_generation_;
+    snapshot_cursor_ = 0;
+  }
+  const size_t end = std::min(index_capacity_, snapshot_cursor_ + slots);
+  for (size_t i = snapshot_cursor_; i < end; ++i) {
+    const IndexEntry& entry = index_[i];
+    if (entry.row == kEmptyRow || entry.row >= snapshot_rows_ ||
+        HandedOut(entry.row)) {
+      continue;
+    }
+    MarkHandedOut(entry.row);
+    AppendRow(EntryId(entry), entry.row, out);
+  }
+  snapshot_cursor_ = end;
+  return snapshot_cursor_ < index_capacity_;
+}
+
+void EmbeddingTable::TakePreservedRows(RowBatch* out) {
+  out->ids.insert(out->ids.end(), preserved_.ids.begin(), preserved_.ids.end());
+  out->weights.insert(out->weights.end(), preserved_.weights.begin(),
+                      preserved_.weights.end());
+  out->slots.insert(out->slots.end(), preserved_.slots.begin(),
+                    preserved_.slots.end());
+  preserved_ = RowBatch();  // Frees the memory too.
+}
+
+void EmbeddingTable::EndSnapshot() {
+  snapshot_active_ = false;
+  snapshot_rows_ = 0;
+  std::vector<uint64_t>().swap(snapshot_handed_);
+  preserved_ = RowBatch();
 }
 
 size_t EmbeddingTable::MemoryBytes() const {

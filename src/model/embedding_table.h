@@ -110,6 +110,42 @@ class EmbeddingTable {
   void ForEachRow(const std::function<void(uint64_t id, const float* weights,
                                            const float* slots)>& fn) const;
 
+  // ---- Snapshots: a checkpoint of a table in use ----
+  //
+  // BeginSnapshot() fixes the table's rows as they are now, without copying
+  // them. Until EndSnapshot(), ApplyGradients first keeps the contents of
+  // each snapshot row it is the first to change, which TakePreservedRows()
+  // hands out, and NextSnapshotRows() hands out the others a slice at a time,
+  // so that every row of the snapshot is handed out exactly once, with its
+  // contents at BeginSnapshot(). Rows created after BeginSnapshot() are not
+  // part of the snapshot. The table's other calls work as usual meanwhile;
+  // callers hold the table's lock for each call, as for every other, so
+  // they may write out what they were handed without it. Extra memory: a
+  // bit per row, plus the preserved rows until they are taken.
+  struct RowBatch {
+    std::vector<uint64_t> ids;
+    std::vector<float> weights;  // ids.size() * dim
+    std::vector<float> slots;    // ids.size() * slot_floats
+    void Clear() {
+      ids.clear();
+      weights.clear();
+      slots.clear();
+    }
+  };
+  void BeginSnapshot();
+  // Appends to *out the snapshot rows not yet handed out among the next
+  // `slots` slots of the index; returns false once every row of the
+  // snapshot has been handed out (or no snapshot is under way). The walk
+  // starts over (skipping the rows handed out) when the index has been
+  // rehashed since the last call, so it ends once the table stops doubling
+  // faster than the walk goes: 3/8 of `slots` new rows per call.
+  bool NextSnapshotRows(size_t slots, RowBatch* out);
+  // Appends the rows preserved since the last call to *out.
+  void TakePreservedRows(RowBatch* out);
+  void EndSnapshot();
+  // The number of rows of the snapshot under way.
+  size_t snapshot_rows() const { return snapshot_rows_; }
+
   // Makes room in the index for `rows` rows in total, so that filling the
   // table to that size rehashes no more. Allocates no arena.
   void Reserve(size_t rows);
@@ -205,6 +241,28 @@ class EmbeddingTable {
   HugePageMemory index_large_;
   size_t index_capacity_ = 0;
   size_t index_mask_ = 0;
+
+  // Copies row `row` (of ID `id`) to *out.
+  void AppendRow(uint64_t id, uint32_t row, RowBatch* out) const;
+  bool HandedOut(uint32_t row) const {
+    return (snapshot_handed_[row >> 6] >> (row & 63)) & 1;
+  }
+  void MarkHandedOut(uint32_t row) {
+    snapshot_handed_[row >> 6] |= uint64_t{1} << (row & 63);
+  }
+
+  // Rehash() counts its calls, so a snapshot's walk over the index knows
+  // when to start again.
+  uint64_t index_generation_ = 0;
+  // The snapshot under way: its rows are 0..snapshot_rows_-1; a set bit of
+  // snapshot_handed_ marks a row handed out or preserved; the walk is at
+  // slot snapshot_cursor_ of the index of generation snapshot_generation_.
+  bool snapshot_active_ = false;
+  size_t snapshot_rows_ = 0;
+  std::vector<uint64_t> snapshot_handed_;
+  size_t snapshot_cursor_ = 0;
+  uint64_t snapshot_generation_ = 0;
+  RowBatch preserved_;
 
   // Scratch of ApplyGradients and Lookup, kept to avoid allocating per call.
   std::vector<uint32_t> rows_scratch_;

@@ -249,10 +249,9 @@ namespace {
 
 using spec_internal::SpecParameter;
 
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-
-// SplitMix64's output function: a bijection of 64-bit words with full
-// avalanche, so nearby counters give unrelated bits.
+// SplitMix64's output function (util/mix.h) has full avalanche, so nearby
+// counters give unrelated bits.
+constexpr uint64_t kGolden = kGoldenGamma;
 inline uint64_t Mix64(uint64_t z) { return SplitMix64(z); }
 
 inline uint64_t RowKey(uint64_t table_id, uint64_t row_id) {

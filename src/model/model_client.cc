@@ -8,11 +8,13 @@
 #include <mutex>
 #include <numeric>
 
+#include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "node/node.h"
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -27,77 +29,61 @@ class ModelClient::Impl {
     control_ = std::make_unique<SimpleApp>(model::kControlApp, customer_id,
                                            postoffice_);
     control_->set_response_handle([this](const SimpleData& res, SimpleApp*) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       answers_[res.timestamp].push_back(res.body);
     });
   }
 
   ~Impl() {
     control_.reset();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     workers_.clear();
   }
 
   Status RegisterTable(const TableSpec& spec) {
-    if (spec.name.empty() || spec.name.find('\t') != std::string::npos) {
-      return Status::InvalidArgument("bad table name '" + spec.name + "'");
+    if (spec.name.empty()) {
+      return Status::InvalidArgument("a table needs a name");
     }
     if (spec.dim < 1) {
       return Status::InvalidArgument("table '" + spec.name + "': dim " +
                                      std::to_string(spec.dim) + " < 1");
     }
-    auto app = model::KVAppFor(spec.consistency);
-    if (!app.ok()) return app.status();
-    PS_RETURN_IF_ERROR(Ask(ControlOp::kRegisterTable,
-                           spec.name + "\t" + std::to_string(spec.dim) + "\t" +
-                               spec.initializer + "\t" + spec.optimizer + "\t" +
-                               spec.consistency,
-                           nullptr));
+    model::ControlRequest request;
+    request.op = ControlOp::kRegisterTable;
+    request.dim = spec.dim;
+    request.initializer = spec.initializer;
     Info info;
-    info.id = model::TableId(spec.name);
     info.dim = spec.dim;
-    info.kv = Worker(*app);
-    std::lock_guard<std::mutex> lock(mu_);
-    tables_[spec.name] = info;
-    return Status::OK();
+    return Register(&request, spec.name, spec.optimizer, spec.consistency,
+                    &info);
   }
 
   Status RegisterDense(const DenseSpec& spec,
                        const std::vector<float>& initial) {
-    if (spec.name.empty() || spec.name.find('\t') != std::string::npos) {
-      return Status::InvalidArgument("bad parameter name '" + spec.name + "'");
+    if (spec.name.empty()) {
+      return Status::InvalidArgument("a dense parameter needs a name");
     }
     int64_t numel = 1;
-    std::string shape;
     for (int64_t d : spec.shape) {
-      if (d < 1) {
+      if (d < 1 || d > model::kMaxDenseElements / numel) {
         return Status::InvalidArgument("'" + spec.name + "': bad shape");
       }
       numel *= d;
-      shape += (shape.empty() ? "" : ",") + std::to_string(d);
     }
     if (static_cast<int64_t>(initial.size()) != numel) {
       return Status::InvalidArgument(
           "'" + spec.name + "': " + std::to_string(initial.size()) +
           " initial values for " + std::to_string(numel) + " elements");
     }
-    auto app = model::KVAppFor(spec.consistency);
-    if (!app.ok()) return app.status();
-    PS_RETURN_IF_ERROR(Ask(ControlOp::kRegisterDense,
-                           spec.name + "\t" + std::to_string(numel) + "\t" +
-                               shape + "\t" + spec.optimizer + "\t" +
-                               spec.consistency,
-                           nullptr));
+    model::ControlRequest request;
+    request.op = ControlOp::kRegisterDense;
+    request.shape = spec.shape;
     Info info;
-    info.id = model::TableId(spec.name);
     info.dense = true;
     info.numel = numel;
     info.dim = static_cast<int>(std::min<int64_t>(numel, model::kDenseChunk));
-    info.kv = Worker(*app);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tables_[spec.name] = info;
-    }
+    PS_RETURN_IF_ERROR(
+        Register(&request, spec.name, spec.optimizer, spec.consistency, &info));
     // Offer our values; servers keep the first they get.
     std::vector<Key> keys;
     std::vector<float> vals;
@@ -126,7 +112,7 @@ class ModelClient::Impl {
     auto info = Lookup(table, false);
     int ticket;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ticket = next_ticket_++;
       rows_[ticket] = p;
     }
@@ -157,7 +143,7 @@ class ModelClient::Impl {
   Status WaitRows(int ticket, std::vector<float>* rows) {
     std::shared_ptr<PendingRows> p;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = rows_.find(ticket);
       if (it == rows_.end()) {
         return Status::InvalidArgument("unknown or already waited ticket " +
@@ -257,7 +243,7 @@ class ModelClient::Impl {
   Status Clock() {
     std::vector<KVWorker<float>*> kvs;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (auto& w : workers_) kvs.push_back(w.second.get());
     }
     std::vector<int> ts;
@@ -271,22 +257,30 @@ class ModelClient::Impl {
   }
 
   Status Save(const std::string& dir) {
-    return Ask(ControlOp::kSave, dir, nullptr);
+    model::ControlRequest request;
+    request.op = ControlOp::kSave;
+    request.dir = dir;
+    return Ask(request, nullptr);
   }
   // Two phases: every server reads and checks its shard, then all swap it
   // in; if any refuses, none does.
   Status Load(const std::string& dir) {
-    Status s = Ask(ControlOp::kLoad, dir, nullptr);
+    model::ControlRequest request;
+    request.op = ControlOp::kLoad;
+    request.dir = dir;
+    Status s = Ask(request, nullptr);
     if (!s.ok()) {
-      Status abort = Ask(ControlOp::kLoadAbort, "", nullptr);
+      request.op = ControlOp::kLoadAbort;
+      Status abort = Ask(request, nullptr);
       if (!abort.ok()) LOG(WARNING) << "aborting the load: " << abort;
       return s;
     }
-    return Ask(ControlOp::kLoadCommit, "", nullptr);
+    request.op = ControlOp::kLoadCommit;
+    return Ask(request, nullptr);
   }
 
   int dim(const std::string& table) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tables_.find(table);
     return it == tables_.end() ? 0 : it->second.dim;
   }
@@ -310,7 +304,7 @@ class ModelClient::Impl {
   };
 
   StatusOr<Info> Lookup(const std::string& name, bool dense) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = tables_.find(name);
     if (it == tables_.end()) {
       return Status::NotFound(std::string(dense ? "dense parameter" : "table") +
@@ -326,7 +320,7 @@ class ModelClient::Impl {
   }
 
   KVWorker<float>* Worker(int app_id) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto& w = workers_[app_id];
     if (!w) {
       w = std::make_unique<KVWorker<float>>(app_id, customer_id_, postoffice_);
@@ -372,42 +366,67 @@ class ModelClient::Impl {
     }
   }
 
-  // Sends a control request to every server; fails with the first error.
-  Status Ask(ControlOp op, const std::string& body,
-             std::vector<std::string>* replies) {
-    int ts = control_->Request(static_cast<int>(op), body, kServerGroup);
+  // Completes *request (a registration) with what tables and dense
+  // parameters share, registers it on every server, then records *info (its
+  // id and worker filled in here) under `name`.
+  Status Register(model::ControlRequest* request, const std::string& name,
+                  const std::string& optimizer, const std::string& consistency,
+                  Info* info) {
+    auto app = model::KVAppFor(consistency);
+    if (!app.ok()) return app.status();
+    request->name = name;
+    request->optimizer = optimizer;
+    request->consistency = consistency;
+    PS_RETURN_IF_ERROR(Ask(*request, nullptr));
+    info->id = model::TableId(name);
+    info->kv = Worker(*app);
+    MutexLock lock(&mu_);
+    tables_[name] = *info;
+    return Status::OK();
+  }
+
+  // Sends a control request to every server; fails with the first error
+  // (the server's Status, its message prefixed with "server: "). *replies:
+  // every server's answer.
+  Status Ask(const model::ControlRequest& request,
+             std::vector<model::ControlReply>* replies) {
+    int head = 0;
+    const std::string body = model::EncodeControlRequest(request, &head);
+    int ts = control_->Request(head, body, kServerGroup);
     // Bounded: a server that never answers (its control thread stuck, say)
     // fails the call with the servers named, instead of hanging the caller.
     Status s = control_->WaitStatus(
         ts, postoffice_->node()->options().model_timeout_ms);
     if (s.code() == Status::Code::kDeadlineExceeded) {
-      s = Status::DeadlineExceeded(std::string("model ") + model::OpName(op) +
-                                   ": " + s.message() +
-                                   " (EMBER_MODEL_TIMEOUT)");
+      s = Status::DeadlineExceeded(std::string("model ") +
+                                   model::OpName(request.op) + ": " +
+                                   s.message() + " (EMBER_MODEL_TIMEOUT)");
     }
     std::vector<std::string> answers;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       answers = std::move(answers_[ts]);
       answers_.erase(ts);
     }
     if (!s.ok()) return s;
     for (const std::string& a : answers) {
-      if (a.rfind("ERR\t", 0) == 0) {
-        return Status::InvalidArgument("server: " + a.substr(4));
-      }
-      if (replies && a.size() > 3) replies->push_back(a.substr(3));
+      auto reply = model::DecodeControlReply(a);
+      if (!reply.ok()) return reply.status();
+      const Status& r = reply->status;
+      if (!r.ok()) return Status(r.code(), "server: " + r.message());
+      if (replies) replies->push_back(*reply);
     }
     return Status::OK();
   }
 
   Status Version(int64_t* version) {
-    std::vector<std::string> replies;
-    PS_RETURN_IF_ERROR(Ask(ControlOp::kVersion, "", &replies));
-    int64_t v = 0;
-    for (const std::string& r : replies)
-      v = std::max<int64_t>(v, std::atoll(r.c_str()));
-    *version = v;
+    model::ControlRequest request;
+    request.op = ControlOp::kVersion;
+    std::vector<model::ControlReply> replies;
+    PS_RETURN_IF_ERROR(Ask(request, &replies));
+    uint64_t v = 0;
+    for (const model::ControlReply& r : replies) v = std::max(v, r.version);
+    *version = static_cast<int64_t>(v);
     return Status::OK();
   }
 
@@ -415,12 +434,14 @@ class ModelClient::Impl {
   const int customer_id_;
   std::unique_ptr<SimpleApp> control_;
 
-  mutable std::mutex mu_;
-  std::map<int, std::unique_ptr<KVWorker<float>>> workers_;  // by app id
-  std::map<std::string, Info> tables_;
-  std::map<int, std::vector<std::string>> answers_;  // control, by timestamp
-  std::map<int, std::shared_ptr<PendingRows>> rows_;
-  int next_ticket_ = 1;
+  mutable Mutex mu_;
+  std::map<int, std::unique_ptr<KVWorker<float>>> workers_
+      GUARDED_BY(mu_);  // by app id
+  std::map<std::string, Info> tables_ GUARDED_BY(mu_);
+  // Control answers, by timestamp.
+  std::map<int, std::vector<std::string>> answers_ GUARDED_BY(mu_);
+  std::map<int, std::shared_ptr<PendingRows>> rows_ GUARDED_BY(mu_);
+  int next_ticket_ GUARDED_BY(mu_) = 1;
 };
 
 ModelClient::ModelClient(Postoffice* postoffice, int customer_id)

@@ -2,8 +2,8 @@
 // key-value request, and the key of a row.
 //
 // Control (registration, checkpoints, version) goes through a SimpleApp at
-// ModelClient::kAppBase; its body is text fields separated by '\t' and the
-// answer is "OK[\t...]" or "ERR\t<message>". Rows travel through KVWorker /
+// ModelClient::kAppBase, as protobuf messages (model/model_control.h,
+// proto/model_control.proto). Rows travel through KVWorker /
 // KVServer<float> apps, one per consistency mode:
 //   asp -> kAppBase + 1, bsp -> kAppBase + 2, ssp:s -> kAppBase + 3 + s.
 // The command word of a key-value request is (op << 24) | table_id, so the
@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "node/consistency_config.h"
 #include "ps/model.h"
@@ -42,36 +41,6 @@ constexpr int64_t kMaxModelStaleness = 64;
 
 // Dense parameters are cut into chunks of this many floats.
 constexpr int kDenseChunk = 16384;
-
-enum class ControlOp : int {
-  kRegisterTable = 1,
-  kRegisterDense = 2,
-  kSave = 3,
-  kLoad = 4,
-  kVersion = 5,
-  kLoadCommit = 6,
-  kLoadAbort = 7,
-};
-
-inline const char* OpName(ControlOp op) {
-  switch (op) {
-    case ControlOp::kRegisterTable:
-      return "RegisterTable";
-    case ControlOp::kRegisterDense:
-      return "RegisterDense";
-    case ControlOp::kSave:
-      return "Save";
-    case ControlOp::kLoad:
-      return "Load";
-    case ControlOp::kVersion:
-      return "version";
-    case ControlOp::kLoadCommit:
-      return "Load (commit)";
-    case ControlOp::kLoadAbort:
-      return "Load (abort)";
-  }
-  return "control";
-}
 
 enum class RowOp : int {
   kPull = 1,       // pull rows (tables: created on first pull)
@@ -91,11 +60,11 @@ inline uint32_t CmdTable(int cmd) {
 }
 
 inline uint64_t Salt(uint32_t table_id) {
-  return Fmix64(0x9E3779B97F4A7C15ull * (table_id + 1));
+  return Fmix64(kGoldenGamma * (table_id + 1));
 }
 
 // 2^64 / golden ratio, odd.
-constexpr uint64_t kRowSpread = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kRowSpread = kGoldenGamma;
 constexpr uint64_t kRowSpreadInverse = InverseModPow2(kRowSpread);
 static_assert(kRowSpread * kRowSpreadInverse == 1, "bad inverse");
 
@@ -152,18 +121,6 @@ inline StatusOr<int> KVAppFor(const std::string& consistency) {
       return static_cast<int>(ModelClient::kAppBase + 3 + c->staleness);
   }
   return Status::InvalidArgument("bad consistency");
-}
-
-inline std::vector<std::string> SplitTabs(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    size_t tab = s.find('\t', start);
-    out.push_back(s.substr(start, tab - start));
-    if (tab == std::string::npos) break;
-    start = tab + 1;
-  }
-  return out;
 }
 
 }  // namespace model

@@ -10,11 +10,13 @@
 
 #include "model/checkpoint.h"
 #include "model/embedding_table.h"
+#include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "node/node.h"
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -41,12 +43,12 @@ class ModelServer::Impl {
   ~Impl() {
     if (metrics_node_) metrics_node_->metrics()->RemoveCollector(collector_);
     control_.reset();
-    std::lock_guard<std::mutex> lock(apps_mu_);
+    MutexLock lock(&apps_mu_);
     apps_.clear();
   }
 
   ModelServerStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ModelServerStats s = counters_;
     s.tables = tables_.size();
     for (const auto& t : tables_) {
@@ -59,7 +61,7 @@ class ModelServer::Impl {
 
  private:
   void CollectMetrics(metrics::Writer* w) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (const auto& t : tables_) {
       const std::string l = metrics::Label("table", t.second.name);
       w->Gauge("ember_model_table_rows",
@@ -93,39 +95,39 @@ class ModelServer::Impl {
     } round;
   };
 
-  static std::string Ok(const std::string& extra = "") {
-    return extra.empty() ? "OK" : "OK\t" + extra;
+  static std::string Reply(const Status& s, uint64_t version = 0) {
+    model::ControlReply reply;
+    reply.status = s;
+    reply.version = version;
+    return model::EncodeControlReply(reply);
   }
-  static std::string Err(const Status& s) { return "ERR\t" + s.ToString(); }
 
   std::string Control(const SimpleData& req) {
-    std::vector<std::string> f = model::SplitTabs(req.body);
-    switch (static_cast<ControlOp>(req.head)) {
+    auto decoded = model::DecodeControlRequest(req.head, req.body);
+    if (!decoded.ok()) {
+      LOG(WARNING) << "model control request from node " << req.sender
+                   << " refused: " << decoded.status();
+      return Reply(decoded.status());
+    }
+    const model::ControlRequest& r = *decoded;
+    switch (r.op) {
       case ControlOp::kRegisterTable:
-      case ControlOp::kRegisterDense: {
-        Status s = Register(static_cast<ControlOp>(req.head), f);
-        return s.ok() ? Ok() : Err(s);
-      }
+      case ControlOp::kRegisterDense:
+        return Reply(Register(r));
       case ControlOp::kVersion: {
-        std::lock_guard<std::mutex> lock(mu_);
-        return Ok(std::to_string(counters_.updates));
+        MutexLock lock(&mu_);
+        return Reply(Status::OK(), counters_.updates);
       }
-      case ControlOp::kSave: {
-        Status s = f.size() == 1 ? Save(f[0])
-                                 : Status::InvalidArgument("bad save request");
-        return s.ok() ? Ok() : Err(s);
-      }
-      case ControlOp::kLoad: {
-        Status s = f.size() == 1 ? Load(f[0])
-                                 : Status::InvalidArgument("bad load request");
-        return s.ok() ? Ok() : Err(s);
-      }
+      case ControlOp::kSave:
+        return Reply(Save(r.dir));
+      case ControlOp::kLoad:
+        return Reply(Load(r.dir));
       case ControlOp::kLoadCommit:
       case ControlOp::kLoadAbort: {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (static_cast<ControlOp>(req.head) == ControlOp::kLoadCommit) {
+        MutexLock lock(&mu_);
+        if (r.op == ControlOp::kLoadCommit) {
           if (!staged_) {
-            return Err(Status::InvalidArgument("no checkpoint load staged"));
+            return Reply(Status::InvalidArgument("no checkpoint load staged"));
           }
           for (auto& t : staged_->tables) {
             // A pending round belongs to the model being replaced.
@@ -135,48 +137,32 @@ class ModelServer::Impl {
           counters_.updates = staged_->version;
         }
         staged_.reset();
-        return Ok();
+        return Reply(Status::OK());
       }
     }
-    return Err(Status::InvalidArgument("unknown model control request " +
-                                       std::to_string(req.head)));
+    return Reply(Status::InvalidArgument("unknown model control request " +
+                                         std::to_string(req.head)));
   }
 
-  // Table: name dim initializer optimizer consistency.
-  // Dense: name numel shape(a,b,..) optimizer consistency.
-  Status Register(ControlOp op, const std::vector<std::string>& f) {
-    if (f.size() != 5 || f[0].empty()) {
-      return Status::InvalidArgument("malformed registration");
-    }
+  // A table or dense parameter, as DecodeControlRequest checked it.
+  Status Register(const model::ControlRequest& r) {
     Entry e;
-    e.name = f[0];
-    e.dense = op == ControlOp::kRegisterDense;
-    e.optimizer = f[3];
-    e.consistency = f[4];
-    char* end = nullptr;
-    long long n = std::strtoll(f[1].c_str(), &end, 10);
-    if (end == f[1].c_str() || *end != '\0' || n < 1) {
-      return Status::InvalidArgument("'" + e.name + "': bad size " + f[1]);
-    }
+    e.name = r.name;
+    e.dense = r.op == ControlOp::kRegisterDense;
+    e.optimizer = r.optimizer;
+    e.consistency = r.consistency;
     if (e.dense) {
-      e.numel = n;
-      e.dim = static_cast<int>(std::min<long long>(n, model::kDenseChunk));
+      e.numel = model::DenseElements(r.shape);
+      e.dim = static_cast<int>(std::min<int64_t>(e.numel, model::kDenseChunk));
       e.initializer = "zeros";
-      size_t start = 0;
-      while (start < f[2].size()) {
-        size_t comma = f[2].find(',', start);
-        e.shape.push_back(
-            std::atoll(f[2].substr(start, comma - start).c_str()));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
+      e.shape = r.shape;
     } else {
-      if (n > model::EmbeddingTable::kMaxDim) {
-        return Status::InvalidArgument("'" + e.name + "': dim " + f[1] +
-                                       " is too large");
+      if (r.dim > model::EmbeddingTable::kMaxDim) {
+        return Status::InvalidArgument("'" + e.name + "': dim " +
+                                       std::to_string(r.dim) + " is too large");
       }
-      e.dim = static_cast<int>(n);
-      e.initializer = f[2];
+      e.dim = static_cast<int>(r.dim);
+      e.initializer = r.initializer;
     }
     auto app = model::KVAppFor(e.consistency);
     if (!app.ok()) return app.status();
@@ -186,7 +172,7 @@ class ModelServer::Impl {
     if (!opt.ok()) return opt.status();
     const uint32_t id = model::TableId(e.name);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = tables_.find(id);
       if (it != tables_.end()) {
         const Entry& o = it->second;
@@ -210,13 +196,13 @@ class ModelServer::Impl {
       e.merge_rounds = e.consistency == "bsp";
       tables_.emplace(id, std::move(e));
     }
-    return EnsureApp(*app, f[4]);
+    return EnsureApp(*app, r.consistency);
   }
 
   // The KVServer of a consistency mode, created at its first table. Requests
   // that arrive before it exists wait on the node (see Node's early queue).
   Status EnsureApp(int app_id, const std::string& consistency) {
-    std::lock_guard<std::mutex> lock(apps_mu_);
+    MutexLock lock(&apps_mu_);
     if (apps_.count(app_id)) return Status::OK();
     auto server = std::make_unique<KVServer<float>>(app_id, postoffice_);
     PS_RETURN_IF_ERROR(server->SetConsistency(consistency));
@@ -235,7 +221,7 @@ class ModelServer::Impl {
     KVPairs<float> res;
     Status s;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = tables_.find(tid);
       if (it == tables_.end()) {
         s = Status::NotFound("no table or dense parameter with id " +
@@ -254,7 +240,7 @@ class ModelServer::Impl {
   }
 
   Status Apply(RowOp op, Entry& e, const KVMeta& meta,
-               const KVPairs<float>& data, KVPairs<float>* res) {
+               const KVPairs<float>& data, KVPairs<float>* res) REQUIRES(mu_) {
     model::EmbeddingTable& t = *e.table;
     const size_t n = data.keys.size();
     const size_t dim = static_cast<size_t>(e.dim);
@@ -346,7 +332,8 @@ class ModelServer::Impl {
   // next round; a pull, an initialisation or a save of the table ends it.
   // Gradients are checked on arrival, so a bad push is refused alone.
   Status MergePush(Entry& e, const KVMeta& meta,
-                   const std::vector<uint64_t>& ids, const float* grads) {
+                   const std::vector<uint64_t>& ids, const float* grads)
+      REQUIRES(mu_) {
     const size_t dim = static_cast<size_t>(e.dim);
     PS_RETURN_IF_ERROR(e.table->CheckGradients(ids.data(), ids.size(), grads));
     Entry::Round& r = e.round;
@@ -362,7 +349,7 @@ class ModelServer::Impl {
     return Status::OK();
   }
 
-  Status FlushRound(Entry& e) {
+  Status FlushRound(Entry& e) REQUIRES(mu_) {
     Entry::Round& r = e.round;
     if (r.senders.empty()) return Status::OK();
     Status s =
@@ -380,49 +367,96 @@ class ModelServer::Impl {
            std::to_string(postoffice_->num_servers()) + ".ckpt";
   }
 
+  // Writes this server's shard from a snapshot taken at the start, while
+  // pushes and pulls go on: each table keeps the old contents of a row that a
+  // push changes before it is written (EmbeddingTable::BeginSnapshot), and
+  // the rest are copied a slice at a time under mu_ and written without it.
+  // Extra memory is a bit per row plus a slice, not a copy of the tables.
+  // Save, Load and registrations all run on the control app's thread, so
+  // the tables and their specs stay put until the save ends.
   Status Save(const std::string& dir) {
-    model::ModelShard shard;
+    model::ModelShard head;
+    std::vector<std::pair<uint32_t, const Entry*>> saving;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      shard.version = static_cast<int64_t>(counters_.updates);
-      shard.server_rank = postoffice_->my_rank();
-      shard.num_servers = postoffice_->num_servers();
+      MutexLock lock(&mu_);
+      head.version = static_cast<int64_t>(counters_.updates);
+      head.server_rank = postoffice_->my_rank();
+      head.num_servers = postoffice_->num_servers();
       for (auto& it : tables_) PS_RETURN_IF_ERROR(FlushRound(it.second));
-      for (const auto& it : tables_) {
-        const Entry& e = it.second;
-        const model::EmbeddingTable& t = *e.table;
-        if (e.dense) {
-          t.ForEachRow([&](uint64_t id, const float* w, const float* slots) {
-            model::DenseShard d;
-            d.name = e.name;
-            d.shape = e.shape;
-            d.chunk = id;
-            d.offset = id * e.dim;
-            size_t len = std::min<int64_t>(e.dim, e.numel - d.offset);
-            d.values.assign(w, w + len);
-            d.optimizer = e.optimizer;
-            d.slots.assign(slots, slots + t.slot_floats());
-            shard.dense.push_back(std::move(d));
-          });
-          continue;
-        }
-        model::TableShard ts;
-        ts.name = e.name;
-        ts.table_id = it.first;
-        ts.dim = e.dim;
-        ts.initializer = e.initializer;
-        ts.optimizer = e.optimizer;
-        ts.slot_floats = t.slot_floats();
-        ts.ids.reserve(t.size());
-        t.ForEachRow([&](uint64_t id, const float* w, const float* slots) {
-          ts.ids.push_back(id);
-          ts.weights.insert(ts.weights.end(), w, w + e.dim);
-          ts.slots.insert(ts.slots.end(), slots, slots + t.slot_floats());
-        });
-        shard.tables.push_back(std::move(ts));
+      for (auto& it : tables_) {
+        it.second.table->BeginSnapshot();
+        saving.emplace_back(it.first, &it.second);
       }
     }
-    return model::WriteCheckpoint(ShardPath(dir), shard);
+    Status s = model::WriteCheckpointStream(
+        ShardPath(dir), head, [&](model::CheckpointSink* sink) {
+          for (const auto& t : saving) {
+            PS_RETURN_IF_ERROR(WriteSnapshot(t.first, *t.second, sink));
+          }
+          return Status::OK();
+        });
+    MutexLock lock(&mu_);
+    for (const auto& t : saving) t.second->table->EndSnapshot();
+    return s;
+  }
+
+  // Index slots per slice of a snapshot (about 1 MiB of rows of dim 16 with
+  // Adagrad): what one hold of mu_ copies.
+  static constexpr size_t kSnapshotSlice = 16384;
+
+  Status WriteSnapshot(uint32_t id, const Entry& e,
+                       model::CheckpointSink* sink) {
+    model::EmbeddingTable& t = *e.table;
+    model::TableShard part;
+    part.name = e.name;
+    part.table_id = id;
+    part.dim = e.dim;
+    part.initializer = e.initializer;
+    part.optimizer = e.optimizer;
+    part.slot_floats = t.slot_floats();
+    const size_t dim = static_cast<size_t>(e.dim);
+    const size_t slot_floats = static_cast<size_t>(t.slot_floats());
+    uint64_t rows;
+    {
+      MutexLock lock(&mu_);
+      rows = t.snapshot_rows();
+    }
+    model::EmbeddingTable::RowBatch batch;
+    bool more = true;
+    while (more) {
+      batch.Clear();
+      {
+        MutexLock lock(&mu_);
+        t.TakePreservedRows(&batch);
+        more = t.NextSnapshotRows(kSnapshotSlice, &batch);
+      }
+      if (!e.dense) {
+        part.ids.swap(batch.ids);
+        part.weights.swap(batch.weights);
+        part.slots.swap(batch.slots);
+        Status s = sink->AddTableRows(part, rows);
+        part.ids.swap(batch.ids);
+        part.weights.swap(batch.weights);
+        part.slots.swap(batch.slots);
+        PS_RETURN_IF_ERROR(s);
+        continue;
+      }
+      for (size_t i = 0; i < batch.ids.size(); ++i) {
+        model::DenseShard d;
+        d.name = e.name;
+        d.shape = e.shape;
+        d.chunk = batch.ids[i];
+        d.offset = batch.ids[i] * dim;
+        const size_t len = std::min<int64_t>(dim, e.numel - d.offset);
+        d.values.assign(batch.weights.begin() + i * dim,
+                        batch.weights.begin() + i * dim + len);
+        d.optimizer = e.optimizer;
+        d.slots.assign(batch.slots.begin() + i * slot_floats,
+                       batch.slots.begin() + (i + 1) * slot_floats);
+        PS_RETURN_IF_ERROR(sink->AddDense(d));
+      }
+    }
+    return Status::OK();
   }
 
   // Reads and checks this server's shard and stages its tables; a commit
@@ -431,7 +465,7 @@ class ModelServer::Impl {
   Status Load(const std::string& dir) {
     auto shard = model::ReadCheckpoint(ShardPath(dir));
     if (!shard.ok()) return shard.status();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Check everything first: a refused load changes nothing.
     std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> fresh;
     auto make = [&](Entry& e) -> StatusOr<model::EmbeddingTable*> {
@@ -494,18 +528,18 @@ class ModelServer::Impl {
   Postoffice* const postoffice_;
   std::unique_ptr<SimpleApp> control_;
 
-  std::mutex apps_mu_;
-  std::map<int, std::unique_ptr<KVServer<float>>> apps_;  // Guarded.
+  Mutex apps_mu_;
+  std::map<int, std::unique_ptr<KVServer<float>>> apps_ GUARDED_BY(apps_mu_);
 
   struct Staged {
     std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> tables;
     uint64_t version = 0;
   };
 
-  mutable std::mutex mu_;
-  std::map<uint32_t, Entry> tables_;  // Guarded by mu_.
-  std::unique_ptr<Staged> staged_;    // Guarded by mu_: a load to commit.
-  ModelServerStats counters_;         // Guarded by mu_.
+  mutable Mutex mu_;
+  std::map<uint32_t, Entry> tables_ GUARDED_BY(mu_);
+  std::unique_ptr<Staged> staged_ GUARDED_BY(mu_);  // A load to commit.
+  ModelServerStats counters_ GUARDED_BY(mu_);
 };
 
 ModelServer::ModelServer(Postoffice* postoffice)

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include "node/node.h"
+#include "util/mutex.h"
 #include "util/thread_name.h"
 #include "util/wait_log.h"
 
@@ -22,17 +23,25 @@ Customer::Customer(int app_id, int customer_id, Node* node, Handler handler,
       customer_id_(customer_id),
       node_(node),
       handler_(std::move(handler)),
-      held_(held) {
+      held_(held) {}
+
+Customer::~Customer() { Stop(); }
+
+void Customer::Start() {
+  CHECK(!started_) << "Customer::Start called twice";
+  started_ = true;
   thread_ = std::thread(&Customer::Loop, this);
   node_->AddCustomer(this);
 }
 
-Customer::~Customer() {
+void Customer::Stop() {
+  if (!started_ || !thread_.joinable()) return;
   node_->RemoveCustomer(this);
   {
     // No new claims once removed; let a claimant in progress finish.
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [this] { return !busy_ && admitted_ == 0; });
+    MutexLock lock(&mu_);
+    idle_cv_.wait(lock.native(),
+                  [this]() REQUIRES(mu_) { return !busy_ && admitted_ == 0; });
   }
   Release();
   queue_.Close();
@@ -41,17 +50,17 @@ Customer::~Customer() {
 }
 
 void Customer::set_failure_handler(FailureHandler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   failure_handler_ = std::move(handler);
 }
 
 void Customer::set_peer_failure_handler(PeerFailureHandler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   peer_failure_handler_ = std::move(handler);
 }
 
 void Customer::set_watch_handler(WatchHandler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   watch_handler_ = std::move(handler);
 }
 
@@ -59,13 +68,13 @@ void Customer::Watch(int64_t older_than_ms) {
   Event e;
   e.watch_ms = older_than_ms;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (watch_queued_) return;  // The last one has not run yet.
     watch_queued_ = true;
     ++queued_;
   }
   if (!queue_.Push(std::move(e))) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --queued_;
     watch_queued_ = false;
     return;
@@ -104,12 +113,12 @@ void Customer::LogLongWaits(int64_t older_than_ms) {
 }
 
 void Customer::set_inline_predicate(InlinePredicate predicate) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   inline_predicate_ = std::move(predicate);
 }
 
 bool Customer::Claim(const Meta& meta) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!inline_predicate_ || held_ || busy_ || queued_ != handled_ ||
       queue_.closed() || !inline_predicate_(meta)) {
     return false;
@@ -121,7 +130,7 @@ bool Customer::Claim(const Meta& meta) {
 
 Customer::Route Customer::Admit(const Meta& meta, bool may_claim) {
   if (may_claim && tls_receiving_for == this) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Nothing queued and nothing running: this message is next in order.
     if (!held_ && !busy_ && queued_ == handled_ && !queue_.closed()) {
       busy_ = true;
@@ -130,7 +139,7 @@ Customer::Route Customer::Admit(const Meta& meta, bool may_claim) {
     }
   }
   if (may_claim && Claim(meta)) return Route::kHere;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ++admitted_;
   return Route::kQueue;
 }
@@ -146,7 +155,7 @@ void Customer::Deliver(Message&& msg, Route route) {
     return;
   }
   Accept(std::move(msg));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (--admitted_ == 0) idle_cv_.notify_all();
 }
 
@@ -159,7 +168,7 @@ void Customer::RunClaimed(Message&& msg) {
 void Customer::HandleBusy(Event* e) {
   Handle(*e);
   *e = Event();  // Drops the message's buffers before counting it handled.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   busy_ = false;
   ++handled_;
   idle_cv_.notify_all();
@@ -169,11 +178,11 @@ void Customer::Accept(Message&& msg) {
   Event e;
   e.msg = std::move(msg);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++queued_;
   }
   if (!queue_.Push(std::move(e))) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --queued_;
     return;
   }
@@ -189,11 +198,11 @@ void Customer::OnPeerFailed(int peer, const Status& status) {
   e.failed_peer = peer;
   e.status = status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++queued_;
   }
   if (!queue_.Push(std::move(e))) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --queued_;
     tracker_.OnPeerFailed(peer, status);
     return;
@@ -206,11 +215,11 @@ void Customer::FailAll(const Status& status) {
   e.fail_all = true;
   e.status = status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++queued_;
   }
   if (!queue_.Push(std::move(e))) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     --queued_;
     tracker_.FailAll(status);
     return;
@@ -220,7 +229,7 @@ void Customer::FailAll(const Status& status) {
 
 void Customer::Release() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!held_) return;
     held_ = false;
   }
@@ -228,16 +237,18 @@ void Customer::Release() {
 }
 
 void Customer::Drain() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   uint64_t target = queued_;
-  idle_cv_.wait(lock, [&] { return handled_ >= target || queue_.closed(); });
+  idle_cv_.wait(lock.native(), [&]() REQUIRES(mu_) {
+    return handled_ >= target || queue_.closed();
+  });
 }
 
 void Customer::Loop() {
   NameThisThread("ember-app" + std::to_string(app_id_));
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [this] { return !held_; });
+    MutexLock lock(&mu_);
+    idle_cv_.wait(lock.native(), [this]() REQUIRES(mu_) { return !held_; });
   }
   Event e;
   while (true) {
@@ -249,8 +260,8 @@ void Customer::Loop() {
     }
     {
       // A claimant may be handling an earlier message.
-      std::unique_lock<std::mutex> lock(mu_);
-      idle_cv_.wait(lock, [this] { return !busy_; });
+      MutexLock lock(&mu_);
+      idle_cv_.wait(lock.native(), [this]() REQUIRES(mu_) { return !busy_; });
       busy_ = true;
     }
     HandleBusy(&e);
@@ -313,7 +324,7 @@ void Customer::Handle(Event& e) {
   if (e.watch_ms >= 0) {
     WatchHandler handler;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       watch_queued_ = false;
       handler = watch_handler_;
     }
@@ -328,7 +339,7 @@ void Customer::Handle(Event& e) {
     FailureHandler handler;
     PeerFailureHandler peer_handler;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       handler = failure_handler_;
       peer_handler = peer_failure_handler_;
     }
@@ -354,7 +365,7 @@ void Customer::Handle(Event& e) {
     if (completed && !status.ok()) {
       FailureHandler handler;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         handler = failure_handler_;
       }
       if (handler) handler(ts, status);

@@ -28,6 +28,7 @@
 #include "message/message.h"
 #include "node/request_tracker.h"
 #include "util/blocking_queue.h"
+#include "util/mutex.h"
 #include "util/wake_fd.h"
 
 namespace ps {
@@ -42,12 +43,13 @@ class Customer {
   // failed), so the application can drop what it kept for it.
   using FailureHandler = std::function<void(int timestamp, const Status&)>;
 
-  // Registers with `node` (borrowed; must outlive this customer) and starts
-  // the customer thread. Messages that arrived for this id before it existed
-  // are queued now. A `held` customer queues messages but handles none until
-  // Release(), so an application can finish setting its handles first.
+  // A customer of `node` (borrowed; must outlive this customer), which
+  // receives nothing until Start(). A `held` customer queues messages but
+  // handles none until Release(), so an application can finish setting its
+  // handles first.
   Customer(int app_id, int customer_id, Node* node, Handler handler,
            bool held = false);
+  // Stop().
   ~Customer();
   Customer(const Customer&) = delete;
   Customer& operator=(const Customer&) = delete;
@@ -119,6 +121,14 @@ class Customer {
   // Fails every open request (expulsion, abort).
   void FailAll(const Status& status);
 
+  // Starts the customer thread and registers with the node; messages that
+  // arrived for this id before are queued now. Call once.
+  void Start();
+  // Unregisters from the node, lets a claim in progress finish, and joins the
+  // customer thread after it has handled what was queued. Idempotent; a
+  // customer never started has nothing to stop.
+  void Stop();
+
   // Starts handling messages (idempotent).
   void Release();
 
@@ -150,22 +160,23 @@ class Customer {
   Handler handler_;
   RequestTracker tracker_;
   BlockingQueue<Event> queue_;
-  std::thread thread_;
+  std::thread thread_;    // Started by Start(), joined by Stop().
+  bool started_ = false;  // Start() and Stop() run on the owner's thread.
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable idle_cv_;
-  FailureHandler failure_handler_;           // Guarded by mu_.
-  PeerFailureHandler peer_failure_handler_;  // Guarded by mu_.
-  WatchHandler watch_handler_;               // Guarded by mu_.
-  bool watch_queued_ = false;                // Guarded by mu_.
-  uint64_t queued_ = 0;                      // Guarded by mu_.
-  uint64_t handled_ = 0;                     // Guarded by mu_.
-  bool held_ = false;                        // Guarded by mu_.
+  FailureHandler failure_handler_ GUARDED_BY(mu_);
+  PeerFailureHandler peer_failure_handler_ GUARDED_BY(mu_);
+  WatchHandler watch_handler_ GUARDED_BY(mu_);
+  bool watch_queued_ GUARDED_BY(mu_) = false;
+  uint64_t queued_ GUARDED_BY(mu_) = 0;
+  uint64_t handled_ GUARDED_BY(mu_) = 0;
+  bool held_ GUARDED_BY(mu_) = false;
   // An event is being handled (by the customer thread or a claimant).
-  bool busy_ = false;  // Guarded by mu_.
+  bool busy_ GUARDED_BY(mu_) = false;
   // Messages admitted for the customer thread and not yet queued.
-  int admitted_ = 0;                  // Guarded by mu_.
-  InlinePredicate inline_predicate_;  // Guarded by mu_.
+  int admitted_ GUARDED_BY(mu_) = 0;
+  InlinePredicate inline_predicate_ GUARDED_BY(mu_);
 
   // The customer thread waits inside the van (CoReceive). Whoever clears
   // it (exchange) signals wake_; the thread then consumes that signal.

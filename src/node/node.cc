@@ -12,7 +12,9 @@
 #include "metrics/http_server.h"
 #include "metrics/progress_log.h"
 #include "node/customer.h"
+#include "util/file.h"
 #include "util/malloc_tuning.h"
+#include "util/mutex.h"
 #include "util/secret.h"
 #include "util/thread_name.h"
 #include "util/wait_log.h"
@@ -51,17 +53,9 @@ std::string NewKeyOrEmpty() {
 
 // Writes the port atomically (a launcher polls for the file).
 Status WritePortFile(const std::string& path, int port) {
-  std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) {
-    return Status::InvalidArgument("cannot write EMBER_PORT_FILE " + path);
-  }
-  std::fprintf(f, "%d\n", port);
-  bool ok = std::fclose(f) == 0;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::InvalidArgument("cannot write EMBER_PORT_FILE " + path);
-  }
-  return Status::OK();
+  Status s = WriteStringToFileAtomically(path, std::to_string(port) + "\n");
+  if (s.ok()) return s;
+  return Status(s.code(), "cannot write EMBER_PORT_FILE: " + s.message());
 }
 
 // Large received messages (ZeroMQ mallocs each one) come from malloc's heap
@@ -99,15 +93,19 @@ Node::~Node() {
 
 Status Node::Start(int customer_id, bool do_barrier) {
   PS_RETURN_IF_ERROR(options_.Validate());
-  if (process_key_.empty() ||
-      (options_.role == Role::kScheduler && run_key_.empty())) {
-    return Status::Internal("cannot make this node's keys (getrandom failed)");
+  {
+    MutexLock lock(&mu_);
+    if (process_key_.empty() ||
+        (options_.role == Role::kScheduler && run_key_.empty())) {
+      return Status::Internal(
+          "cannot make this node's keys (getrandom failed)");
+    }
   }
   PS_RETURN_IF_ERROR(StartVan());
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (options_.role == Role::kScheduler) {
     if (!table_ready_) {
-      lock.unlock();
+      lock.Unlock();
       Status s = SchedulerStart();
       if (!s.ok()) {
         // Let the ABORTs that explain the failure leave before we return
@@ -115,7 +113,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
         van_->Stop();
         return s;
       }
-      lock.lock();
+      lock.Lock();
     }
     logical_[customer_id] = kSchedulerId;
   } else if (!logical_.count(customer_id)) {
@@ -136,15 +134,17 @@ Status Node::Start(int customer_id, bool do_barrier) {
     me.local_endpoint = van_->local_endpoint();
     me.metrics_port = metrics_port_.load();
     join.meta.nodes.push_back(me);
-    lock.unlock();
+    lock.Unlock();
     PS_RETURN_IF_ERROR(van_->Send(std::move(join)));
-    lock.lock();
+    lock.Lock();
     // The scheduler has its own start deadline and names what is missing;
     // ours is a little longer so its explanation arrives first.
     const auto start = std::chrono::steady_clock::now();
     const bool done = WaitLoggingLocked(
         &lock, options_.start_timeout_ms + 2000,
-        [&] { return logical_.count(customer_id) > 0 || !abort_status_.ok(); },
+        [&]() REQUIRES(mu_) {
+          return logical_.count(customer_id) > 0 || !abort_status_.ok();
+        },
         [&] {
           LOG(WARNING) << "waiting "
                        << std::chrono::duration_cast<std::chrono::seconds>(
@@ -165,7 +165,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
           "DMLC_NUM_WORKER match on every node?)");
     }
   }
-  lock.unlock();
+  lock.Unlock();
   StartThreads();
   if (do_barrier) {
     return Barrier(customer_id, kScheduler + kServerGroup + kWorkerGroup);
@@ -175,9 +175,9 @@ Status Node::Start(int customer_id, bool do_barrier) {
 
 Status Node::StartVan() {
   // Only the first Start of a process binds; the others wait for it here.
-  std::lock_guard<std::mutex> start_lock(start_mu_);
+  MutexLock start_lock(&start_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return Status::Aborted("this node has already finalized");
     if (van_started_) return Status::OK();
   }
@@ -230,7 +230,7 @@ Status Node::StartVan() {
     PS_RETURN_IF_ERROR(WritePortFile(options_.port_file, bound.value()));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     my_host_ = host;
     my_port_ = bound.value();
     van_started_ = true;
@@ -244,14 +244,14 @@ Status Node::StartVan() {
 
 void Node::StartThreads() {
   if (options_.heartbeat_interval_ms <= 0) return;
-  std::lock_guard<std::mutex> lock(hb_mu_);
+  MutexLock lock(&hb_mu_);
   if (heartbeat_thread_.joinable() || hb_stop_) return;
   heartbeat_thread_ = std::thread(&Node::HeartbeatLoop, this);
 }
 
 void Node::StopThreads() {
   {
-    std::lock_guard<std::mutex> lock(hb_mu_);
+    MutexLock lock(&hb_mu_);
     hb_stop_ = true;
   }
   hb_cv_.notify_all();
@@ -260,11 +260,12 @@ void Node::StopThreads() {
 
 void Node::HeartbeatLoop() {
   NameThisThread("ember-heartbeat");
-  std::unique_lock<std::mutex> lock(hb_mu_);
+  MutexLock lock(&hb_mu_);
   auto interval = std::chrono::milliseconds(options_.heartbeat_interval_ms);
   int64_t last_watch_ms = clock_->NowMs();
-  while (!hb_cv_.wait_for(lock, interval, [this] { return hb_stop_; })) {
-    lock.unlock();
+  while (!hb_cv_.wait_for(lock.native(), interval,
+                          [this]() REQUIRES(hb_mu_) { return hb_stop_; })) {
+    lock.Unlock();
     SendHeartbeat();
     CheckLiveness();
     const int64_t now = clock_->NowMs();
@@ -273,12 +274,12 @@ void Node::HeartbeatLoop() {
       last_watch_ms = now;
       WatchWaits();
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void Node::SendHeartbeat() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (options_.role == Role::kScheduler || logical_.empty() || stopped_) {
     return;
   }
@@ -292,7 +293,7 @@ void Node::SendHeartbeat() {
 
 void Node::CheckLiveness() {
   SweepEarlyMessages();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!table_ready_ || stopped_) return;
   int64_t now = clock_->NowMs();
   if (options_.role == Role::kScheduler) {
@@ -311,14 +312,13 @@ void Node::CheckLiveness() {
   if (dead_.count(kSchedulerId)) return;
   int64_t silent = now - last_scheduler_echo_ms_;
   if (silent > options_.heartbeat_timeout_ms) {
-    lock.unlock();
+    lock.Unlock();
     HandleNodeFailed(kSchedulerId, "no heartbeat echo from the scheduler for " +
                                        std::to_string(silent) + " ms");
   }
 }
 
-bool Node::WaitLoggingLocked(std::unique_lock<std::mutex>* lock,
-                             int64_t timeout_ms,
+bool Node::WaitLoggingLocked(MutexLock* lock, int64_t timeout_ms,
                              const std::function<bool()>& done,
                              const std::function<void()>& log_waiting) {
   using Steady = std::chrono::steady_clock;
@@ -329,14 +329,14 @@ bool Node::WaitLoggingLocked(std::unique_lock<std::mutex>* lock,
       next = std::min(next, Steady::now() + std::chrono::milliseconds(
                                                 options_.wait_log_interval_ms));
     }
-    if (cv_.wait_until(*lock, next, done)) continue;
+    if (cv_.wait_until(lock->native(), next, done)) continue;
     if (next < deadline) log_waiting();
   }
   return done();
 }
 
 std::string Node::Address(int id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = table_.find(id);
   return it == table_.end() ? std::string() : it->second.address();
 }
@@ -344,7 +344,7 @@ std::string Node::Address(int id) const {
 void Node::WatchWaits() {
   const int64_t interval = options_.wait_log_interval_ms;
   if (interval <= 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopped_) return;
   const int64_t now = clock_->NowMs();
   // Under mu_, so no customer is destroyed meanwhile; Watch only queues.
@@ -381,7 +381,7 @@ Status Node::Barrier(int customer_id, int group) {
   // A program that reaches a barrier has set up its apps: let every held one
   // start handling messages (peers may need their answers to get here too).
   ReleaseCustomers();
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!table_ready_) {
     return Status::Aborted("Barrier before Start");
   }
@@ -408,13 +408,13 @@ Status Node::Barrier(int customer_id, int group) {
   req.meta.customer_id = customer_id;
   req.meta.barrier_group = group;
   if (options_.role == Role::kScheduler) {
-    lock.unlock();
+    lock.Unlock();
     HandleBarrierRequest(req);
-    lock.lock();
+    lock.Lock();
   } else {
     SendLocked(std::move(req));
   }
-  cv_.wait(lock, [&] {
+  cv_.wait(lock.native(), [&]() REQUIRES(mu_) {
     return barrier_waits_[customer_id].first || !abort_status_.ok();
   });
   Status s = barrier_waits_[customer_id].first
@@ -430,7 +430,7 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   if (do_barrier) {
     result = Barrier(customer_id, kScheduler + kServerGroup + kWorkerGroup);
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   finalized_.insert(customer_id);
   cv_.notify_all();
   if (customer_id != 0 && logical_.count(0)) return result;
@@ -439,16 +439,16 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   // The last one out: wait (bounded) for this process's other logical nodes.
   auto timeout =
       std::chrono::milliseconds(failed ? 0 : options_.finalize_timeout_ms);
-  cv_.wait_for(lock, timeout, [&] {
+  cv_.wait_for(lock.native(), timeout, [&]() REQUIRES(mu_) {
     for (const auto& l : logical_) {
       if (!finalized_.count(l.first)) return false;
     }
     return true;
   });
-  lock.unlock();
+  lock.Unlock();
   std::vector<Customer*> customers;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     for (const auto& c : customers_) customers.push_back(c.second);
   }
   for (Customer* c : customers) {
@@ -458,7 +458,7 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   // Heartbeats ran through the drain, so a slow drain is not taken for a
   // death; they stop before we tell the scheduler we leave.
   StopThreads();
-  lock.lock();
+  lock.Lock();
   if (options_.role != Role::kScheduler && table_ready_ &&
       !dead_.count(kSchedulerId)) {
     for (const auto& l : logical_) {
@@ -473,7 +473,7 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   if (options_.role == Role::kScheduler && table_ready_) {
     // Stay until every node has left or died, so nobody mistakes our exit
     // for a failure while finishing its own Finalize.
-    cv_.wait_for(lock, timeout, [&] {
+    cv_.wait_for(lock.native(), timeout, [&]() REQUIRES(mu_) {
       for (const auto& n : table_) {
         if (n.first == kSchedulerId) continue;
         if (!left_.count(n.first) && !dead_.count(n.first)) return false;
@@ -484,7 +484,7 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   stopped_ = true;
   std::function<void()> callback = std::move(exit_callback_);
   exit_callback_ = nullptr;
-  lock.unlock();
+  lock.Unlock();
   if (callback) callback();
   StopMetrics();
   van_->Stop();
@@ -492,12 +492,12 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
 }
 
 void Node::RegisterExitCallback(std::function<void()> callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   exit_callback_ = std::move(callback);
 }
 
 Status Node::Send(Message&& msg) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (msg.meta.sender == Meta::kEmpty) {
     auto it = logical_.find(msg.meta.customer_id);
     if (it == logical_.end()) it = logical_.begin();
@@ -527,11 +527,11 @@ Status Node::Send(Message&& msg) {
   }
   msg.meta.auth = AuthForLocked(recipient);
   if (IsLocalLocked(recipient)) {
-    lock.unlock();
+    lock.Unlock();
     OnMessage(std::move(msg));
     return Status::OK();
   }
-  lock.unlock();
+  lock.Unlock();
   return van_->Send(std::move(msg));
 }
 
@@ -595,7 +595,7 @@ bool Node::IsLocalLocked(int id) const {
 void Node::AddCustomer(Customer* customer) {
   std::vector<Message> early;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto key = std::make_pair(customer->app_id(), customer->customer_id());
     CHECK(customers_.count(key) == 0) << "customer (" << key.first << ", "
                                       << key.second << ") registered twice";
@@ -618,12 +618,12 @@ void Node::AddCustomer(Customer* customer) {
 }
 
 void Node::ReleaseCustomers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& c : customers_) c.second->Release();
 }
 
 void Node::RemoveCustomer(Customer* customer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   customers_.erase(std::make_pair(customer->app_id(), customer->customer_id()));
 }
 
@@ -633,7 +633,7 @@ void Node::OnMessage(Message&& msg, bool from_van) {
   // Data is checked in DispatchData, joins by the scheduler (the token);
   // every other control message must prove its sender here.
   if (meta.control != Control::kNone && meta.control != Control::kJoin) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!AuthenticLocked(meta)) {
       DropUnauthenticatedLocked(meta);
       return;
@@ -669,7 +669,7 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       if (options_.role == Role::kScheduler) {
         HandleHeartbeatAtScheduler(msg);
       } else {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         last_scheduler_echo_ms_ = clock_->NowMs();
       }
       return;
@@ -724,7 +724,7 @@ void Node::DispatchData(Message&& msg, bool from_van) {
   Customer* customer = nullptr;
   Customer::Route route = Customer::Route::kQueue;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     int sender = msg.meta.sender;
     if (!table_ready_) {
       // After StartAsync a peer may be faster than our NODE_TABLE; keep its
@@ -786,7 +786,7 @@ void Node::DispatchData(Message&& msg, bool from_van) {
 void Node::SweepEarlyMessages() {
   std::vector<Message> answers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     int64_t now = clock_->NowMs();
     for (auto it = early_.begin(); it != early_.end();) {
       auto& backlog = it->second;
@@ -838,7 +838,7 @@ void Node::SweepEarlyMessages() {
 void Node::HandleNodeTable(const Message& msg) {
   std::vector<Message> held;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (table_ready_) return;  // One per logical node of this process.
     if (msg.meta.run_key.size() != kSecretBytes) {
       counters_.dropped_bad_control++;
@@ -887,7 +887,7 @@ void Node::ApplyNodeTableLocked(const Message& msg) {
 }
 
 void Node::HandleBarrierRelease(const Message& msg) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = barrier_waits_.find(msg.meta.customer_id);
   if (it == barrier_waits_.end()) return;
   Status s;
@@ -902,7 +902,7 @@ void Node::HandleBarrierRelease(const Message& msg) {
 void Node::HandleNodeFailed(int id, const std::string& reason) {
   Status status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (dead_.count(id) || stopped_) return;
     if (IsLocalLocked(id)) {
       status = Status::Aborted(
@@ -931,7 +931,7 @@ void Node::HandleAbort(const std::string& reason) {
 }
 
 void Node::FailEverything(const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (abort_status_.ok()) abort_status_ = status;
   LOG(ERROR) << status;
   // Under mu_ so no customer is destroyed meanwhile; FailAll never blocks.
@@ -940,7 +940,7 @@ void Node::FailEverything(const Status& status) {
 }
 
 int Node::my_id(int customer_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = logical_.find(customer_id);
   if (it != logical_.end()) return it->second;
   return logical_.empty() ? -1 : logical_.begin()->second;
@@ -952,7 +952,7 @@ int Node::my_rank() const {
 }
 
 std::vector<int> Node::GetNodeIds(int group) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return GetNodeIdsLocked(group);
 }
 
@@ -968,39 +968,39 @@ std::vector<int> Node::GetNodeIdsLocked(int group) const {
 }
 
 std::vector<int> Node::server_ids() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return servers_;
 }
 
 std::shared_ptr<const KeyRing> Node::key_ring() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return ring_;
 }
 
 bool Node::IsAlive(int id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return table_.count(id) && !dead_.count(id) && !left_.count(id);
 }
 
 size_t Node::held_messages() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& e : early_) n += e.second.size();
   return n;
 }
 
 int64_t Node::last_scheduler_echo_ms() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return last_scheduler_echo_ms_;
 }
 
 bool Node::ready() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return table_ready_;
 }
 
 std::string Node::Describe(int id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return DescribeLocked(id);
 }
 

@@ -38,6 +38,7 @@
 #include "transport/van.h"
 #include "util/clock.h"
 #include "util/log_limiter.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -163,18 +164,19 @@ class Node {
   // Waits on cv_ (mu_ held through `lock`) until `done()` or `timeout_ms`
   // has passed, calling `log_waiting` every EMBER_WAIT_LOG_INTERVAL_MS
   // meanwhile; returns done().
-  bool WaitLoggingLocked(std::unique_lock<std::mutex>* lock, int64_t timeout_ms,
+  bool WaitLoggingLocked(MutexLock* lock, int64_t timeout_ms,
                          const std::function<bool()>& done,
-                         const std::function<void()>& log_waiting);
+                         const std::function<void()>& log_waiting)
+      REQUIRES(mu_);
   // `from_van`: received by the van (on its thread or a thread inside
   // CoReceive, which may handle or keep a message for a customer itself,
   // see Customer::Admit), not a local delivery.
   void OnMessage(Message&& msg, bool from_van = false);
   void DispatchData(Message&& msg, bool from_van = false);
-  Customer* FindCustomerLocked(const Meta& meta) const;
+  Customer* FindCustomerLocked(const Meta& meta) const REQUIRES(mu_);
   void SweepEarlyMessages();
   void HandleNodeTable(const Message& msg);
-  void ApplyNodeTableLocked(const Message& msg);
+  void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
   void HandleBarrierRelease(const Message& msg);
   void HandleNodeFailed(int id, const std::string& reason);
   void HandleAbort(const std::string& reason);
@@ -182,15 +184,15 @@ class Node {
   void StartThreads();
   void StopThreads();
   void HeartbeatLoop();
-  std::string DescribeLocked(int id) const;
-  std::vector<int> GetNodeIdsLocked(int group) const;
-  bool IsLocalLocked(int id) const;
+  std::string DescribeLocked(int id) const REQUIRES(mu_);
+  std::vector<int> GetNodeIdsLocked(int group) const REQUIRES(mu_);
+  bool IsLocalLocked(int id) const REQUIRES(mu_);
   // Authentication (docs/protocol.md): what a message to `recipient` must
   // carry, and whether a received one carries what it must.
-  Key128 AuthForLocked(int recipient) const;
-  bool AuthenticLocked(const Meta& meta) const;
+  Key128 AuthForLocked(int recipient) const REQUIRES(mu_);
+  bool AuthenticLocked(const Meta& meta) const REQUIRES(mu_);
   // Counts and logs (rate-limited) a message dropped for want of proof.
-  void DropUnauthenticatedLocked(const Meta& meta);
+  void DropUnauthenticatedLocked(const Meta& meta) REQUIRES(mu_);
   // Whether to log the event of `key` now (drop_log_); if so, *since says
   // how many of its events went unlogged before.
   bool LogAllowed(const std::string& key, std::string* since);
@@ -205,19 +207,21 @@ class Node {
   // Scheduler side (node_scheduler.cc).
   Status SchedulerStart();
   void HandleJoin(const Message& msg);
-  void AssignAndBroadcastLocked();
+  void AssignAndBroadcastLocked() REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.
   void RejectLocked(const NodeInfo& node, const std::string& key,
-                    const std::string& reason);
+                    const std::string& reason) REQUIRES(mu_);
   void HandleBarrierRequest(const Message& msg);
-  void EvaluateBarriersLocked();
-  void ReleaseRoundLocked(int group, const Round& round, const Status& status);
+  void EvaluateBarriersLocked() REQUIRES(mu_);
+  void ReleaseRoundLocked(int group, const Round& round, const Status& status)
+      REQUIRES(mu_);
   void HandleHeartbeatAtScheduler(const Message& msg);
   void HandleLeave(const Message& msg);
-  void DeclareDeadLocked(const std::string& address, const std::string& why);
-  void SendLocked(Message&& msg);
-  std::string MissingNodesLocked() const;
+  void DeclareDeadLocked(const std::string& address, const std::string& why)
+      REQUIRES(mu_);
+  void SendLocked(Message&& msg) REQUIRES(mu_);
+  std::string MissingNodesLocked() const REQUIRES(mu_);
 
   // Immutable after construction.
   const Options options_;
@@ -235,61 +239,66 @@ class Node {
   NodeCounters counters_;
   // Declared before what serves it, so it is destroyed after.
   metrics::Registry metrics_;
-  std::unique_ptr<metrics::HttpServer> metrics_http_;   // start_mu_
-  std::unique_ptr<metrics::ProgressLog> progress_log_;  // start_mu_
+  std::unique_ptr<metrics::HttpServer> metrics_http_ GUARDED_BY(start_mu_);
+  std::unique_ptr<metrics::ProgressLog> progress_log_ GUARDED_BY(start_mu_);
   std::atomic<int> metrics_port_{-1};
-  std::mutex start_mu_;  // Serialises binding the van.
+  Mutex start_mu_;  // Serialises binding the van.
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;  // Table ready, barrier released, abort.
-  // Guarded by mu_.
-  bool van_started_ = false;
-  bool stopped_ = false;
-  std::string my_host_;
-  int my_port_ = 0;
-  std::map<int, int> logical_;  // customer id -> node id
-  std::set<int> finalized_;     // customer ids
-  bool table_ready_ = false;
-  std::map<int, NodeInfo> table_;
-  std::vector<int> servers_;  // ids by rank
-  std::vector<int> workers_;  // ids by rank
-  std::shared_ptr<const KeyRing> ring_;
-  std::set<int> dead_;
-  std::set<int> left_;
-  Status abort_status_;
-  std::map<int, std::pair<bool, Status>> barrier_waits_;  // by customer id
-  std::map<int, std::pair<int, int64_t>> barrier_since_;  // -> group, start
-  std::map<std::pair<int, int>, Customer*> customers_;
+  bool van_started_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  std::string my_host_ GUARDED_BY(mu_);
+  int my_port_ GUARDED_BY(mu_) = 0;
+  std::map<int, int> logical_ GUARDED_BY(mu_);  // customer id -> node id
+  std::set<int> finalized_ GUARDED_BY(mu_);     // customer ids
+  bool table_ready_ GUARDED_BY(mu_) = false;
+  std::map<int, NodeInfo> table_ GUARDED_BY(mu_);
+  std::vector<int> servers_ GUARDED_BY(mu_);  // ids by rank
+  std::vector<int> workers_ GUARDED_BY(mu_);  // ids by rank
+  std::shared_ptr<const KeyRing> ring_ GUARDED_BY(mu_);
+  std::set<int> dead_ GUARDED_BY(mu_);
+  std::set<int> left_ GUARDED_BY(mu_);
+  Status abort_status_ GUARDED_BY(mu_);
+  std::map<int, std::pair<bool, Status>> barrier_waits_
+      GUARDED_BY(mu_);  // by customer id
+  std::map<int, std::pair<int, int64_t>> barrier_since_
+      GUARDED_BY(mu_);  // -> group, start
+  std::map<std::pair<int, int>, Customer*> customers_ GUARDED_BY(mu_);
   // Data messages for apps not created yet, by app id, with their arrival
   // time; requests held longer than options_.missing_app_timeout_ms are
   // answered kNotFound (no silent hang on a missing app).
-  std::map<int, std::vector<std::pair<int64_t, Message>>> early_;
+  std::map<int, std::vector<std::pair<int64_t, Message>>> early_
+      GUARDED_BY(mu_);
   // Data messages that arrived before our node table, at most
   // kMaxHeldBeforeTable of them and kMaxHeldBytesBeforeTable bytes.
   static constexpr size_t kMaxHeldBeforeTable = 100000;
   static constexpr size_t kMaxHeldBytesBeforeTable = size_t{256} << 20;
-  std::vector<Message> before_table_;
-  size_t before_table_bytes_ = 0;
-  std::function<void()> exit_callback_;
-  int64_t last_scheduler_echo_ms_ = 0;
+  std::vector<Message> before_table_ GUARDED_BY(mu_);
+  size_t before_table_bytes_ GUARDED_BY(mu_) = 0;
+  std::function<void()> exit_callback_ GUARDED_BY(mu_);
+  int64_t last_scheduler_echo_ms_ GUARDED_BY(mu_) = 0;
   // The run's key, which members authenticate with: made by the scheduler
   // at construction, learnt by the others from the node table.
-  std::string run_key_;
-  Key128 run_auth_;  // run_key_'s words
+  std::string run_key_ GUARDED_BY(mu_);
+  Key128 run_auth_ GUARDED_BY(mu_);  // run_key_'s words
 
-  // Scheduler state, guarded by mu_.
-  std::vector<NodeInfo> joins_;
-  std::map<std::string, std::string> join_keys_;  // address -> process key
-  std::map<int, Key128> member_keys_;             // id -> process key
-  std::map<int, std::vector<Round>> rounds_;      // group -> pending rounds
-  std::map<std::string, int64_t> last_beat_ms_;   // address -> time
-  int next_reject_id_ = -1000;
+  // Scheduler state.
+  std::vector<NodeInfo> joins_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> join_keys_
+      GUARDED_BY(mu_);                                 // address -> process key
+  std::map<int, Key128> member_keys_ GUARDED_BY(mu_);  // id -> process key
+  std::map<int, std::vector<Round>> rounds_
+      GUARDED_BY(mu_);  // group -> pending rounds
+  std::map<std::string, int64_t> last_beat_ms_
+      GUARDED_BY(mu_);  // address -> time
+  int next_reject_id_ GUARDED_BY(mu_) = -1000;
 
   // Heartbeat thread.
   std::thread heartbeat_thread_;
-  std::mutex hb_mu_;
+  Mutex hb_mu_;
   std::condition_variable hb_cv_;
-  bool hb_stop_ = false;  // Guarded by hb_mu_.
+  bool hb_stop_ GUARDED_BY(hb_mu_) = false;
 };
 
 }  // namespace ps

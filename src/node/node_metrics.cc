@@ -65,7 +65,7 @@ void Node::StartMetrics(const std::string& bind_host) {
   }
   if (options_.stats_interval_s > 0) {
     progress_log_ = std::make_unique<metrics::ProgressLog>(&metrics_, [this] {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const int id = logical_.empty() ? -1 : logical_.begin()->second;
       return std::string(RoleName(options_.role)) + " " +
              std::to_string(id < 8 ? 0 : IdToRank(id)) + " (id " +
@@ -76,13 +76,13 @@ void Node::StartMetrics(const std::string& bind_host) {
 }
 
 void Node::StopMetrics() {
-  std::lock_guard<std::mutex> lock(start_mu_);
+  MutexLock lock(&start_mu_);
   if (progress_log_) progress_log_->Stop();
   if (metrics_http_) metrics_http_->Stop();
 }
 
 std::string Node::MetricsLabels() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int id = logical_.empty() ? -1 : logical_.begin()->second;
   int rank =
       id < 0 ? -1 : (options_.role == Role::kScheduler ? 0 : IdToRank(id));
@@ -120,7 +120,7 @@ void Node::CollectMetrics(metrics::Writer* w) const {
   w->Counter("ember_dropped_messages_total", kDropped,
              metrics::Label("reason", "unauthenticated"),
              counters_.dropped_unauthenticated.load());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t held = before_table_.size();
   for (const auto& e : early_) held += e.second.size();
   w->Gauge("ember_held_messages",
@@ -147,7 +147,7 @@ void Node::CollectMetrics(metrics::Writer* w) const {
 }
 
 std::string Node::StatusJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::ostringstream os;
   os << "{\"epoch\":" << (ring_ ? ring_->epoch() : 0)
      << ",\"ready\":" << (table_ready_ ? "true" : "false")

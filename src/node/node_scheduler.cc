@@ -10,6 +10,7 @@
 
 #include "node/customer.h"
 #include "node/node.h"
+#include "util/mutex.h"
 #include "util/secret.h"
 
 namespace ps {
@@ -20,11 +21,11 @@ constexpr uint64_t kFirstEpoch = 1;
 }  // namespace
 
 Status Node::SchedulerStart() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   WaitLoggingLocked(
       &lock, options_.start_timeout_ms,
-      [this] { return table_ready_ || !abort_status_.ok(); },
-      [this] {
+      [this]() REQUIRES(mu_) { return table_ready_ || !abort_status_.ok(); },
+      [this]() REQUIRES(mu_) {
         LOG(WARNING) << "waiting for the cluster to form: "
                      << MissingNodesLocked();
       });
@@ -89,7 +90,7 @@ void Node::RejectLocked(const NodeInfo& node, const std::string& key,
 }
 
 void Node::HandleJoin(const Message& msg) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (msg.meta.nodes.size() != 1) {
     counters_.dropped_bad_control++;
     LOG(WARNING) << "dropping a join with " << msg.meta.nodes.size()
@@ -195,9 +196,10 @@ void Node::AssignAndBroadcastLocked() {
       }
     }
     if (use_hints) {
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return joins_[a].rank_hint < joins_[b].rank_hint;
-      });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) REQUIRES(mu_) {
+                         return joins_[a].rank_hint < joins_[b].rank_hint;
+                       });
     }
     for (size_t rank = 0; rank < order.size(); ++rank) {
       NodeInfo& n = joins_[order[rank]];
@@ -262,7 +264,7 @@ void Node::AssignAndBroadcastLocked() {
 }
 
 void Node::HandleBarrierRequest(const Message& msg) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int sender = msg.meta.sender;
   int group = msg.meta.barrier_group;
   if (!table_ready_ || !table_.count(sender) || group <= 0 || group >= 8) {
@@ -342,7 +344,7 @@ void Node::ReleaseRoundLocked(int group, const Round& round,
 }
 
 void Node::HandleHeartbeatAtScheduler(const Message& msg) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = table_.find(msg.meta.sender);
   // Only a server's or a worker's beat counts: one claiming to come from the
   // scheduler itself is forged (the scheduler would echo it to itself and
@@ -362,7 +364,7 @@ void Node::HandleHeartbeatAtScheduler(const Message& msg) {
 }
 
 void Node::HandleLeave(const Message& msg) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = table_.find(msg.meta.sender);
   if (it == table_.end() || IsLocalLocked(msg.meta.sender)) {
     counters_.dropped_bad_control++;

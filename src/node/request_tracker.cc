@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "util/mutex.h"
+
 namespace ps {
 
 int RequestTracker::NewRequest() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int ts = next_timestamp_++;
   Entry& e = open_[ts];
   e.opened = std::chrono::steady_clock::now();
@@ -14,7 +16,7 @@ int RequestTracker::NewRequest() {
 }
 
 void RequestTracker::Expect(int timestamp, std::vector<int> peers) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return;  // Already failed.
   it->second.expected = true;
@@ -25,7 +27,7 @@ void RequestTracker::Expect(int timestamp, std::vector<int> peers) {
 }
 
 bool RequestTracker::Expecting(int timestamp, int peer) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return false;
   const auto& p = it->second.peers;
@@ -33,13 +35,13 @@ bool RequestTracker::Expecting(int timestamp, int peer) const {
 }
 
 int RequestTracker::Outstanding(int timestamp) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   return it == open_.end() ? 0 : static_cast<int>(it->second.peers.size());
 }
 
 bool RequestTracker::OnResponse(int timestamp, int peer, const Status& status) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return false;
   auto& peers = it->second.peers;
@@ -53,14 +55,14 @@ bool RequestTracker::OnResponse(int timestamp, int peer, const Status& status) {
 }
 
 void RequestTracker::Fail(int timestamp, const Status& status) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!open_.count(timestamp)) return;
   CompleteLocked(timestamp, status);
   NotifyAndUnlock(&lock);
 }
 
 std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<int> failed;
   for (const auto& entry : open_) {
     const auto& p = entry.second.peers;
@@ -75,7 +77,7 @@ std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
 }
 
 std::vector<int> RequestTracker::FailAll(const Status& status) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<int> failed;
   for (const auto& entry : open_) failed.push_back(entry.first);
   for (int ts : failed) CompleteLocked(ts, status);
@@ -101,16 +103,16 @@ void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
   }
 }
 
-void RequestTracker::NotifyAndUnlock(std::unique_lock<std::mutex>* lock) {
+void RequestTracker::NotifyAndUnlock(MutexLock* lock) {
   WakeFd* waker = wake_now_ ? waker_ : nullptr;
   wake_now_ = false;
-  lock->unlock();
+  lock->Unlock();
   cv_.notify_all();
   if (waker != nullptr) waker->Signal();
 }
 
 bool RequestTracker::SetWaker(WakeFd* waker, int awaited) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (waker_ != nullptr) return false;
   if (awaited >= 0 && !open_.count(awaited)) return false;
   waker_ = waker;
@@ -121,7 +123,7 @@ bool RequestTracker::SetWaker(WakeFd* waker, int awaited) {
 }
 
 bool RequestTracker::ClearWaker() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   waker_ = nullptr;
   return waker_fired_;
 }
@@ -131,7 +133,7 @@ std::vector<RequestTracker::LongWait> RequestTracker::LongWaits(
   const auto now = std::chrono::steady_clock::now();
   std::vector<LongWait> waits;
   *total = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Timestamps grow with time: the oldest requests come first.
   for (const auto& entry : open_) {
     const int64_t waited =
@@ -147,21 +149,22 @@ std::vector<RequestTracker::LongWait> RequestTracker::LongWaits(
 }
 
 std::vector<int> RequestTracker::Owed(int timestamp) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   return it == open_.end() ? std::vector<int>() : it->second.peers;
 }
 
 Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (timestamp < 0 || timestamp >= next_timestamp_) {
     return Status::InvalidArgument("no request with timestamp " +
                                    std::to_string(timestamp));
   }
-  auto done = [&] { return open_.count(timestamp) == 0; };
+  auto done = [&]() REQUIRES(mu_) { return open_.count(timestamp) == 0; };
   if (timeout_ms < 0) {
-    cv_.wait(lock, done);
-  } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    cv_.wait(lock.native(), done);
+  } else if (!cv_.wait_for(lock.native(), std::chrono::milliseconds(timeout_ms),
+                           done)) {
     return Status::DeadlineExceeded(
         "request " + std::to_string(timestamp) + " still waits for " +
         std::to_string(open_[timestamp].peers.size()) + " responses after " +
@@ -180,12 +183,12 @@ Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
 }
 
 bool RequestTracker::IsOpen(int timestamp) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return open_.count(timestamp) > 0;
 }
 
 size_t RequestTracker::open_requests() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return open_.size();
 }
 

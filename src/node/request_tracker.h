@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ps/status.h"
+#include "util/mutex.h"
 #include "util/wake_fd.h"
 
 namespace ps {
@@ -96,22 +97,25 @@ class RequestTracker {
   };
   // Closes the request; the caller then calls NotifyAndUnlock (a waiter
   // woken under the lock would only block on it again).
-  void CompleteLocked(int timestamp, const Status& status);
-  void NotifyAndUnlock(std::unique_lock<std::mutex>* lock);
+  void CompleteLocked(int timestamp, const Status& status) REQUIRES(mu_);
+  // Not analysed: clang cannot see that lock->Unlock() releases mu_; its
+  // callers are checked against RELEASE(mu_).
+  void NotifyAndUnlock(MutexLock* lock) RELEASE(mu_) NO_THREAD_SAFETY_ANALYSIS;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  int next_timestamp_ = 0;        // Guarded by mu_.
-  std::map<int, Entry> open_;     // Guarded by mu_.
-  std::map<int, Status> failed_;  // Guarded by mu_.
+  int next_timestamp_ GUARDED_BY(mu_) = 0;
+  std::map<int, Entry> open_ GUARDED_BY(mu_);
+  std::map<int, Status> failed_ GUARDED_BY(mu_);
   // Requests at or below this timestamp may have failed and been forgotten.
-  int forgotten_up_to_ = -1;  // Guarded by mu_.
-  // The waker (SetWaker), guarded by mu_.
-  WakeFd* waker_ = nullptr;
-  std::thread::id waker_thread_;
-  bool waker_fired_ = false;
-  int waker_for_ = -1;     // The request awaited; < 0: any.
-  bool wake_now_ = false;  // Set by CompleteLocked for NotifyAndUnlock.
+  int forgotten_up_to_ GUARDED_BY(mu_) = -1;
+  // The waker (SetWaker).
+  WakeFd* waker_ GUARDED_BY(mu_) = nullptr;
+  std::thread::id waker_thread_ GUARDED_BY(mu_);
+  bool waker_fired_ GUARDED_BY(mu_) = false;
+  int waker_for_ GUARDED_BY(mu_) = -1;  // The request awaited; < 0: any.
+  bool wake_now_ GUARDED_BY(mu_) =
+      false;  // Set by CompleteLocked for NotifyAndUnlock.
 };
 
 }  // namespace ps

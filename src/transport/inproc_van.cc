@@ -7,12 +7,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/mutex.h"
 #include "util/thread_name.h"
 
 namespace ps {
 
 void InProcNetwork::Sever(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   vans_.erase(address);
   unbound_.erase(address);
   severed_.insert(address);
@@ -20,7 +21,7 @@ void InProcNetwork::Sever(const std::string& address) {
 
 StatusOr<int> InProcNetwork::Bind(const std::string& host, int port,
                                   InProcVan* van) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (port == 0) {
     while (vans_.count(host + ":" + std::to_string(next_port_))) ++next_port_;
     port = next_port_++;
@@ -45,7 +46,7 @@ void InProcNetwork::Unbind(const std::string& address) {
 
 bool InProcNetwork::Deliver(const std::string& address, std::string header,
                             std::vector<SArray<char>> data) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (severed_.count(address)) return false;
   auto it = vans_.find(address);
   if (it == vans_.end()) {
@@ -65,7 +66,7 @@ InProcVan::~InProcVan() {
 
 StatusOr<int> InProcVan::Start(const std::string& host, int port,
                                Handler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_) return Status::Internal("van started twice");
   if (ready_fd_ < 0) {
     ready_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -93,25 +94,25 @@ Status InProcVan::Connect(int id, const std::string& host, int port,
     return Status::InvalidArgument("bad address " + host + ":" +
                                    std::to_string(port));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   routes_[id] = host + ":" + std::to_string(port);
   return Status::OK();
 }
 
 void InProcVan::Disconnect(int id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   routes_.erase(id);
 }
 
 size_t InProcVan::num_routes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return routes_.size();
 }
 
 Status InProcVan::Send(Message&& msg) {
   std::string address;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopped_) return Status::Unavailable("van is stopped");
     auto it = routes_.find(msg.meta.recipient);
     if (it == routes_.end()) {
@@ -141,7 +142,7 @@ void InProcVan::Enqueue(Packet packet) {
 ReceiveGate::Result InProcVan::CoReceive(int wake_fd,
                                          const std::function<bool()>& done) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopped_) return ReceiveGate::Result::kStopped;
   }
   return gate_.Visit(wake_fd, done);
@@ -187,7 +188,7 @@ void InProcVan::ReceiveAll() {
 
 void InProcVan::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopped_) return;
     stopped_ = true;
   }

@@ -19,6 +19,7 @@
 
 #include "transport/van.h"
 #include "util/blocking_queue.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -48,13 +49,13 @@ class InProcNetwork {
     std::vector<SArray<char>> data;
   };
 
-  std::mutex mu_;
-  std::map<std::string, InProcVan*> vans_;  // Guarded by mu_.
+  Mutex mu_;
+  std::map<std::string, InProcVan*> vans_ GUARDED_BY(mu_);
   // Messages to an address nobody has bound yet wait for it, as ZeroMQ
-  // queues messages for a peer it has not reached yet. Guarded by mu_.
-  std::map<std::string, std::vector<Packet>> unbound_;
-  std::set<std::string> severed_;  // Guarded by mu_.
-  int next_port_ = 1;              // Guarded by mu_.
+  // queues messages for a peer it has not reached yet.
+  std::map<std::string, std::vector<Packet>> unbound_ GUARDED_BY(mu_);
+  std::set<std::string> severed_ GUARDED_BY(mu_);
+  int next_port_ GUARDED_BY(mu_) = 1;
 };
 
 class InProcVan final : public Van {
@@ -96,10 +97,10 @@ class InProcVan final : public Van {
   ReceiveGate gate_;
   std::thread receiver_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<int, std::string> routes_;  // Guarded by mu_.
-  bool started_ = false;                         // Guarded by mu_.
-  bool stopped_ = false;                         // Guarded by mu_.
+  mutable Mutex mu_;
+  std::unordered_map<int, std::string> routes_ GUARDED_BY(mu_);
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/mutex.h"
+
 namespace ps {
 
 namespace {
@@ -80,8 +82,14 @@ bool CpuContention::Contended(Clock::time_point at) {
   if (now < next_sample_ns_.load(std::memory_order_relaxed)) {
     return contended_.load(std::memory_order_relaxed);
   }
-  std::unique_lock<std::mutex> lock(sample_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return contended_.load(std::memory_order_relaxed);
+  // One thread samples; the others take the last answer.
+  if (!sample_mu_.TryLock()) return contended_.load(std::memory_order_relaxed);
+  const bool over = SampleLocked(now);
+  sample_mu_.Unlock();
+  return over;
+}
+
+bool CpuContention::SampleLocked(int64_t now) {
   next_sample_ns_.store(now + int64_t{kSampleMs} * 1000000,
                         std::memory_order_relaxed);
   char buf[128];
@@ -114,7 +122,7 @@ Status ReceiveGate::Init(int source_fd, std::function<void()> drain) {
 
 bool ReceiveGate::DrainOnce() {
   if (tls_draining) return false;
-  std::lock_guard<std::mutex> lock(drain_mu_);
+  MutexLock lock(&drain_mu_);
   tls_draining = true;
   drain_();
   tls_draining = false;
@@ -143,7 +151,7 @@ ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
   bool parked = false;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       parking_ = false;
       if (stopping() || guests_ == 0) {
         return parked ? Park::kParked : Park::kNoGuest;
@@ -172,7 +180,7 @@ ReceiveGate::Park ReceiveGate::ParkWhileGuests() {
     }
     if (poll(&stop, 1, kParkMs) < 0 && errno != EINTR) {
       LOG(ERROR) << "poll failed: " << std::strerror(errno);
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       parking_ = false;
       return Park::kFailed;
     }
@@ -184,7 +192,7 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
                                        const std::function<bool()>& done) {
   if (tls_draining) return Result::kBusy;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping() || stop_fd_ < 0) return Result::kStopped;
     if (guests_++ == 0) guests_since_ = Clock::now();
   }
@@ -221,7 +229,7 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
     tls_spin_advisor.Record(spins, Clock::now() - start, spin);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++visits_ended_;
     if (--guests_ == 0) {
       guest_time_ += Clock::now() - guests_since_;
@@ -232,14 +240,14 @@ ReceiveGate::Result ReceiveGate::Visit(int wake_fd,
 }
 
 void ReceiveGate::Stop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stop_fd_ < 0) return;
   if (!stopping_.exchange(true, std::memory_order_acq_rel)) {
     uint64_t one = 1;
     ssize_t n = write(stop_fd_, &one, sizeof(one));
     (void)n;
   }
-  cv_.wait(lock, [this] { return guests_ == 0; });
+  cv_.wait(lock.native(), [this]() REQUIRES(mu_) { return guests_ == 0; });
 }
 
 }  // namespace ps

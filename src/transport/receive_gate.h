@@ -44,6 +44,7 @@
 #include <mutex>
 
 #include "ps/status.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -82,13 +83,15 @@ class CpuContention {
   static constexpr int kSampleMs = 5;
 
  private:
+  // Reads the run queue and updates the answer; returns it.
+  bool SampleLocked(int64_t now) REQUIRES(sample_mu_);
   CpuContention();
   int fd_ = -1;
   int cpus_ = 1;
   std::atomic<int64_t> next_sample_ns_{0};
   std::atomic<int> smoothed_x16_{0};
   std::atomic<bool> contended_{false};
-  std::mutex sample_mu_;
+  Mutex sample_mu_;  // held by the one thread that samples
 };
 
 // Whether a thread's waits are short enough to be worth spinning for: a
@@ -195,7 +198,7 @@ class ReceiveGate {
   // Whether the owner is off the source now (see ParkWhileGuests); for
   // tests and diagnostics.
   bool owner_parking() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return parking_;
   }
 
@@ -243,27 +246,27 @@ class ReceiveGate {
   int source_fd_ = -1;
   int stop_fd_ = -1;  // An eventfd, written once by Stop(), never read.
   std::function<void()> drain_;
-  std::mutex drain_mu_;  // The gate: held while draining.
+  Mutex drain_mu_;  // The gate: held while draining.
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> spin_us_{0};
   std::atomic<CpuContention*> contention_{nullptr};
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  int guests_ = 0;             // Guarded by mu_.
-  uint64_t visits_ended_ = 0;  // Guarded by mu_.
+  int guests_ GUARDED_BY(mu_) = 0;
+  uint64_t visits_ended_ GUARDED_BY(mu_) = 0;
   // Time with a guest in the gate, up to guests_since_ (when guests_ last
-  // became nonzero); guarded by mu_.
-  std::chrono::nanoseconds guest_time_{0};
-  std::chrono::steady_clock::time_point guests_since_;
+  // became nonzero).
+  std::chrono::nanoseconds guest_time_ GUARDED_BY(mu_){0};
+  std::chrono::steady_clock::time_point guests_since_ GUARDED_BY(mu_);
   // The window over which parking is judged: since when, and visits_ended_
   // and the guests' time then; whether the last window was worth parking
-  // in. Guarded by mu_.
-  std::chrono::steady_clock::time_point window_since_;
-  uint64_t window_visits_ = 0;
-  std::chrono::nanoseconds window_guest_time_{0};
-  bool park_worth_ = false;
-  bool parking_ = false;  // The owner is in a park; guarded by mu_.
+  // in.
+  std::chrono::steady_clock::time_point window_since_ GUARDED_BY(mu_);
+  uint64_t window_visits_ GUARDED_BY(mu_) = 0;
+  std::chrono::nanoseconds window_guest_time_ GUARDED_BY(mu_){0};
+  bool park_worth_ GUARDED_BY(mu_) = false;
+  bool parking_ GUARDED_BY(mu_) = false;  // The owner is in a park.
 };
 
 }  // namespace ps

@@ -14,6 +14,7 @@
 
 #include "util/clock.h"
 #include "util/secret.h"
+#include "util/mutex.h"
 #include "util/thread_name.h"
 
 namespace ps {
@@ -158,7 +159,7 @@ Status ZmqVan::set_security(const VanSecurity& security) {
           "EMBER_CURVE_KEY_FILE: the public key is not the secret key's");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_) return Status::Internal("set_security after Start");
   security_ = security;
   return Status::OK();
@@ -255,7 +256,7 @@ ZmqVan::~ZmqVan() { Stop(); }
 
 StatusOr<int> ZmqVan::Start(const std::string& host, int port,
                             Handler handler) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (started_) return Status::Internal("van started twice");
   context_ = zmq_ctx_new();
   if (context_ == nullptr) {
@@ -365,7 +366,7 @@ Status ZmqVan::Connect(int id, const std::string& host, int port,
       limits_.local_endpoint && IsAbstractEndpoint(local) && Reachable(local);
   if (use_local) address = local;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
     auto it = routes_.find(id);
     if (use_local && (it == routes_.end() || it->second != address)) {
@@ -373,7 +374,7 @@ Status ZmqVan::Connect(int id, const std::string& host, int port,
     }
     routes_[id] = address;
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   if (!closed_) SocketFor(address);  // Errors are logged; Send reports them.
   return Status::OK();
 }
@@ -381,7 +382,7 @@ Status ZmqVan::Connect(int id, const std::string& host, int port,
 void ZmqVan::Disconnect(int id) {
   std::string address;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = routes_.find(id);
     if (it == routes_.end()) return;
     address = it->second;
@@ -390,7 +391,7 @@ void ZmqVan::Disconnect(int id) {
       if (r.second == address) return;  // Another id still uses it.
     }
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   auto it = dealers_.find(address);
   if (it == dealers_.end()) return;
   zmq_close(it->second);  // Lingers kLingerMs for what was sent.
@@ -398,19 +399,19 @@ void ZmqVan::Disconnect(int id) {
 }
 
 std::string ZmqVan::local_endpoint() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return local_endpoint_;
 }
 
 size_t ZmqVan::num_routes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return routes_.size();
 }
 
 Status ZmqVan::Send(Message&& msg) {
   std::string address;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return Status::Unavailable("van is stopped");
     auto it = routes_.find(msg.meta.recipient);
     if (it == routes_.end()) {
@@ -419,7 +420,7 @@ Status ZmqVan::Send(Message&& msg) {
     }
     address = it->second;
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   if (closed_) return Status::Unavailable("van is stopped");
   void* socket = SocketFor(address);
   if (socket == nullptr) {
@@ -435,7 +436,7 @@ Status ZmqVan::Send(Message&& msg) {
 ReceiveGate::Result ZmqVan::CoReceive(int wake_fd,
                                       const std::function<bool()>& done) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return ReceiveGate::Result::kStopped;
   }
   return gate_.Visit(wake_fd, done);
@@ -585,14 +586,14 @@ void ZmqVan::ReceiveAll() {
 
 void ZmqVan::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_ || stopping_) return;
     stopping_ = true;
   }
   gate_.Stop();
   if (io_thread_.joinable()) io_thread_.join();
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
+    MutexLock lock(&send_mu_);
     closed_ = true;
     for (auto& entry : dealers_) zmq_close(entry.second);
     dealers_.clear();

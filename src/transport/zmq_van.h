@@ -24,6 +24,7 @@
 #include "transport/receive_gate.h"
 #include "transport/van.h"
 #include "util/log_limiter.h"
+#include "util/mutex.h"
 
 namespace ps {
 
@@ -60,7 +61,7 @@ class ZmqVan final : public Van {
   void ReceiveAll();
   // One line per connection per second for the messages it drops.
   void LogRejected(const std::string& peer, const Status& why);
-  void* SocketFor(const std::string& address);  // Requires send_mu_.
+  void* SocketFor(const std::string& address) REQUIRES(send_mu_);
   // CURVE: ZeroMQ's authentication handler (ZAP, RFC 27) on its own
   // thread, admitting only clients with the cluster's public key.
   Status StartZap();
@@ -81,15 +82,15 @@ class ZmqVan final : public Van {
   std::thread io_thread_;
 
   // address -> DEALER socket, and every use of those sockets.
-  std::mutex send_mu_;
-  std::unordered_map<std::string, void*> dealers_;  // Guarded by send_mu_.
-  bool closed_ = false;                             // Guarded by send_mu_.
+  Mutex send_mu_;
+  std::unordered_map<std::string, void*> dealers_ GUARDED_BY(send_mu_);
+  bool closed_ GUARDED_BY(send_mu_) = false;
 
-  mutable std::mutex mu_;
-  std::unordered_map<int, std::string> routes_;  // Guarded by mu_.
-  std::string local_endpoint_;                   // Guarded by mu_.
-  bool started_ = false;                         // Guarded by mu_.
-  bool stopping_ = false;                        // Guarded by mu_.
+  mutable Mutex mu_;
+  std::unordered_map<int, std::string> routes_ GUARDED_BY(mu_);
+  std::string local_endpoint_ GUARDED_BY(mu_);
+  bool started_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps

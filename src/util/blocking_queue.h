@@ -11,6 +11,8 @@
 #include <mutex>
 #include <utility>
 
+#include "util/mutex.h"
+
 namespace ps {
 
 template <typename T>
@@ -23,7 +25,7 @@ class BlockingQueue {
   // Returns false (and drops `item`) if the queue is closed.
   bool Push(T item) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (closed_) return false;
       items_.push_back(std::move(item));
     }
@@ -33,8 +35,9 @@ class BlockingQueue {
 
   // Blocks for the next item; false once the queue is closed and empty.
   bool Pop(T* item) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return closed_ || !items_.empty(); });
+    MutexLock lock(&mu_);
+    cv_.wait(lock.native(),
+             [this]() REQUIRES(mu_) { return closed_ || !items_.empty(); });
     if (items_.empty()) return false;
     *item = std::move(items_.front());
     items_.pop_front();
@@ -43,7 +46,7 @@ class BlockingQueue {
 
   // Non-blocking; false if nothing is queued.
   bool TryPop(T* item) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (items_.empty()) return false;
     *item = std::move(items_.front());
     items_.pop_front();
@@ -52,27 +55,27 @@ class BlockingQueue {
 
   void Close() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       closed_ = true;
     }
     cv_.notify_all();
   }
 
   bool closed() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return closed_;
   }
 
   size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return items_.size();
   }
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::deque<T> items_;  // Guarded by mu_.
-  bool closed_ = false;  // Guarded by mu_.
+  std::deque<T> items_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps

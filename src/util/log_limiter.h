@@ -19,6 +19,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "util/mutex.h"
+
 namespace ps {
 
 class LogLimiter {
@@ -29,7 +31,7 @@ class LogLimiter {
   // Whether to log the event of `key` at `now_ms`. When it is, *left_out is
   // the number of that key's events not logged since its last line.
   bool Allow(const std::string& key, int64_t now_ms, uint64_t* left_out) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = slots_.find(key);
     if (it == slots_.end()) {
       const std::string& k = slots_.size() < max_keys_ ? key : kOverflow;
@@ -61,8 +63,8 @@ class LogLimiter {
   inline static const std::string kOverflow = "\x01(other keys)";
   const int64_t interval_ms_;
   const size_t max_keys_;
-  std::mutex mu_;
-  std::unordered_map<std::string, Slot> slots_;  // Guarded by mu_.
+  Mutex mu_;
+  std::unordered_map<std::string, Slot> slots_ GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -39,26 +39,34 @@ constexpr uint64_t InverseModPow2(uint64_t odd) {
   return mix_internal::InverseModPow2(odd);
 }
 
-// murmur3's fmix64.
-constexpr uint64_t Fmix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= mix_internal::kFmix1;
-  x ^= x >> 33;
-  x *= mix_internal::kFmix2;
-  x ^= x >> 33;
-  return x;
+namespace mix_internal {
+
+constexpr uint64_t XorShift33(uint64_t x) { return x ^ (x >> 33); }
+
+// xorshift, multiply by a, xorshift, multiply by b, xorshift: fmix64 with
+// (kFmix1, kFmix2), and its inverse with the inverses in reverse order
+// (x ^ x >> 33 is its own inverse because 33 >= 32).
+constexpr uint64_t Murmur3Rounds(uint64_t x, uint64_t a, uint64_t b) {
+  return XorShift33(XorShift33(XorShift33(x) * a) * b);
 }
 
-// The inverse of Fmix64: Unfmix64(Fmix64(x)) == x. (x ^= x >> 33 is its own
-// inverse because 33 >= 32.)
-constexpr uint64_t Unfmix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= mix_internal::kFmix2Inverse;
-  x ^= x >> 33;
-  x *= mix_internal::kFmix1Inverse;
-  x ^= x >> 33;
-  return x;
+}  // namespace mix_internal
+
+// murmur3's fmix64.
+constexpr uint64_t Fmix64(uint64_t x) {
+  return mix_internal::Murmur3Rounds(x, mix_internal::kFmix1,
+                                     mix_internal::kFmix2);
 }
+
+// The inverse of Fmix64: Unfmix64(Fmix64(x)) == x.
+constexpr uint64_t Unfmix64(uint64_t x) {
+  return mix_internal::Murmur3Rounds(x, mix_internal::kFmix2Inverse,
+                                     mix_internal::kFmix1Inverse);
+}
+
+// 2^64 / golden ratio, odd: splitmix64's increment, and the multiplier of
+// Fibonacci hashing.
+constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ULL;
 
 // splitmix64's output function.
 constexpr uint64_t SplitMix64(uint64_t z) {

@@ -11,11 +11,10 @@
 #include <string>
 
 #include "model/checkpoint.h"
+#include "util/coding.h"
+#include "util/crc32c.h"
 
 namespace {
-
-void Put32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }
-void Put64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 // The first 12 bytes (magic and format version) of a real checkpoint.
 std::string RealHeaderStart() {
@@ -50,9 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t n = size - 1;
     char header[ps::model::kCheckpointHeaderSize] = {};
     std::memcpy(header, kStart.data(), 12);
-    Put64(header + 16, n);
-    Put32(header + 24, ps::model::Crc32c(0, payload, n));
-    Put32(header + 28, ps::model::Crc32c(0, header, 28));
+    ps::EncodeFixed64(header + 16, n);
+    ps::EncodeFixed32(header + 24, ps::Crc32c(0, payload, n));
+    ps::EncodeFixed32(header + 28, ps::Crc32c(0, header, 28));
     file.assign(header, sizeof(header));
     file.append(payload, n);
   }

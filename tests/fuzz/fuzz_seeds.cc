@@ -13,6 +13,7 @@
 
 #include "message/message.h"
 #include "model/checkpoint.h"
+#include "model/model_control.h"
 #include "partition/key_ring.h"
 
 namespace {
@@ -152,18 +153,61 @@ void CheckpointSeeds() {
         std::string(1, '\1') + file.substr(ps::model::kCheckpointHeaderSize));
 }
 
+// A control request as fuzz_specs reads it: the head byte, then the body.
+void Request(const std::string& name, const ps::model::ControlRequest& r) {
+  int head = 0;
+  std::string body = ps::model::EncodeControlRequest(r, &head);
+  Write("specs", name, std::string(1, static_cast<char>(head)) + body);
+}
+
 void SpecSeeds() {
-  Write("specs", "table",
-        "emb\t8\tnormal(0,0.01)\tadam(lr=0.001,beta1=0.9)\tssp:2");
-  Write("specs", "dense",
-        "w\t100\t(10,10)\tmomentum(lr=0.1,nesterov=true)\tbsp");
-  Write("specs", "optimizers",
-        "sgd(lr=0.1)\tadagrad(0.1,initial_accumulator_value=0.1)\t"
-        "ftrl(alpha=0.1,beta=1,l1=0.01,l2=0.01)\tadam(0.01)");
-  Write("specs", "initializers",
-        "zeros\tones\tconstant(0.5)\tuniform(-1,1)\tnormal(0,0.1)\t"
-        "truncated_normal(0,1)");
-  Write("specs", "settings", "asp\tbsp\tssp\tssp:3\trange\tspread");
+  using ps::model::ControlOp;
+  ps::model::ControlRequest table;
+  table.op = ControlOp::kRegisterTable;
+  table.name = "emb";
+  table.dim = 8;
+  table.initializer = "normal(0,0.01)";
+  table.optimizer = "adam(lr=0.001,beta1=0.9)";
+  table.consistency = "ssp:2";
+  Request("table", table);
+
+  ps::model::ControlRequest dense;
+  dense.op = ControlOp::kRegisterDense;
+  dense.name = "w";
+  dense.shape = {10, 10};
+  dense.optimizer = "momentum(lr=0.1,nesterov=true)";
+  dense.consistency = "bsp";
+  Request("dense", dense);
+
+  // Every spec the parsers know, carried in the fields they are read from.
+  ps::model::ControlRequest specs = table;
+  specs.name = "sgd(lr=0.1)";
+  specs.initializer = "truncated_normal(0,1)";
+  specs.optimizer = "ftrl(alpha=0.1,beta=1,l1=0.01,l2=0.01)";
+  specs.consistency = "range";
+  Request("optimizers", specs);
+  specs.initializer = "uniform(-1,1)";
+  specs.optimizer = "adagrad(0.1,initial_accumulator_value=0.1)";
+  specs.consistency = "spread";
+  Request("initializers", specs);
+  specs.initializer = "constant(0.5)";
+  specs.optimizer = "adam(0.01)";
+  specs.consistency = "asp";
+  Request("settings", specs);
+
+  ps::model::ControlRequest save;
+  save.op = ControlOp::kSave;
+  save.dir = "/tmp/checkpoint";
+  Request("save", save);
+  ps::model::ControlRequest version;
+  version.op = ControlOp::kVersion;
+  Request("version", version);
+
+  ps::model::ControlReply reply;
+  reply.status = ps::Status::InvalidArgument("'emb' has another spec");
+  reply.version = 12;
+  Write("specs", "reply",
+        std::string(1, '\0') + ps::model::EncodeControlReply(reply));
 }
 
 }  // namespace

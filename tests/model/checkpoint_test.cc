@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "util/crc32c.h"
+
 namespace ps {
 namespace model {
 namespace {
@@ -277,33 +279,6 @@ class CheckpointTest : public ::testing::Test {
   std::string path_;
 };
 
-// ---- CRC32C ----------------------------------------------------------------
-
-TEST(Crc32cTest, MatchesPublishedCheckValues) {
-  EXPECT_EQ(Crc32c(0, "123456789", 9), 0xE3069283u);
-  EXPECT_EQ(Crc32c(0, "", 0), 0u);
-  std::string zeros(32, '\0');
-  EXPECT_EQ(Crc32c(0, zeros.data(), zeros.size()),
-            0x8A9136AAu);  // RFC 3720 B.4
-  std::string ones(32, '\xff');
-  EXPECT_EQ(Crc32c(0, ones.data(), ones.size()), 0x62A8AB43u);
-  std::string ascending(32, '\0');
-  for (int i = 0; i < 32; ++i) ascending[i] = static_cast<char>(i);
-  EXPECT_EQ(Crc32c(0, ascending.data(), ascending.size()), 0x46DD794Eu);
-}
-
-TEST(Crc32cTest, ExtendingInPiecesEqualsOneCall) {
-  std::mt19937_64 rng(7);
-  std::string data(1000, '\0');
-  for (char& c : data) c = static_cast<char>(rng());
-  const uint32_t whole = Crc32c(0, data.data(), data.size());
-  for (size_t split : {0, 1, 3, 7, 8, 9, 500, 999, 1000}) {
-    uint32_t crc = Crc32c(0, data.data(), split);
-    crc = Crc32c(crc, data.data() + split, data.size() - split);
-    EXPECT_EQ(crc, whole) << "split at " << split;
-  }
-}
-
 // ---- Round trips
 // -------------------------------------------------------------
 
@@ -314,6 +289,97 @@ TEST_F(CheckpointTest, RoundTripKeepsEveryBit) {
   ASSERT_TRUE(read.ok()) << read.status();
   ExpectSameShard(shard, read.value());
   EXPECT_EQ(DirectoryEntries(), std::vector<std::string>{"shard-2.ckpt"});
+}
+
+// A shard streamed part by part, tables in slices of any size (empty ones
+// too) and in any order of rows, reads back as the same shard as
+// WriteCheckpoint's, and the two files are the same bytes when the parts
+// come in WriteCheckpoint's order.
+TEST_F(CheckpointTest, StreamedShardReadsBackAsTheWholeOne) {
+  const ModelShard shard = MakeShard(3);
+  ModelShard head = shard;
+  head.dense.clear();
+  head.tables.clear();
+  auto slices = [&](CheckpointSink* sink, size_t slice) -> Status {
+    for (const DenseShard& d : shard.dense) {
+      PS_RETURN_IF_ERROR(sink->AddDense(d));
+    }
+    for (const TableShard& t : shard.tables) {
+      const size_t dim = t.dim, sf = t.slot_floats;
+      size_t begin = 0;
+      do {
+        const size_t end = std::min(t.ids.size(), begin + slice);
+        TableShard part = t;
+        part.ids.assign(t.ids.begin() + begin, t.ids.begin() + end);
+        part.weights.assign(t.weights.begin() + begin * dim,
+                            t.weights.begin() + end * dim);
+        part.slots.assign(t.slots.begin() + begin * sf,
+                          t.slots.begin() + end * sf);
+        PS_RETURN_IF_ERROR(sink->AddTableRows(part, t.ids.size()));
+        TableShard empty = part;
+        empty.ids.clear();
+        empty.weights.clear();
+        empty.slots.clear();
+        PS_RETURN_IF_ERROR(sink->AddTableRows(empty, t.ids.size()));
+        begin = end;
+      } while (begin < t.ids.size());
+    }
+    return Status::OK();
+  };
+  ASSERT_TRUE(WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+                return slices(sink, 3);
+              }).ok());
+  StatusOr<ModelShard> read = ReadCheckpoint(path_);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameShard(shard, read.value());
+
+  // Whole tables in one part: WriteCheckpoint's bytes.
+  ASSERT_TRUE(WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+                return slices(sink, size_t{1} << 40);
+              }).ok());
+  const std::string streamed = ReadBytes(path_);
+  ASSERT_TRUE(WriteCheckpoint(path_, shard).ok());
+  EXPECT_EQ(streamed, ReadBytes(path_));
+}
+
+TEST_F(CheckpointTest, AStreamThatBreaksItsWordWritesNothing) {
+  const ModelShard shard = MakeShard(4);
+  ASSERT_FALSE(shard.tables.empty());
+  ModelShard head = shard;
+  head.dense.clear();
+  head.tables.clear();
+  const TableShard& t = shard.tables[0];
+  // Fewer rows than announced.
+  Status s = WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+    return sink->AddTableRows(t, t.ids.size() + 1);
+  });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  // More rows than announced.
+  s = WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+    PS_RETURN_IF_ERROR(sink->AddTableRows(t, t.ids.size()));
+    return sink->AddTableRows(t, t.ids.size());
+  });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  // The same table id with another spec.
+  s = WriteCheckpointStream(path_, head, [&](CheckpointSink* sink) {
+    TableShard other = t;
+    other.dim = t.dim + 1;
+    other.ids.clear();
+    other.weights.clear();
+    other.slots.clear();
+    PS_RETURN_IF_ERROR(sink->AddTableRows(t, t.ids.size()));
+    return sink->AddTableRows(other, t.ids.size());
+  });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  // fill's own error, and a header that carries parts.
+  s = WriteCheckpointStream(path_, head, [](CheckpointSink*) {
+    return Status::Unavailable("the store went away");
+  });
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s;
+  s = WriteCheckpointStream(path_, shard,
+                            [](CheckpointSink*) { return Status::OK(); });
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s;
+  EXPECT_TRUE(DirectoryEntries().empty());
 }
 
 TEST_F(CheckpointTest, EmptyShardRoundTrips) {

@@ -347,3 +347,77 @@ TEST(EmbeddingTableTest, ReserveAvoidsLaterRehashesAndKeepsRows) {
 }  // namespace
 }  // namespace model
 }  // namespace ps
+
+namespace ps {
+namespace model {
+namespace {
+
+// Every row of a snapshot is handed out exactly once, with its contents at
+// BeginSnapshot, while gradients change old rows, new rows are created and
+// the index is rehashed between slices; rows made after it are left out.
+TEST(EmbeddingTableSnapshotTest, HandsOutEveryRowOnceAsItWasAtTheStart) {
+  auto t = MakeTable(4, "normal(0,1)", "adagrad(lr=0.5)");
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 3000; ++i) ids.push_back(i * 7919 + 1);
+  std::vector<float> scratch(ids.size() * 4);
+  ASSERT_TRUE(t->Lookup(ids.data(), ids.size(), scratch.data()).ok());
+  std::map<uint64_t, std::vector<float>> before;  // weights and slots
+  t->ForEachRow([&](uint64_t id, const float* w, const float* s) {
+    std::vector<float> row(w, w + 4);
+    row.insert(row.end(), s, s + t->slot_floats());
+    before[id] = row;
+  });
+  ASSERT_EQ(before.size(), ids.size());
+
+  t->BeginSnapshot();
+  EXPECT_EQ(t->snapshot_rows(), ids.size());
+  std::map<uint64_t, std::vector<float>> handed;
+  auto collect = [&](const EmbeddingTable::RowBatch& b) {
+    ASSERT_EQ(b.weights.size(), b.ids.size() * 4);
+    ASSERT_EQ(b.slots.size(), b.ids.size() * t->slot_floats());
+    for (size_t i = 0; i < b.ids.size(); ++i) {
+      std::vector<float> row(b.weights.begin() + i * 4,
+                             b.weights.begin() + (i + 1) * 4);
+      row.insert(row.end(), b.slots.begin() + i * t->slot_floats(),
+                 b.slots.begin() + (i + 1) * t->slot_floats());
+      EXPECT_TRUE(handed.emplace(b.ids[i], row).second)
+          << "row " << b.ids[i] << " handed out twice";
+    }
+  };
+  const size_t index_before = t->MemoryBytes();
+  uint64_t next_new = 1u << 30;
+  bool more = true;
+  for (int step = 0; more; ++step) {
+    // Change some old rows (some twice) and create new ones: enough new
+    // ones that the index doubles during the walk (which then starts over),
+    // not so many that it doubles faster than the walk goes.
+    std::vector<uint64_t> touch;
+    for (int k = 0; k < 40; ++k)
+      touch.push_back(ids[(step * 131 + k * 17) % ids.size()]);
+    for (int k = 0; k < 60; ++k) touch.push_back(next_new++);
+    std::vector<float> grads(touch.size() * 4, 0.25f);
+    ASSERT_TRUE(
+        t->ApplyGradients(touch.data(), touch.size(), grads.data()).ok());
+    EmbeddingTable::RowBatch batch;
+    t->TakePreservedRows(&batch);
+    more = t->NextSnapshotRows(256, &batch);
+    collect(batch);
+  }
+  EmbeddingTable::RowBatch rest;
+  t->TakePreservedRows(&rest);
+  collect(rest);
+  t->EndSnapshot();
+  EXPECT_GT(t->MemoryBytes(), index_before);  // the index did grow
+  EXPECT_EQ(handed, before);
+  EXPECT_GT(t->size(), ids.size());
+  // Without a snapshot, nothing is handed out or preserved.
+  EmbeddingTable::RowBatch none;
+  EXPECT_FALSE(t->NextSnapshotRows(1 << 20, &none));
+  ASSERT_TRUE(t->ApplyGradients(ids.data(), 1, scratch.data()).ok());
+  t->TakePreservedRows(&none);
+  EXPECT_TRUE(none.ids.empty());
+}
+
+}  // namespace
+}  // namespace model
+}  // namespace ps

@@ -2,16 +2,20 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <cmath>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "model/initializer.h"
+#include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "ps/model.h"
+#include "ps/simple_app.h"
 #include "testutil/inproc_cluster.h"
 
 namespace ps {
@@ -176,6 +180,7 @@ TEST_F(ModelClientTest, CheckpointRestoresRowsAndOptimizerState) {
   std::fclose(f);
   Status s = c->Load(dir);
   EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s;  // The server's own.
   EXPECT_NE(s.message().find("checksum"), std::string::npos) << s;
   std::vector<float> unchanged;
   ASSERT_TRUE(c->PullRows("e", ids, &unchanged).ok());
@@ -335,6 +340,88 @@ TEST_F(ModelClientTest, SaveAndLoadCompleteWhileARoundIsOpen) {
     EXPECT_TRUE(b.get().ok());
   }
   system(("rm -rf " + dir).c_str());
+}
+
+// A save while a worker keeps pushing writes the model as it was at one
+// moment: every row shows the same number of pushes, the saved version.
+// (SGD with lr 1 and gradient 1 on every row: after v pushes each row is
+// -v.) The table spans several snapshot slices.
+TEST_F(ModelClientTest, SaveWhilePushingWritesOneMoment) {
+  Form(1, 2);
+  const std::string dir = ::testing::TempDir() + "/ember_save_while_pushing";
+  system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  ASSERT_TRUE(
+      client(0)->RegisterTable({"e", 1, "zeros", "sgd(lr=1)", "asp"}).ok());
+  ASSERT_TRUE(
+      client(1)->RegisterTable({"e", 1, "zeros", "sgd(lr=1)", "asp"}).ok());
+  std::vector<uint64_t> ids(40000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  const std::vector<float> ones(ids.size(), 1.0f);
+  ASSERT_TRUE(client(0)->Push({}, {{"e", ids, ones}}).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> pushed{0};
+  std::thread pusher([&] {
+    while (!stop.load()) {
+      if (!client(1)->Push({}, {{"e", ids, ones}}).ok()) return;
+      pushed.fetch_add(1);
+    }
+  });
+  while (pushed.load() < 2) std::this_thread::yield();
+  Status saved = client(0)->Save(dir);
+  stop = true;
+  pusher.join();
+  ASSERT_TRUE(saved.ok()) << saved;
+  ASSERT_TRUE(client(0)->Load(dir).ok());
+  std::vector<float> rows;
+  ASSERT_TRUE(client(0)->PullRows("e", ids, &rows).ok());
+  int64_t version = 0;  // The loaded model's: the saved version.
+  ASSERT_TRUE(client(0)->Push({}, {}, &version).ok());
+  ASSERT_GE(version, 1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(rows[i], -static_cast<float>(version)) << "row " << i;
+  }
+  system(("rm -rf " + dir).c_str());
+}
+
+// Bytes at the control app that are no well-formed request (the old text
+// form, a head naming another operation) are answered with kCorruption by
+// every server, which keeps serving.
+TEST_F(ModelClientTest, MalformedControlRequestsAreAnsweredNotFatal) {
+  Form(2, 1);
+  SimpleApp raw(model::kControlApp, /*customer_id=*/7, cluster_->worker(0));
+  std::mutex mu;
+  std::vector<std::string> answers;
+  raw.set_response_handle([&](const SimpleData& res, SimpleApp*) {
+    std::lock_guard<std::mutex> lock(mu);
+    answers.push_back(res.body);
+  });
+  model::ControlRequest save;
+  save.op = model::ControlOp::kSave;
+  save.dir = "/nonexistent";
+  int head = 0;
+  const std::string save_body = model::EncodeControlRequest(save, &head);
+  const std::pair<int, std::string> bad[] = {
+      {1, "emb\t8\tzeros\tsgd(lr=1)\tasp"},
+      {static_cast<int>(model::ControlOp::kVersion), save_body},
+      {1, std::string()},
+  };
+  for (const auto& b : bad) {
+    ASSERT_TRUE(
+        raw.WaitStatus(raw.Request(b.first, b.second, kServerGroup)).ok());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(answers.size(), 6u);
+  for (const std::string& a : answers) {
+    auto reply = model::DecodeControlReply(a);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status.code(), Status::Code::kCorruption) << reply->status;
+  }
+  // The servers still serve; names may hold any bytes, tabs included.
+  EXPECT_TRUE(
+      client(0)->RegisterTable({"a\tb", 2, "zeros", "sgd(lr=1)", "asp"}).ok());
+  std::vector<float> rows;
+  ASSERT_TRUE(client(0)->PullRows("a\tb", {1, 2}, &rows).ok());
+  EXPECT_EQ(rows, std::vector<float>(4, 0.0f));
 }
 
 // A server that never answers a model control request (here: it runs no

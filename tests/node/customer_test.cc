@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,7 @@ class CustomerTest : public ::testing::Test {
           order_.push_back(ts);
           threads_.push_back(std::this_thread::get_id());
         });
+    customer_->Start();
   }
 
   static Message Response(int ts) {
@@ -179,11 +181,32 @@ TEST_F(CustomerTest, AMessageQueuedDuringAClaimRunsAfterIt) {
 TEST_F(CustomerTest, AHeldCustomerRefusesClaims) {
   customer_ = std::make_unique<Customer>(
       78, 0, cluster_->worker(0)->node(), [](Message&) {}, /*held=*/true);
+  customer_->Start();
   customer_->set_inline_predicate([](const Meta&) { return true; });
   EXPECT_FALSE(customer_->Claim(Response(1).meta));
   customer_->Release();
   EXPECT_TRUE(customer_->Claim(Response(1).meta));
   customer_->RunClaimed(Response(1));
+}
+
+// Construction starts nothing: a message accepted before Start() waits
+// (no thread exists to run it) and is handled once the thread starts;
+// Stop() is idempotent, and so is the destructor's Stop() after it.
+TEST_F(CustomerTest, NothingRunsBeforeStartAndStopIsIdempotent) {
+  Node* node = cluster_->worker(0)->node();
+  std::atomic<int> handled{0};
+  auto customer = std::make_unique<Customer>(
+      79, 0, node, [&](Message&) { handled.fetch_add(1); });
+  customer->Accept(Response(1));
+  EXPECT_EQ(handled.load(), 0);
+  customer->Start();
+  customer->Drain();
+  EXPECT_EQ(handled.load(), 1);
+  customer->Stop();
+  customer->Stop();
+  customer.reset();
+  // A customer never started is destroyed without touching the node.
+  Customer idle(80, 0, node, [](Message&) {});
 }
 
 // Many messages, claims and queueing mixed: every message is handled once,

@@ -25,25 +25,32 @@ def read(path):
 
 def proto_fields(text):
     """({message: {field: number}}, {message: {reserved numbers}}) of a
-    .proto text (messages not nested; enums are skipped)."""
-    fields, reserved, current, depth = {}, {}, None, 0
+    .proto text (messages not nested; enums are skipped; the fields of a
+    oneof belong to its message)."""
+    fields, reserved, current, stack = {}, {}, None, []
     for line in text.splitlines():
         line = line.split("//", 1)[0]
-        m = re.match(r"^\s*(message|enum)\s+(\w+)\s*\{", line)
+        m = re.match(r"^\s*(message|enum|oneof)\s+(\w+)\s*\{(\s*\})?", line)
         if m:
-            depth += 1
-            if m.group(1) == "message":
-                if depth != 1:
+            kind, name, closed = m.group(1), m.group(2), m.group(3)
+            if kind == "message":
+                if stack:
                     raise AssertionError("nested message %s: teach this test"
-                                         % m.group(2))
-                current = m.group(2)
-                fields[current], reserved[current] = {}, set()
+                                         % name)
+                fields[name], reserved[name] = {}, set()
+                current = name
+            if closed:
+                if kind == "message":
+                    current = None
+                continue
+            stack.append(kind)
             continue
         if re.match(r"^\s*\}", line):
-            depth -= 1
-            current = None
+            kind = stack.pop() if stack else None
+            if kind == "message":
+                current = None
             continue
-        if current is None:
+        if current is None or (stack and stack[-1] == "enum"):
             continue
         m = FIELD.match(line)
         if m:

@@ -22,6 +22,7 @@
 namespace ps {
 
 class Node;
+struct Options;
 
 class Postoffice {
  public:
@@ -55,6 +56,9 @@ class Postoffice {
   // Runs at Finalize of customer 0, after the final barrier.
   void RegisterExitCallback(const std::function<void()>& cb);
 
+  // The node's answers once it exists; before, the settings the node will
+  // be made from (the environment and flags, read once; the defaults, with a
+  // warning, if they cannot be read, in which case Start fails).
   int num_workers() const;
   int num_servers() const;
   bool is_worker() const;
@@ -84,9 +88,17 @@ class Postoffice {
  private:
   explicit Postoffice(std::unique_ptr<Node> node);
   Status EnsureNode();
+  // The settings: the node's, or before there is a node, the environment's
+  // (and flags'), read once into options_. mu_ held.
+  const Options& SettingsLocked() const;
 
   mutable std::mutex mu_;
   std::unique_ptr<Node> node_;  // Created at the first Start of Get().
+  // Read at the first need when there is no node yet; the node is made from
+  // them, so each setting is read once. options_status_: why they could not
+  // be read (Start fails with it; the queries use the defaults meanwhile).
+  mutable std::unique_ptr<Options> options_;
+  mutable Status options_status_;
   std::vector<Range> server_key_ranges_;
   mutable std::unordered_map<int, std::vector<int>> node_ids_;
 };
