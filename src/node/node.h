@@ -199,7 +199,8 @@ class Node {
 
   // Metrics (node_metrics.cc): the HTTP endpoint and the progress line,
   // started once the van is bound and stopped with it.
-  void StartMetrics(const std::string& bind_host);
+  // Once, from StartVan.
+  void StartMetrics(const std::string& bind_host) REQUIRES(start_mu_);
   void StopMetrics();
   void CollectMetrics(metrics::Writer* w) const;
   std::string MetricsLabels() const;

@@ -35,7 +35,6 @@ std::string JsonString(const std::string& s) {
 }  // namespace
 
 void Node::StartMetrics(const std::string& bind_host) {
-  // Called once, from StartVan, under start_mu_.
   metrics_.set_const_labels([this] { return MetricsLabels(); });
   metrics_.AddCollector([this](metrics::Writer* w) { CollectMetrics(w); });
   if (options_.metrics_port >= 0) {

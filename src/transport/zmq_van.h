@@ -65,8 +65,8 @@ class ZmqVan final : public Van {
   // CURVE: ZeroMQ's authentication handler (ZAP, RFC 27) on its own
   // thread, admitting only clients with the cluster's public key.
   Status StartZap();
-  // Undoes a Start that failed half-way (requires mu_).
-  void AbandonStart();
+  // Undoes a Start that failed half-way.
+  void AbandonStart() REQUIRES(mu_);
   void ZapLoop(void* socket);
 
   VanSecurity security_;  // Set before Start.
