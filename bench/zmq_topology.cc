@@ -134,11 +134,11 @@ int BindEndpoint(void* router) {
 }
 
 void ConnectEndpoint(void* dealer, int port) {
-  const std::string endpoint =
-      FLAGS_transport == "ipc"
-          ? "ipc://@zmq-topology-" + std::to_string(g_run) + "-" +
-                std::to_string(port)
-          : "tcp://127.0.0.1:" + std::to_string(port);
+  const std::string endpoint = FLAGS_transport == "ipc"
+                                   ? "ipc://@zmq-topology-" +
+                                         std::to_string(g_run) + "-" +
+                                         std::to_string(port)
+                                   : "tcp://127.0.0.1:" + std::to_string(port);
   zmq_connect(dealer, endpoint.c_str());
 }
 

@@ -226,4 +226,21 @@ void SimpleApp::set_response_handle(const Handle& response_handle) {
   impl_->EnableDelivery();
 }
 
+KVRequestCounters GetKVRequestCounters(metrics::Registry* registry,
+                                       int app_id) {
+  static constexpr const char* kOps[3] = {"push", "pull", "pushpull"};
+  const std::string app = metrics::Label("app", std::to_string(app_id));
+  KVRequestCounters out;
+  for (int op = 0; op < 3; ++op) {
+    const std::string l = app + "," + metrics::Label("op", kOps[op]);
+    out.requests[op] = registry->GetCounter(
+        "ember_requests_total",
+        "Key-value requests (workers: sent; servers: received)", l);
+    out.keys[op] = registry->GetCounter(
+        "ember_request_keys_total",
+        "Keys in key-value requests (workers: sent; servers: received)", l);
+  }
+  return out;
+}
+
 }  // namespace ps

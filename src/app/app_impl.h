@@ -83,6 +83,15 @@ class AppImpl {
   std::shared_ptr<SimpleApp::Handle> response_handle_ GUARDED_BY(mu_);
 };
 
+// The key-value request counters of app `app_id` (docs/operations.md), by
+// operation: [0] push, [1] pull, [2] push-pull. Workers count what they
+// send, servers what they receive.
+struct KVRequestCounters {
+  metrics::Counter* requests[3] = {};
+  metrics::Counter* keys[3] = {};
+};
+KVRequestCounters GetKVRequestCounters(metrics::Registry* registry, int app_id);
+
 }  // namespace ps
 
 #endif  // PS_APP_APP_IMPL_H_

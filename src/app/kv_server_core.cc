@@ -4,6 +4,7 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -96,18 +97,9 @@ class KVServerCore::Impl {
     metrics::Registry* r = app_->node()->metrics();
     const std::string app =
         metrics::Label("app", std::to_string(app_->app_id()));
-    static constexpr const char* kOps[3] = {"push", "pull", "pushpull"};
-    for (int op = 0; op < 3; ++op) {
-      const std::string l = app + "," + metrics::Label("op", kOps[op]);
-      requests_[op] = r->GetCounter("ember_requests_total",
-                                    "Key-value requests (workers: sent; "
-                                    "servers: received)",
-                                    l);
-      keys_[op] = r->GetCounter("ember_request_keys_total",
-                                "Keys in key-value requests (workers: sent; "
-                                "servers: received)",
-                                l);
-    }
+    const KVRequestCounters counters = GetKVRequestCounters(r, app_->app_id());
+    std::copy(counters.requests, counters.requests + 3, requests_);
+    std::copy(counters.keys, counters.keys + 3, keys_);
     rejected_metric_ =
         r->GetCounter("ember_rejected_requests_total",
                       "Requests refused as malformed or too large", app);

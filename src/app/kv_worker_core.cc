@@ -106,17 +106,9 @@ class KVWorkerCore::Impl {
     const std::string customer =
         app + "," +
         metrics::Label("customer", std::to_string(app_->customer_id()));
-    for (int op = 0; op < 3; ++op) {
-      const std::string l = app + "," + metrics::Label("op", kOps[op]);
-      requests_[op] = r->GetCounter("ember_requests_total",
-                                    "Key-value requests (workers: sent; "
-                                    "servers: received)",
-                                    l);
-      keys_[op] = r->GetCounter("ember_request_keys_total",
-                                "Keys in key-value requests (workers: sent; "
-                                "servers: received)",
-                                l);
-    }
+    const KVRequestCounters counters = GetKVRequestCounters(r, app_->app_id());
+    std::copy(counters.requests, counters.requests + 3, requests_);
+    std::copy(counters.keys, counters.keys + 3, keys_);
     collector_ = r->AddCollector([this, customer](metrics::Writer* w) {
       w->Gauge("ember_worker_clock",
                "Iterations this worker has ended (KVWorker::Clock)", customer,
@@ -128,7 +120,6 @@ class KVWorkerCore::Impl {
     requests_[op]->Add();
     keys_[op]->Add(keys);
   }
-  static constexpr const char* kOps[3] = {"push", "pull", "pushpull"};
   metrics::Counter* requests_[3] = {};
   metrics::Counter* keys_[3] = {};
   int collector_ = 0;

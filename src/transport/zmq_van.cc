@@ -13,8 +13,8 @@
 #include <cstring>
 
 #include "util/clock.h"
-#include "util/secret.h"
 #include "util/mutex.h"
+#include "util/secret.h"
 #include "util/thread_name.h"
 
 namespace ps {
