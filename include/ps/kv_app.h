@@ -249,6 +249,12 @@ struct KVMeta {
   // Ember: the sender's clock (iterations it had finished, KVWorker::Clock)
   // when it sent the request.
   int64_t clock = 0;
+  // Ember: with replicas (EMBER_REPLICAS, docs/replication.md) a server's
+  // handle also applies copies of the pushes of the servers whose data it
+  // keeps, and, after a failover, pushes to a dead server's keys that were
+  // in flight: for those, the id of the server whose data they belong to;
+  // 0 for this server's own requests. Pulls are always 0.
+  int replica_of = 0;
 };
 
 template <typename Val>
@@ -315,6 +321,7 @@ class KVServer : public SimpleApp {
     meta.timestamp = request.timestamp;
     meta.customer_id = request.customer_id;
     meta.clock = request.clock;
+    meta.replica_of = request.replica_of;
     KVPairs<Val> data;
     data.keys = request.kvs.keys;
     data.vals = SArray<Val>(request.kvs.vals);

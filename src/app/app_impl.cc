@@ -26,10 +26,15 @@ void AppImpl::StopDelivery() {
   std::unique_ptr<Customer> customer;
   {
     MutexLock lock(&mu_);
-    customer_ptr_.store(nullptr, std::memory_order_release);
     customer = std::move(customer_);
   }
-  customer.reset();  // Joins the customer thread outside mu_.
+  if (!customer) return;
+  // Joins the customer thread outside mu_. Until it has stopped, what it
+  // still handles (a failover, a late answer) finds it through customer()
+  // instead of making a new one.
+  customer->Stop();
+  customer_ptr_.store(nullptr, std::memory_order_release);
+  customer.reset();
 }
 
 Customer* AppImpl::customer() {
@@ -54,6 +59,20 @@ Customer* AppImpl::customer() {
         handler = peer_failure_;
       }
       if (handler) handler(peer, s);
+    });
+    customer_->set_failover_handler([this](int peer, const Status& s) {
+      Customer::FailoverHandler handler;
+      {
+        MutexLock l(&mu_);
+        handler = failover_;
+      }
+      if (handler) {
+        handler(peer, s);
+      } else {
+        // Nothing to resend with (a SimpleApp): what the dead server owed
+        // fails, as without replicas.
+        customer_->tracker()->OnPeerFailed(peer, s);
+      }
     });
     customer_->set_watch_handler([this](int64_t older_than_ms) {
       Customer::WatchHandler handler;
@@ -83,6 +102,11 @@ void AppImpl::set_inline_predicate(Customer::InlinePredicate predicate) {
 void AppImpl::set_peer_failure_handler(Customer::PeerFailureHandler handler) {
   MutexLock lock(&mu_);
   peer_failure_ = std::move(handler);
+}
+
+void AppImpl::set_failover_handler(Customer::FailoverHandler handler) {
+  MutexLock lock(&mu_);
+  failover_ = std::move(handler);
 }
 
 void AppImpl::set_watch_handler(Customer::WatchHandler handler) {

@@ -46,6 +46,9 @@ class AppImpl {
   // Runs on the customer thread when a peer dies (its id) or the node fails
   // (-1).
   void set_peer_failure_handler(Customer::PeerFailureHandler handler);
+  // Customer::set_failover_handler, on the customer thread; without one,
+  // what the dead server owed fails.
+  void set_failover_handler(Customer::FailoverHandler handler);
   // Customer::set_watch_handler, on the customer thread.
   void set_watch_handler(Customer::WatchHandler handler);
   // Customer::set_inline_predicate on the app's customer, if it exists
@@ -77,6 +80,7 @@ class AppImpl {
   FailureHandler kv_failure_ GUARDED_BY(mu_);
   Customer::PeerFailureHandler peer_failure_ GUARDED_BY(mu_);
   Customer::WatchHandler watch_ GUARDED_BY(mu_);
+  Customer::FailoverHandler failover_ GUARDED_BY(mu_);
   // Shared so a call runs the one instance (handles may hold state) without
   // holding mu_.
   std::shared_ptr<SimpleApp::Handle> request_handle_ GUARDED_BY(mu_);

@@ -7,14 +7,20 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
 #include "consistency/controller.h"
 #include "metrics/metrics.h"
+#include "partition/key_ring.h"
 #include "ps/internal/kv_core.h"
 #include "util/clock.h"
 #include "util/log_limiter.h"
@@ -34,12 +40,15 @@ class KVServerCore::Impl {
     app_->set_peer_failure_handler(
         [this](int peer, const Status& s) { OnPeerFailed(peer, s); });
     app_->set_watch_handler([this](int64_t ms) { LogLongWaits(ms); });
+    app_->set_failover_handler(
+        [this](int dead, const Status&) { OnFailover(dead); });
   }
   ~Impl() {
     app_->node()->metrics()->RemoveCollector(collector_);
     app_->set_kv_handler(nullptr, nullptr);
     app_->set_peer_failure_handler(nullptr);
     app_->set_watch_handler(nullptr);
+    app_->set_failover_handler(nullptr);
     MutexLock lock(&mu_);
     if (controller_ && (config_.mode != ConsistencyConfig::Mode::kAsp ||
                         app_->node()->options().verbose > 0)) {
@@ -144,11 +153,26 @@ class KVServerCore::Impl {
 
   void Send(int cmd, bool push, bool pull, int sender, int timestamp,
             int customer_id, const RawKVs& res, const Status& error) {
+    if (timestamp < 0) {
+      // A request the handle saw under a local timestamp (replication).
+      FinishLocal(cmd, push, pull, timestamp, res, error);
+      return;
+    }
+    SendTo(cmd, push, pull, sender, timestamp, customer_id, res, error, 0,
+           timestamp);
+  }
+
+  // The answer to (to, customer_id, timestamp); `handle_ts` is the
+  // timestamp the handle saw (the pull's keys are held under it);
+  // `resend_for` is echoed (docs/replication.md).
+  void SendTo(int cmd, bool push, bool pull, int sender, int timestamp,
+              int customer_id, const RawKVs& res, const Status& error,
+              int resend_for, int handle_ts) {
     bool keys_as_requested = false;
     if (pull && !push) {
       MutexLock lock(&mu_);
       auto it =
-          pull_keys_.find(std::make_tuple(sender, customer_id, timestamp));
+          pull_keys_.find(std::make_tuple(sender, customer_id, handle_ts));
       if (it != pull_keys_.end()) {
         keys_as_requested = error.ok() &&
                             res.keys.data() == it->second.keys.data() &&
@@ -163,6 +187,7 @@ class KVServerCore::Impl {
     msg.meta.pull = pull;
     msg.meta.cmd = cmd;
     msg.meta.value_bytes = static_cast<int>(value_bytes_);
+    msg.meta.resend_for = resend_for;
     if (!error.ok()) {
       msg.meta.status_code = static_cast<int>(error.code());
       msg.meta.status_message = error.message();
@@ -225,7 +250,10 @@ class KVServerCore::Impl {
   }
 
   void Process(Message& msg) {
-    if (!msg.meta.request) return;
+    if (!msg.meta.request) {
+      if (msg.meta.replica_of != 0) OnReplicaAck(msg.meta);
+      return;
+    }
     if (msg.meta.clock_tick) {
       RawRequest tick;
       CopyOrigin(msg.meta, &tick);
@@ -236,6 +264,13 @@ class KVServerCore::Impl {
     }
     RawRequest req;
     CopyOrigin(msg.meta, &req);
+    if (msg.meta.replica_of != 0) {
+      // A copy forwarded by the server whose data it is: the handle sees
+      // the worker's request.
+      req.sender = msg.meta.origin_sender;
+      req.customer_id = msg.meta.origin_customer;
+      req.timestamp = msg.meta.origin_timestamp;
+    }
     req.cmd = msg.meta.cmd;
     req.push = msg.meta.push;
     req.pull = msg.meta.pull;
@@ -262,6 +297,7 @@ class KVServerCore::Impl {
       Answer(req, s);
       return;
     }
+    if (!Replicate(msg.meta, &req)) return;
     if (req.pull && !req.push && !req.kvs.keys.empty()) {
       // A response that answers with these very keys (the handle passed
       // the request's keys on, as ps-lite's handles do) leaves them out
@@ -273,6 +309,233 @@ class KVServerCore::Impl {
       }
     }
     controller()->OnRequest(std::move(req));
+  }
+
+  // --- Replication (docs/replication.md).
+  //
+  // A push to a server whose data is replicated is applied once (the
+  // dedup table, by the worker's request identity and the server whose
+  // data it is), forwarded to the servers that keep copies, and answered
+  // once the handle has answered and every copy has been acknowledged. A
+  // forwarded copy is applied through the same handle and acknowledged to
+  // the server that forwarded it. The handle sees such requests under a
+  // local, negative timestamp, so that answers find their way back.
+
+  // One request the handle sees under a local timestamp.
+  struct Local {
+    int reply_to = 0;  // the worker, or (a copy) the forwarding server
+    int reply_customer = 0;
+    int reply_ts = 0;
+    int resend_for = 0;     // echoed to the worker
+    int replica_of = 0;     // a copy: its acknowledgement says whose data
+    std::vector<int> owed;  // servers yet to acknowledge their copy
+    bool answered = false;  // the handle has answered
+    // The handle's answer, held until every copy is acknowledged.
+    int cmd = 0;
+    bool push = false;
+    bool pull = false;
+    RawKVs res;
+    Status error;
+  };
+
+  // Applies the dedup table to request `req` (meta: as received) and
+  // forwards copies; false if it was answered already (a duplicate).
+  bool Replicate(const Meta& meta, RawRequest* req) {
+    const bool copy = meta.replica_of != 0;
+    const bool plain = !copy && meta.resend_for == 0;
+    if (plain && !req->push) return true;  // A pull: nothing to do.
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    if (plain && (!ring || ring->replicas() == 0)) return true;
+    const int me = app_->node()->my_id();
+    const int whose =
+        copy ? meta.replica_of : (meta.resend_for != 0 ? meta.resend_for : me);
+    bool duplicate = false;
+    if (req->push) {
+      MutexLock lock(&mu_);
+      auto& seen = applied_[std::make_pair(req->sender, req->customer_id)];
+      // The worker will never resend below done_below.
+      seen.erase(seen.begin(),
+                 seen.lower_bound(std::make_pair(
+                     static_cast<int>(std::min<int64_t>(
+                         meta.done_below, std::numeric_limits<int>::max())),
+                     0)));
+      duplicate = !seen.emplace(req->timestamp, whose).second;
+      if (seen.size() > kMaxApplied) seen.erase(seen.begin());
+    }
+    if (duplicate) {
+      ++duplicates_;
+      if (copy) {
+        SendAck(meta, Status::OK());
+        return false;
+      }
+      if (!req->pull) {
+        SendTo(req->cmd, req->push, req->pull, req->sender, req->timestamp,
+               req->customer_id, RawKVs(), Status::OK(), meta.resend_for,
+               req->timestamp);
+        return false;
+      }
+      // A push-pull applied already: answer its pull part only.
+      req->push = false;
+      req->kvs.vals.clear();
+      req->kvs.lens.clear();
+    }
+    std::vector<int> targets;
+    if (!copy && req->push && ring) {
+      for (int t : ring->ReplicaTargets(me)) {
+        if (app_->node()->IsAlive(t)) targets.push_back(t);
+      }
+    }
+    if (whose != me) req->replica_of = whose;
+    if (!copy && targets.empty() && meta.resend_for == 0) return true;
+    Local local;
+    local.reply_to = copy ? meta.sender : req->sender;
+    local.reply_customer = copy ? meta.customer_id : req->customer_id;
+    local.reply_ts = copy ? meta.timestamp : req->timestamp;
+    local.resend_for = copy ? 0 : meta.resend_for;
+    local.replica_of = copy ? meta.replica_of : 0;
+    const int origin_ts = req->timestamp;
+    int ts = 0;
+    {
+      MutexLock lock(&mu_);
+      do {
+        next_local_ = (next_local_ + 1) & 0x3fffffff;
+        ts = -1 - next_local_;
+      } while (locals_.count(ts));
+      local.owed = targets;
+      locals_.emplace(ts, std::move(local));
+    }
+    std::vector<int> unsent;
+    for (int t : targets) {
+      Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
+                             /*request=*/true);
+      m.meta.push = true;
+      m.meta.cmd = req->cmd;
+      m.meta.clock = req->clock;
+      m.meta.value_bytes = static_cast<int>(value_bytes_);
+      m.meta.replica_of = whose;
+      m.meta.origin_sender = req->sender;
+      m.meta.origin_customer = req->customer_id;
+      m.meta.origin_timestamp = origin_ts;
+      m.meta.done_below = meta.done_below;
+      AddKVFrames(req->kvs, &m);
+      Status st = app_->node()->Send(std::move(m));
+      if (!st.ok()) {
+        LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
+                     << st;
+        unsent.push_back(t);
+      }
+    }
+    for (int t : unsent) Acknowledged(ts, t, Status::OK());
+    forwarded_ += targets.size() - unsent.size();
+    req->timestamp = ts;
+    return true;
+  }
+
+  // The handle answered a request it saw under local timestamp `ts`.
+  void FinishLocal(int cmd, bool push, bool pull, int ts, const RawKVs& res,
+                   const Status& error) {
+    Local done;
+    {
+      MutexLock lock(&mu_);
+      auto it = locals_.find(ts);
+      if (it == locals_.end()) return;  // Answered already.
+      Local& l = it->second;
+      if (l.replica_of == 0 && !l.owed.empty()) {
+        l.answered = true;
+        l.cmd = cmd;
+        l.push = push;
+        l.pull = pull;
+        l.res = res;
+        l.error = error;
+        return;  // Sent when the last copy is acknowledged.
+      }
+      done = std::move(l);
+      locals_.erase(it);
+    }
+    if (done.replica_of != 0) {
+      Message m = AppMessage(app_->app_id(), done.reply_customer, done.reply_ts,
+                             done.reply_to, /*request=*/false);
+      m.meta.push = true;
+      m.meta.cmd = cmd;
+      m.meta.replica_of = done.replica_of;
+      if (!error.ok()) {
+        m.meta.status_code = static_cast<int>(error.code());
+        m.meta.status_message = error.message();
+      }
+      Status st = app_->node()->Send(std::move(m));
+      if (!st.ok()) {
+        LOG(WARNING) << "acknowledgement to node " << done.reply_to
+                     << " lost: " << st;
+      }
+      return;
+    }
+    SendTo(cmd, push, pull, done.reply_to, done.reply_ts, done.reply_customer,
+           res, error, done.resend_for, ts);
+  }
+
+  // Acknowledges a duplicate copy at once.
+  void SendAck(const Meta& meta, const Status& status) {
+    Message m = AppMessage(app_->app_id(), meta.customer_id, meta.timestamp,
+                           meta.sender, /*request=*/false);
+    m.meta.push = true;
+    m.meta.cmd = meta.cmd;
+    m.meta.replica_of = meta.replica_of;
+    if (!status.ok()) {
+      m.meta.status_code = static_cast<int>(status.code());
+      m.meta.status_message = status.message();
+    }
+    Status st = app_->node()->Send(std::move(m));
+    if (!st.ok()) LOG(WARNING) << "acknowledgement lost: " << st;
+  }
+
+  void OnReplicaAck(const Meta& meta) {
+    Status status;
+    if (meta.status_code != 0) {
+      status = Status(static_cast<Status::Code>(meta.status_code),
+                      meta.status_message);
+    }
+    Acknowledged(meta.timestamp, meta.sender, status);
+  }
+
+  // Server `from` acknowledged (or can no longer acknowledge) its copy of
+  // local request `ts`.
+  void Acknowledged(int ts, int from, const Status& status) {
+    Local done;
+    {
+      MutexLock lock(&mu_);
+      auto it = locals_.find(ts);
+      if (it == locals_.end()) return;
+      Local& l = it->second;
+      auto o = std::find(l.owed.begin(), l.owed.end(), from);
+      if (o == l.owed.end()) return;
+      l.owed.erase(o);
+      if (!status.ok()) {
+        LOG(ERROR) << "node " << from << " refused its copy of a push from "
+                   << "node " << l.reply_to << ": " << status
+                   << "; its copy of this server's data is now incomplete";
+      }
+      if (!l.owed.empty() || !l.answered) return;
+      done = std::move(l);
+      locals_.erase(it);
+    }
+    SendTo(done.cmd, done.push, done.pull, done.reply_to, done.reply_ts,
+           done.reply_customer, done.res, done.error, done.resend_for, ts);
+  }
+
+  // Server `dead` failed over: the copies it owed will never be
+  // acknowledged (the scheduler knows its copies are gone).
+  void OnFailover(int dead) {
+    std::vector<int> owed_by_dead;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& l : locals_) {
+        const auto& o = l.second.owed;
+        if (std::find(o.begin(), o.end(), dead) != o.end()) {
+          owed_by_dead.push_back(l.first);
+        }
+      }
+    }
+    for (int ts : owed_by_dead) Acknowledged(ts, dead, Status::OK());
   }
 
   AppImpl* const app_;
@@ -299,6 +562,17 @@ class KVServerCore::Impl {
     int64_t arrived_us = 0;
   };
   std::map<std::tuple<int, int, int>, HeldPull> pull_keys_;  // mu_.
+
+  // Replication: requests under local timestamps, and the pushes applied,
+  // by (sender, customer) -> (timestamp, server whose data). At most
+  // kMaxApplied per sender; the worker's done_below trims it.
+  static constexpr size_t kMaxApplied = 1 << 20;
+  std::unordered_map<int, Local> locals_ GUARDED_BY(mu_);
+  int next_local_ GUARDED_BY(mu_) = 0;
+  std::map<std::pair<int, int>, std::set<std::pair<int, int>>> applied_
+      GUARDED_BY(mu_);
+  std::atomic<uint64_t> duplicates_{0};
+  std::atomic<uint64_t> forwarded_{0};
 
   metrics::Counter* requests_[3] = {};
   metrics::Counter* keys_[3] = {};

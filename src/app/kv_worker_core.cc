@@ -82,6 +82,8 @@ class KVWorkerCore::Impl {
     InitMetrics();
     app_->set_kv_handler([this](Message& msg) { Process(msg); },
                          [this](int ts, const Status&) { Forget(ts); });
+    app_->set_failover_handler(
+        [this](int dead, const Status& s) { OnFailover(dead, s); });
     // A key-value response runs no application code unless its request has
     // a callback: while none has, the receive thread may handle responses
     // itself (copying pulled values into the waiting caller's buffer).
@@ -95,6 +97,7 @@ class KVWorkerCore::Impl {
     app_->node()->metrics()->RemoveCollector(collector_);
     app_->set_inline_predicate(nullptr);
     app_->set_kv_handler(nullptr, nullptr);
+    app_->set_failover_handler(nullptr);
   }
 
   // Metrics (docs/operations.md): requests and keys sent, by operation, and
@@ -154,7 +157,27 @@ class KVWorkerCore::Impl {
     PullSink sink;
     Callback cb;
     CallbackToken cb_token;  // Held while cb is set.
+    // With replicas (docs/replication.md): what went to each server index,
+    // to resend to the heir of a server that dies before answering, and
+    // whether it was resent.
+    std::vector<RawKVs> kept;  // By server index; empty without replicas.
+    std::vector<bool> resent;  // By server index.
+    bool push = false;
+    int cmd = 0;
+    int priority = 0;
+    int64_t clock = 0;
   };
+
+  // Server `dead` failed over (the node's ring is the new one already):
+  // what it owed is resent to the server now owning its keys, with
+  // resend_for = dead; clock notices it owed count as answered.
+  void OnFailover(int dead, const Status& status);
+  // The message that resends request `ts`'s part for server index `slot`
+  // (pending_[ts], under mu_) to the server that now owns its keys; false
+  // if there is none (no replicas kept, or no owner).
+  bool ResendLocked(int ts, Pending* p, size_t slot,
+                    const std::shared_ptr<const KeyRing>& ring, Message* out)
+      REQUIRES(mu_);
 
   RequestTracker* tracker() { return app_->customer()->tracker(); }
   Status Validate(bool push, const RawKVs& kvs) const;
@@ -502,24 +525,127 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
     tracker()->Expect(ts, {});
     return;
   }
+  const int64_t clock = clock_.load();
+  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  const bool replicated = ring && ring->replicas() > 0;
+  p.push = push;
+  p.cmd = cmd;
+  p.priority = priority;
+  p.clock = clock;
+  if (replicated) {
+    // Kept for a resend to the heir of a server that dies meanwhile.
+    const std::vector<int>& ids = *p.ids;
+    p.kept.resize(ids.size());
+    p.resent.assign(ids.size(), false);
+    for (const auto& s : slices) {
+      const size_t slot =
+          std::find(ids.begin(), ids.end(), s.first) - ids.begin();
+      if (slot < ids.size()) p.kept[slot] = s.second;
+    }
+  }
   {
     MutexLock lock(&mu_);
     pending_[ts] = std::move(p);
   }
   tracker()->Expect(ts, recipients);
+  const int64_t done_below = replicated ? tracker()->OldestOpen() : 0;
   for (auto& s : slices) {
-    Message msg = NewRequest(ts, s.first, clock_.load());
+    Message msg = NewRequest(ts, s.first, clock);
     msg.meta.push = push;
     msg.meta.pull = pull;
     msg.meta.cmd = cmd;
     msg.meta.priority = priority;
     msg.meta.epoch = epoch;
+    msg.meta.done_below = done_below;
     AddKVFrames(s.second, &msg);
     Status st = app_->node()->Send(std::move(msg));
+    if (st.ok()) continue;
+    if (replicated) {
+      // The server may have died and failed over since the ring was read.
+      std::shared_ptr<const KeyRing> now = app_->node()->key_ring();
+      Message resend;
+      bool again = false;
+      if (now && now->IndexOf(s.first) < 0) {
+        MutexLock lock(&mu_);
+        auto it = pending_.find(ts);
+        if (it == pending_.end()) continue;  // Answered or failed already.
+        const std::vector<int>& ids = *it->second.ids;
+        const size_t slot =
+            std::find(ids.begin(), ids.end(), s.first) - ids.begin();
+        again = slot < ids.size() && !it->second.resent[slot] &&
+                ResendLocked(ts, &it->second, slot, now, &resend);
+        if (!again && slot < ids.size() && it->second.resent[slot]) continue;
+      }
+      if (again && app_->node()->Send(std::move(resend)).ok()) continue;
+    }
+    tracker()->Fail(ts, st);
+    Forget(ts);
+    return;
+  }
+}
+
+bool KVWorkerCore::Impl::ResendLocked(
+    int ts, Pending* p, size_t slot, const std::shared_ptr<const KeyRing>& ring,
+    Message* out) {
+  if (slot >= p->kept.size() || p->kept[slot].keys.empty()) return false;
+  const RawKVs& kvs = p->kept[slot];
+  const int heir = ring->Owner(kvs.keys[0]);
+  Message msg = NewRequest(ts, heir, p->clock);
+  msg.meta.push = p->push;
+  msg.meta.pull = p->pull;
+  msg.meta.cmd = p->cmd;
+  msg.meta.priority = p->priority;
+  msg.meta.epoch = ring->epoch();
+  msg.meta.resend_for = (*p->ids)[slot];
+  msg.meta.done_below = tracker()->OldestOpen();
+  AddKVFrames(kvs, &msg);
+  p->resent[slot] = true;
+  *out = std::move(msg);
+  return true;
+}
+
+void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
+  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  std::vector<Message> resends;
+  std::vector<int> failed;
+  std::vector<int> ticks;
+  for (int ts : tracker()->OwedBy(dead)) {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(ts);
+    if (it == pending_.end()) {
+      ticks.push_back(ts);  // A clock notice: the heir had its own.
+      continue;
+    }
+    const std::vector<int>& ids = *it->second.ids;
+    const size_t slot = std::find(ids.begin(), ids.end(), dead) - ids.begin();
+    if (slot >= ids.size()) continue;
+    if (slot < it->second.resent.size() && it->second.resent[slot]) continue;
+    Message msg;
+    if (ring && ResendLocked(ts, &it->second, slot, ring, &msg)) {
+      resends.push_back(std::move(msg));
+    } else {
+      failed.push_back(ts);
+    }
+  }
+  for (int ts : ticks) tracker()->OnResponse(ts, dead, Status::OK());
+  for (int ts : failed) {
+    tracker()->Fail(ts, status);
+    Forget(ts);
+  }
+  if (!resends.empty()) {
+    LOG(WARNING) << "resending " << resends.size() << " request(s) owed by "
+                 << "node " << dead << " to the server(s) now holding its "
+                 << "keys";
+  }
+  for (Message& m : resends) {
+    const int ts = m.meta.timestamp;
+    const int to = m.meta.recipient;
+    Status st = app_->node()->Send(std::move(m));
     if (!st.ok()) {
+      LOG(WARNING) << "resend of request " << ts << " to node " << to
+                   << " failed: " << st;
       tracker()->Fail(ts, st);
       Forget(ts);
-      return;
     }
   }
 }
@@ -535,7 +661,9 @@ Message KVWorkerCore::Impl::NewRequest(int ts, int recipient,
 
 void KVWorkerCore::Impl::Process(Message& msg) {
   const int ts = msg.meta.timestamp;
-  const int sender = msg.meta.sender;
+  // The answer to a resend stands for the dead server's (OnFailover).
+  const int sender =
+      msg.meta.resend_for != 0 ? msg.meta.resend_for : msg.meta.sender;
   if (msg.meta.request || !tracker()->Expecting(ts, sender)) return;
   if (msg.meta.status_code != 0) return;  // The customer fails the request.
   RawKVs raw;
@@ -713,7 +841,9 @@ Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
 int KVWorkerCore::Impl::Clock() {
   int ts = tracker()->NewRequest();
   const int64_t clock = clock_.fetch_add(1) + 1;
-  std::vector<int> ids = app_->node()->server_ids();
+  // The servers on the ring: those that failed over are gone.
+  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  std::vector<int> ids = ring ? ring->server_ids() : app_->node()->server_ids();
   tracker()->Expect(ts, ids);
   for (int id : ids) {
     Message msg = NewRequest(ts, id, clock);

@@ -61,6 +61,11 @@ std::string Meta::DebugString() const {
     os << " app=" << app_id << " customer=" << customer_id
        << " ts=" << timestamp << (request ? " request" : " response")
        << (push ? " push" : "") << (pull ? " pull" : "");
+    if (replica_of != 0) {
+      os << " replica_of=" << replica_of << " origin=" << origin_sender << "/"
+         << origin_customer << "/" << origin_timestamp;
+    }
+    if (resend_for != 0) os << " resend_for=" << resend_for;
   }
   os << "}";
   return os.str();
@@ -146,6 +151,12 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
   p.set_status_code(meta.status_code);
   p.set_auth_lo(meta.auth.lo);
   p.set_auth_hi(meta.auth.hi);
+  p.set_replica_of(meta.replica_of);
+  p.set_origin_sender(meta.origin_sender);
+  p.set_origin_customer(meta.origin_customer);
+  p.set_origin_timestamp(meta.origin_timestamp);
+  p.set_resend_for(meta.resend_for);
+  p.set_done_below(meta.done_below);
   if (!meta.status_message.empty()) {
     p.set_status_message(meta.status_message);
   }
@@ -167,6 +178,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
       for (int id : meta.ring.server_ids) r->add_server_ids(id);
       for (uint64_t b : meta.ring.begins) r->add_begins(b);
       for (int o : meta.ring.owners) r->add_owners(o);
+      r->set_replicas(meta.ring.replicas);
     }
   }
   for (const auto& d : data) p.add_frame_bytes(d.size());
@@ -202,6 +214,19 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->status_message = p.status_message();
   meta->auth.lo = p.auth_lo();
   meta->auth.hi = p.auth_hi();
+  meta->replica_of = p.replica_of();
+  meta->origin_sender = p.origin_sender();
+  meta->origin_customer = p.origin_customer();
+  meta->origin_timestamp = p.origin_timestamp();
+  meta->resend_for = p.resend_for();
+  meta->done_below = p.done_below();
+  if (meta->replica_of < 0 || meta->origin_sender < 0 ||
+      meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
+      meta->resend_for < 0 || meta->done_below < 0) {
+    return Status::Corruption(
+        "message header with a negative replication "
+        "field");
+  }
   meta->control = Control::kNone;
   meta->nodes.clear();
   meta->process_key.clear();
@@ -234,6 +259,11 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
                              c.ring().begins().end());
     meta->ring.owners.assign(c.ring().owners().begin(),
                              c.ring().owners().end());
+    meta->ring.replicas = c.ring().replicas();
+    if (meta->ring.replicas < 0) {
+      return Status::Corruption(
+          "ring with " + std::to_string(meta->ring.replicas) + " replicas");
+    }
   }
   if (meta->status_code < 0 ||
       meta->status_code > static_cast<int>(Status::Code::kInternal)) {

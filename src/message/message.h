@@ -62,6 +62,7 @@ struct RingInfo {
   std::vector<int> server_ids;
   std::vector<uint64_t> begins;
   std::vector<int> owners;
+  int replicas = 0;  // copies of each server's data beyond its own
 };
 
 struct Meta {
@@ -88,6 +89,20 @@ struct Meta {
   // Proof of membership (docs/protocol.md, "Authentication"); Node fills it
   // in and checks it.
   Key128 auth;
+
+  // Replication (docs/replication.md); 0: none. A forwarded copy of a push
+  // and its acknowledgement: the server whose data it is, and the identity
+  // of the worker's request.
+  int replica_of = 0;
+  int origin_sender = 0;
+  int origin_customer = 0;
+  int origin_timestamp = 0;
+  // A request resent after failover, and its answer: the dead server whose
+  // part of the request it is.
+  int resend_for = 0;
+  // Every request of the sender's customer below this timestamp is
+  // complete (lets a server forget what it deduplicates).
+  int64_t done_below = 0;
 
   // Non-ok only in a response whose request failed on the receiver.
   int status_code = 0;

@@ -92,7 +92,11 @@ class ModelServer::Impl {
       std::vector<int> senders;
       std::vector<uint64_t> ids;
       std::vector<float> grads;
-    } round;
+    };
+    // By whose data the pushes carry (KVMeta::replica_of; 0: this
+    // server's own): the copies of another server's pushes form rounds of
+    // their own, exactly as on that server.
+    std::map<int, Round> rounds;
   };
 
   static std::string Reply(const Status& s, uint64_t version = 0) {
@@ -132,7 +136,7 @@ class ModelServer::Impl {
           for (auto& t : staged_->tables) {
             // A pending round belongs to the model being replaced.
             tables_[t.first].table = std::move(t.second);
-            tables_[t.first].round = Entry::Round();
+            tables_[t.first].rounds.clear();
           }
           counters_.updates = staged_->version;
         }
@@ -336,11 +340,11 @@ class ModelServer::Impl {
       REQUIRES(mu_) {
     const size_t dim = static_cast<size_t>(e.dim);
     PS_RETURN_IF_ERROR(e.table->CheckGradients(ids.data(), ids.size(), grads));
-    Entry::Round& r = e.round;
+    Entry::Round& r = e.rounds[meta.replica_of];
     if (!r.senders.empty() &&
         (r.clock != meta.clock || std::find(r.senders.begin(), r.senders.end(),
                                             meta.sender) != r.senders.end())) {
-      PS_RETURN_IF_ERROR(FlushRound(e));
+      PS_RETURN_IF_ERROR(FlushRound(&r, e.name, e.table.get()));
     }
     r.clock = meta.clock;
     r.senders.push_back(meta.sender);
@@ -349,16 +353,26 @@ class ModelServer::Impl {
     return Status::OK();
   }
 
+  // Applies every pending round of the table (they touch distinct rows:
+  // each server's data is its own keys).
   Status FlushRound(Entry& e) REQUIRES(mu_) {
-    Entry::Round& r = e.round;
-    if (r.senders.empty()) return Status::OK();
+    Status first;
+    for (auto& r : e.rounds) {
+      Status s = FlushRound(&r.second, e.name, e.table.get());
+      if (first.ok()) first = s;
+    }
+    return first;
+  }
+  Status FlushRound(Entry::Round* r, const std::string& name,
+                    model::EmbeddingTable* table) REQUIRES(mu_) {
+    if (r->senders.empty()) return Status::OK();
     Status s =
-        e.table->ApplyGradients(r.ids.data(), r.ids.size(), r.grads.data());
+        table->ApplyGradients(r->ids.data(), r->ids.size(), r->grads.data());
     if (!s.ok()) {
-      LOG(ERROR) << "'" << e.name << "': a round of " << r.senders.size()
+      LOG(ERROR) << "'" << name << "': a round of " << r->senders.size()
                  << " pushes was not applied: " << s;
     }
-    r = Entry::Round();
+    *r = Entry::Round();
     return s;
   }
 

@@ -59,6 +59,11 @@ void Customer::set_peer_failure_handler(PeerFailureHandler handler) {
   peer_failure_handler_ = std::move(handler);
 }
 
+void Customer::set_failover_handler(FailoverHandler handler) {
+  MutexLock lock(&mu_);
+  failover_handler_ = std::move(handler);
+}
+
 void Customer::set_watch_handler(WatchHandler handler) {
   MutexLock lock(&mu_);
   watch_handler_ = std::move(handler);
@@ -191,6 +196,24 @@ void Customer::Accept(Message&& msg) {
 
 void Customer::WakeLoop() {
   if (polling_.exchange(false)) wake_.Signal();
+}
+
+void Customer::OnFailover(int peer, const Status& status) {
+  Event e;
+  e.failed_peer = peer;
+  e.failover = true;
+  e.status = status;
+  {
+    MutexLock lock(&mu_);
+    ++queued_;
+  }
+  if (!queue_.Push(std::move(e))) {
+    MutexLock lock(&mu_);
+    --queued_;
+    tracker_.OnPeerFailed(peer, status);
+    return;
+  }
+  WakeLoop();
 }
 
 void Customer::OnPeerFailed(int peer, const Status& status) {
@@ -332,6 +355,17 @@ void Customer::Handle(Event& e) {
     if (handler) handler(e.watch_ms);
     return;
   }
+  if (e.failover) {
+    FailoverHandler failover;
+    {
+      MutexLock lock(&mu_);
+      failover = failover_handler_;
+    }
+    if (failover) {
+      failover(e.failed_peer, e.status);
+      return;
+    }
+  }
   if (e.failed_peer >= 0 || e.fail_all) {
     std::vector<int> failed =
         e.fail_all ? tracker_.FailAll(e.status)
@@ -351,7 +385,9 @@ void Customer::Handle(Event& e) {
   }
   const Meta& meta = e.msg.meta;
   int ts = meta.timestamp;
-  int sender = meta.sender;
+  // The answer to a request resent after failover stands for the dead
+  // server's (set_failover_handler).
+  int sender = meta.resend_for != 0 ? meta.resend_for : meta.sender;
   bool response = !meta.request;
   Status status;
   if (meta.status_code != 0) {

@@ -64,6 +64,13 @@ class Customer {
   // node fails as a whole (-1), after the affected requests have failed.
   using PeerFailureHandler = std::function<void(int peer, const Status&)>;
   void set_peer_failure_handler(PeerFailureHandler handler);
+  // Runs on the customer thread when server `peer` died and another took
+  // over its data (docs/replication.md): the handler resends what the dead
+  // server owed, or fails it. Without one, the requests still owed by the
+  // peer fail as in OnPeerFailed. A response to a resent request carries
+  // resend_for = the dead server and counts as that server's answer.
+  using FailoverHandler = std::function<void(int peer, const Status&)>;
+  void set_failover_handler(FailoverHandler handler);
   // Runs on the customer thread at each Watch(), after this customer has
   // logged its own long waits: an app logs what it holds (a server's
   // bsp/ssp pulls).
@@ -118,6 +125,9 @@ class Customer {
   Status WaitFor(int timestamp, int64_t timeout_ms);
   // Called when `peer` is declared dead: its requests fail on this thread.
   void OnPeerFailed(int peer, const Status& status);
+  // Called when `peer` died and its data failed over (the node's ring has
+  // changed already): the failover handler runs on this thread.
+  void OnFailover(int peer, const Status& status);
   // Fails every open request (expulsion, abort).
   void FailAll(const Status& status);
 
@@ -140,6 +150,7 @@ class Customer {
     Message msg;
     int failed_peer = -1;  // >= 0: a peer failure, not a message
     bool fail_all = false;
+    bool failover = false;  // with failed_peer: it failed over
     int64_t watch_ms = -1;  // >= 0: a Watch, not a message
     Status status;
   };
@@ -167,6 +178,7 @@ class Customer {
   std::condition_variable idle_cv_;
   FailureHandler failure_handler_ GUARDED_BY(mu_);
   PeerFailureHandler peer_failure_handler_ GUARDED_BY(mu_);
+  FailoverHandler failover_handler_ GUARDED_BY(mu_);
   WatchHandler watch_handler_ GUARDED_BY(mu_);
   bool watch_queued_ GUARDED_BY(mu_) = false;
   uint64_t queued_ GUARDED_BY(mu_) = 0;

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -675,7 +676,8 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       return;
     case Control::kNodeFailed:
       if (meta.sender == kSchedulerId) {
-        HandleNodeFailed(meta.failed_node, meta.reason);
+        HandleNodeFailed(meta.failed_node, meta.reason,
+                         meta.ring.epoch != 0 ? &meta.ring : nullptr);
         return;
       }
       break;
@@ -846,8 +848,7 @@ void Node::HandleNodeTable(const Message& msg) {
       return;
     }
     const RingInfo& r = msg.meta.ring;
-    auto ring = KeyRing::FromRanges(r.server_ids, r.begins, r.owners, r.epoch,
-                                    static_cast<Placement>(r.placement));
+    auto ring = KeyRing::FromInfo(r);
     if (!ring.ok()) {
       LOG(ERROR) << "dropping a node table with a bad key ring: "
                  << ring.status();
@@ -899,11 +900,37 @@ void Node::HandleBarrierRelease(const Message& msg) {
   cv_.notify_all();
 }
 
-void Node::HandleNodeFailed(int id, const std::string& reason) {
+void Node::HandleNodeFailed(int id, const std::string& reason,
+                            const RingInfo* failover) {
   Status status;
   {
     MutexLock lock(&mu_);
     if (dead_.count(id) || stopped_) return;
+    if (failover != nullptr && !IsLocalLocked(id)) {
+      // A failover (docs/replication.md): the dead server's ranges belong
+      // to a server that holds a copy of its data, under a new epoch.
+      auto ring = KeyRing::FromInfo(*failover);
+      if (!ring.ok() || !ring_ || ring->epoch() <= ring_->epoch() ||
+          ring->IndexOf(id) >= 0) {
+        counters_.dropped_bad_control++;
+        LOG(ERROR) << "dropping a failover notice for node " << id
+                   << " with a bad key ring: "
+                   << (ring.ok() ? ring->DebugString()
+                                 : ring.status().ToString());
+        return;
+      }
+      dead_.insert(id);
+      servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
+                     servers_.end());
+      ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
+      status =
+          Status::Unavailable(DescribeLocked(id) + " died (" + reason +
+                              "); failing over to " + ring_->DebugString());
+      LOG(WARNING) << status.message();
+      // Under mu_ so no customer is destroyed meanwhile; this never blocks.
+      for (const auto& c : customers_) c.second->OnFailover(id, status);
+      return;
+    }
     if (IsLocalLocked(id)) {
       status = Status::Aborted(
           "this node was declared dead by the scheduler: " + reason);

@@ -178,7 +178,9 @@ class Node {
   void HandleNodeTable(const Message& msg);
   void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
   void HandleBarrierRelease(const Message& msg);
-  void HandleNodeFailed(int id, const std::string& reason);
+  // `failover`: the new ring of a failover notice (null: a plain death).
+  void HandleNodeFailed(int id, const std::string& reason,
+                        const RingInfo* failover = nullptr);
   void HandleAbort(const std::string& reason);
   void FailEverything(const Status& status);
   void StartThreads();
@@ -221,6 +223,12 @@ class Node {
   void HandleLeave(const Message& msg);
   void DeclareDeadLocked(const std::string& address, const std::string& why)
       REQUIRES(mu_);
+  // The live server that holds a whole copy of dead server `id`'s data
+  // (holders_), or -1 (logged: the data is lost).
+  int HeirLocked(int id) const REQUIRES(mu_);
+  // Server `id` died (already in dead_): hands its ranges to `heir` under a
+  // new ring epoch and tells every node; false if the ring cannot be made.
+  bool FailOverLocked(int id, int heir, const std::string& why) REQUIRES(mu_);
   void SendLocked(Message&& msg) REQUIRES(mu_);
   std::string MissingNodesLocked() const REQUIRES(mu_);
 
@@ -294,6 +302,9 @@ class Node {
   std::map<std::string, int64_t> last_beat_ms_
       GUARDED_BY(mu_);  // address -> time
   int next_reject_id_ GUARDED_BY(mu_) = -1000;
+  // Server id -> the servers that hold a whole copy of its data, in the
+  // order failover prefers them (docs/replication.md).
+  std::map<int, std::vector<int>> holders_ GUARDED_BY(mu_);
 
   // Heartbeat thread.
   std::thread heartbeat_thread_;

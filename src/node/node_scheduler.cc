@@ -239,13 +239,10 @@ void Node::AssignAndBroadcastLocked() {
     LOG(ERROR) << "cannot build the key ring: " << ring.status();
     return;
   }
+  ring->set_replicas(options_.replicas);
   ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
-  RingInfo info;
-  info.epoch = ring_->epoch();
-  info.placement = static_cast<int>(ring_->placement());
-  info.server_ids = ring_->server_ids();
-  info.begins = ring_->begins();
-  info.owners = ring_->owners();
+  for (int id : servers_) holders_[id] = ring_->ReplicaTargets(id);
+  const RingInfo info = ring_->ToInfo();
   for (const auto& entry : table_) {
     if (entry.first == kSchedulerId) continue;
     Message m;
@@ -394,10 +391,33 @@ void Node::DeclareDeadLocked(const std::string& address,
       victims.push_back(n.first);
     }
   }
+  for (int id : victims) dead_.insert(id);
+  // Servers whose data another holds fail over, unless some victim's data
+  // is lost: then the run ends as without replicas.
+  std::map<int, int> heirs;
+  // A server that died earlier without failing over: the run is ending.
+  bool lost = false;
+  if (ring_) {
+    for (int s : ring_->server_ids()) {
+      if (dead_.count(s) &&
+          std::find(victims.begin(), victims.end(), s) == victims.end()) {
+        lost = true;
+      }
+    }
+  }
+  for (int id : victims) {
+    if (!ring_ || ring_->IndexOf(id) < 0 || ring_->replicas() == 0) continue;
+    const int heir = HeirLocked(id);
+    if (heir < 0) lost = true;
+    heirs[id] = heir;
+  }
   for (int id : victims) {
     std::string who = DescribeLocked(id);
     LOG(ERROR) << who << " is dead: " << why;
-    dead_.insert(id);
+    auto h = heirs.find(id);
+    if (!lost && h != heirs.end() && FailOverLocked(id, h->second, why)) {
+      continue;
+    }
     for (const auto& n : table_) {
       int to = n.first;
       // The victim is told too: if it is in fact alive (a long pause), it
@@ -423,6 +443,92 @@ void Node::DeclareDeadLocked(const std::string& address,
     }
   }
   EvaluateBarriersLocked();
+}
+
+int Node::HeirLocked(int id) const {
+  auto held = holders_.find(id);
+  std::string lost;
+  const int64_t now = clock_->NowMs();
+  if (held != holders_.end()) {
+    for (int h : held->second) {
+      // A holder as silent as the dead one is dying with it (the same
+      // liveness sweep is about to declare it).
+      auto t = table_.find(h);
+      auto beat = t == table_.end() ? last_beat_ms_.end()
+                                    : last_beat_ms_.find(t->second.address());
+      const bool silent = beat != last_beat_ms_.end() &&
+                          now - beat->second > options_.heartbeat_timeout_ms;
+      if (!dead_.count(h) && !left_.count(h) && !silent) return h;
+      lost += (lost.empty() ? "" : ", ") + DescribeLocked(h) +
+              (dead_.count(h) ? " (dead too)"
+               : silent       ? " (silent too)"
+                              : " (left)");
+    }
+  }
+  LOG(ERROR) << "no live server holds a whole copy of the data of "
+             << DescribeLocked(id)
+             << (lost.empty() ? std::string(" (its copies are incomplete "
+                                            "since an earlier failover)")
+                              : " (copies were on " + lost + ")")
+             << ": that data is lost";
+  return -1;
+}
+
+bool Node::FailOverLocked(int id, int heir, const std::string& why) {
+  const std::string who = DescribeLocked(id);
+  const std::vector<int> held = holders_[id];
+  auto next = ring_->FailOver(id, heir, ring_->epoch() + 1);
+  if (!next.ok()) {
+    LOG(ERROR) << "cannot fail over " << who << ": " << next.status();
+    return false;
+  }
+  // The heir now serves its own data and the dead server's: a server holds
+  // all of it only if it held a copy of both.
+  std::vector<int> both;
+  for (int h : holders_[heir]) {
+    if (h != id && std::find(held.begin(), held.end(), h) != held.end()) {
+      both.push_back(h);
+    }
+  }
+  holders_.erase(id);
+  for (auto& entry : holders_) {
+    auto& v = entry.second;
+    v.erase(std::remove(v.begin(), v.end(), id), v.end());
+  }
+  holders_[heir] = both;
+  ring_ = std::make_shared<const KeyRing>(std::move(next.value()));
+  servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
+                 servers_.end());
+  LOG(WARNING) << "failover: " << DescribeLocked(heir)
+               << " takes over the data "
+               << "of " << who << "; " << ring_->DebugString();
+  for (const auto& entry : holders_) {
+    if (entry.second.empty()) {
+      LOG(WARNING) << DescribeLocked(entry.first)
+                   << " has no complete copy of its data elsewhere now: the "
+                      "death of it would end the run";
+    }
+  }
+  const RingInfo info = ring_->ToInfo();
+  for (const auto& n : table_) {
+    const int to = n.first;
+    if (to == kSchedulerId || left_.count(to)) continue;
+    if (dead_.count(to) && to != id) continue;
+    Message notice;
+    notice.meta.control = Control::kNodeFailed;
+    notice.meta.sender = kSchedulerId;
+    notice.meta.recipient = to;
+    notice.meta.failed_node = id;
+    notice.meta.reason = why;
+    notice.meta.ring = info;
+    SendLocked(std::move(notice));
+  }
+  // The scheduler's own customers (a program running as scheduler).
+  const Status status =
+      Status::Unavailable(who + " died (" + why + "); " + DescribeLocked(heir) +
+                          " took over its data");
+  for (const auto& c : customers_) c.second->OnFailover(id, status);
+  return true;
 }
 
 }  // namespace ps

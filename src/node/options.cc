@@ -27,6 +27,10 @@ DEFINE_string(ember_key_placement, "range",
               "GetServerKeyRanges()[r]) or spread (keys are mixed first, so "
               "clustered keys such as small integers spread evenly) "
               "(env EMBER_KEY_PLACEMENT)");
+DEFINE_int32(ember_replicas, -1,
+             "Further servers that keep a copy of each server's data (see "
+             "docs/replication.md); -1: 1 with at least 2 servers, else 0. "
+             "Overrides EMBER_REPLICAS.");
 DEFINE_int32(ember_spin_us, 200,
              "Microseconds a thread waiting inside the van polls without "
              "blocking before it sleeps; 0 sleeps at once "
@@ -339,6 +343,9 @@ StatusOr<Options> Options::FromEnvironment() {
       ReadInt("DMLC_NUM_SERVER", nullptr, 1, 4096, &o.num_servers));
   PS_RETURN_IF_ERROR(
       ReadInt("DMLC_NUM_WORKER", nullptr, 1, 65536, &o.num_workers));
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_REPLICAS", "ember_replicas", -1, 4095, &o.replicas));
+  if (o.replicas < 0) o.replicas = o.num_servers >= 2 ? 1 : 0;
   PS_RETURN_IF_ERROR(ReadInt("PS_VERBOSE", nullptr, 0, 3, &o.verbose));
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_RANK_HINT", nullptr, -1, 1 << 20, &o.rank_hint));
@@ -405,6 +412,12 @@ Status Options::Validate() const {
   }
   if (num_workers < 1) {
     return Status::InvalidArgument("need at least one worker");
+  }
+  if (replicas >= num_servers) {
+    return Status::InvalidArgument(
+        "EMBER_REPLICAS=" + std::to_string(replicas) + " needs at least " +
+        std::to_string(replicas + 1) + " servers; DMLC_NUM_SERVER is " +
+        std::to_string(num_servers));
   }
   if (heartbeat_interval_ms > 0 &&
       heartbeat_timeout_ms < 2 * heartbeat_interval_ms) {

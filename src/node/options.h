@@ -71,6 +71,12 @@ struct Options {
   // before it is answered kNotFound.
   int missing_app_timeout_ms = 10000;  // EMBER_MISSING_APP_TIMEOUT_MS
 
+  // How many further servers keep a copy of each server's data, so that a
+  // server's death loses nothing (docs/replication.md): EMBER_REPLICAS,
+  // by default 1 with at least 2 servers, else 0. At most num_servers - 1.
+  // The scheduler's value holds for the whole cluster.
+  int replicas = 0;
+
   FailurePolicy failure_policy =
       FailurePolicy::kAbort;  // EMBER_ON_NODE_FAILURE
 

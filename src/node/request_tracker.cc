@@ -182,6 +182,23 @@ Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
   return Status::OK();
 }
 
+std::vector<int> RequestTracker::OwedBy(int peer) const {
+  MutexLock lock(&mu_);
+  std::vector<int> out;
+  for (const auto& e : open_) {
+    const auto& peers = e.second.peers;
+    if (std::find(peers.begin(), peers.end(), peer) != peers.end()) {
+      out.push_back(e.first);
+    }
+  }
+  return out;
+}
+
+int RequestTracker::OldestOpen() const {
+  MutexLock lock(&mu_);
+  return open_.empty() ? next_timestamp_ : open_.begin()->first;
+}
+
 bool RequestTracker::IsOpen(int timestamp) const {
   MutexLock lock(&mu_);
   return open_.count(timestamp) > 0;

@@ -86,6 +86,12 @@ class RequestTracker {
   std::vector<LongWait> LongWaits(int64_t older_than_ms, size_t max,
                                   size_t* total) const;
 
+  // The open requests that still wait for `peer`, oldest first.
+  std::vector<int> OwedBy(int peer) const;
+  // The oldest open request's timestamp; with none open, the next one to
+  // be issued. Every request below it is complete.
+  int OldestOpen() const;
+
   bool IsOpen(int timestamp) const;
   size_t open_requests() const;
 

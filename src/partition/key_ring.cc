@@ -6,6 +6,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "message/message.h"
+
 namespace ps {
 
 namespace {
@@ -129,6 +131,32 @@ StatusOr<KeyRing> KeyRing::FromRanges(std::vector<int> server_ids,
   ring.placement_ = placement;
   PS_RETURN_IF_ERROR(ring.Normalize());
   return ring;
+}
+
+StatusOr<KeyRing> KeyRing::FromInfo(const RingInfo& info) {
+  auto ring = FromRanges(info.server_ids, info.begins, info.owners, info.epoch,
+                         static_cast<Placement>(info.placement));
+  if (!ring.ok()) return ring;
+  // A ring that lost servers to failover may keep a larger count than it
+  // has servers left to hold copies: set_replicas caps it.
+  if (info.replicas < 0 || static_cast<size_t>(info.replicas) > kMaxServers) {
+    return Status::InvalidArgument(
+        "a key ring of " + std::to_string(ring->num_servers()) +
+        " servers with " + std::to_string(info.replicas) + " replicas");
+  }
+  ring->set_replicas(info.replicas);
+  return ring;
+}
+
+RingInfo KeyRing::ToInfo() const {
+  RingInfo info;
+  info.epoch = epoch_;
+  info.placement = static_cast<int>(placement_);
+  info.server_ids = server_ids_;
+  info.begins = begins_;
+  info.owners = owners_;
+  info.replicas = replicas_;
+  return info;
 }
 
 Status KeyRing::Normalize() {
@@ -337,6 +365,45 @@ std::vector<int> KeyRing::Successors(size_t range, int n) const {
     if (++i == begins_.size()) i = 0;
   }
   return result;
+}
+
+StatusOr<KeyRing> KeyRing::FailOver(int dead_id, int heir_id,
+                                    uint64_t epoch) const {
+  const int dead = IndexOf(dead_id);
+  const int heir = IndexOf(heir_id);
+  if (dead < 0 || heir < 0 || dead == heir) {
+    return Status::InvalidArgument(
+        "cannot fail over server " + std::to_string(dead_id) + " to " +
+        std::to_string(heir_id) + " on a ring of servers " + DebugString());
+  }
+  std::vector<int> owners;
+  owners.reserve(owners_.size());
+  for (int o : owners_) {
+    const int s = o == dead ? heir : o;
+    owners.push_back(s > dead ? s - 1 : s);
+  }
+  std::vector<int> ids = server_ids_;
+  ids.erase(ids.begin() + dead);
+  auto ring = FromRanges(std::move(ids), begins_, owners, epoch, placement_);
+  if (ring.ok()) ring->set_replicas(replicas_);
+  return ring;
+}
+
+std::vector<int> KeyRing::ReplicaTargets(int server_id) const {
+  std::vector<int> targets;
+  const int self = IndexOf(server_id);
+  if (self < 0 || replicas_ <= 0) return targets;
+  for (size_t r = 0; r < owners_.size(); ++r) {
+    if (owners_[r] != self) continue;
+    for (int s : Successors(r, replicas_ + 1)) {
+      const int id = server_ids_[s];
+      if (s != self &&
+          std::find(targets.begin(), targets.end(), id) == targets.end()) {
+        targets.push_back(id);
+      }
+    }
+  }
+  return targets;
 }
 
 int KeyRing::IndexOf(int server_id) const {

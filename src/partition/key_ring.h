@@ -31,6 +31,7 @@
 #ifndef PS_PARTITION_KEY_RING_H_
 #define PS_PARTITION_KEY_RING_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -50,6 +51,8 @@ enum class Placement : int {
 // "range" or "spread"; anything else is InvalidArgument.
 StatusOr<Placement> ParsePlacement(const std::string& name);
 const char* PlacementName(Placement placement);
+
+struct RingInfo;  // message/message.h: the ring as it travels
 
 class KeyRing {
  public:
@@ -73,6 +76,10 @@ class KeyRing {
                                       const std::vector<uint64_t>& begins,
                                       const std::vector<int>& owners,
                                       uint64_t epoch, Placement placement);
+
+  // The ring of a node table (FromRanges, then its replicas), and back.
+  static StatusOr<KeyRing> FromInfo(const RingInfo& info);
+  RingInfo ToInfo() const;
 
   // The ring after `server_id` joins, at `epoch`: the newcomer (appended as
   // the last server index) gets 1/(S+1) of the key space from the servers
@@ -130,6 +137,24 @@ class KeyRing {
   // none if n <= 0.
   std::vector<int> Successors(size_t range, int n) const;
 
+  // The ring after server `dead_id` failed (docs/replication.md): every
+  // range it owned goes to `heir_id`, which holds a copy of all of its data;
+  // nothing else moves. Server indices above the dead one's shift down.
+  StatusOr<KeyRing> FailOver(int dead_id, int heir_id, uint64_t epoch) const;
+
+  // How many further servers keep a copy of each server's data: the
+  // cluster's EMBER_REPLICAS, capped at num_servers() - 1.
+  int replicas() const { return replicas_; }
+  // Before the ring is shared (it is immutable afterwards).
+  void set_replicas(int k) {
+    replicas_ = std::max(0, std::min(k, num_servers() - 1));
+  }
+  // The ids of the servers that keep a copy of `server_id`'s data: for each
+  // of its ranges, the replicas() servers that follow it on the ring
+  // (Successors), in ring order, without repeats; none if replicas() is 0
+  // or the server is not on the ring.
+  std::vector<int> ReplicaTargets(int server_id) const;
+
   // The index of `server_id` in server_ids(), or -1.
   int IndexOf(int server_id) const;
 
@@ -152,6 +177,7 @@ class KeyRing {
   std::vector<int> owners_;       // server index of each range
   uint64_t epoch_ = 0;
   Placement placement_ = Placement::kRange;
+  int replicas_ = 0;
 };
 
 }  // namespace ps

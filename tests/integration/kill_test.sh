@@ -34,6 +34,8 @@ fail() {
 
 export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1
 export EMBER_HEARTBEAT_INTERVAL_MS=500 EMBER_HEARTBEAT_TIMEOUT_MS=3000
+# Without replicas: a dead server ends the run (replication.md covers the rest).
+export EMBER_REPLICAS=0
 
 DMLC_ROLE=scheduler DMLC_PS_ROOT_PORT=0 EMBER_PORT_FILE=$dir/port \
   "$scheduler" >"$dir/scheduler.log" 2>&1 &

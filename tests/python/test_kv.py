@@ -46,7 +46,8 @@ def test_a_dead_server_raises_unavailable_error(tmp_path):
     # at the first death): scheduler, 2 servers, 1 worker on 127.0.0.1,
     # the port the scheduler picks, and every process killed by PID at the
     # end. EMBER_ON_NODE_FAILURE=continue: the worker learns of the death
-    # through its request.
+    # through its request. Without replicas (EMBER_REPLICAS=0): with them
+    # the survivor would take over the dead server's keys.
     import os
     import signal
     import subprocess
@@ -56,7 +57,7 @@ def test_a_dead_server_raises_unavailable_error(tmp_path):
     port_file = os.path.join(work, "port")
     base = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.1",
                 DMLC_NUM_SERVER="2", DMLC_NUM_WORKER="1",
-                EMBER_ON_NODE_FAILURE="continue",
+                EMBER_ON_NODE_FAILURE="continue", EMBER_REPLICAS="0",
                 EMBER_HEARTBEAT_INTERVAL_MS="200",
                 EMBER_HEARTBEAT_TIMEOUT_MS="1000",
                 PYTHONPATH=PYTHONPATH, PYTHONDONTWRITEBYTECODE="1")

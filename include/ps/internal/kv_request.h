@@ -28,6 +28,9 @@ struct RawRequest {
   int timestamp = 0;
   int customer_id = 0;
   int64_t clock = 0;  // the sender's clock (iterations it has finished)
+  // A copy of another server's data (docs/replication.md): that server's
+  // id; 0 for this server's own.
+  int replica_of = 0;
   RawKVs kvs;
 };
 

@@ -1,0 +1,234 @@
+"""Kills servers of a running replicated cluster with SIGKILL (docs/replication.md).
+
+Modes:
+  survive  kill one server of --servers (with EMBER_REPLICAS=1): every other
+           process must exit 0, every key must end at workers x iterations
+           (cluster_failover checks), and the figures are reported:
+           detection (kill -> the scheduler declares the death), takeover
+           (declaration -> the end of the longest stall a worker saw) and
+           the longest stall itself.
+  lost     kill two servers that hold the same data at once: every survivor
+           must exit non-zero within --limit seconds and the scheduler must
+           name the lost data; never a wrong answer.
+
+The cluster is started by hand, not through ember-launch, because the
+launcher ends the job as soon as one process dies. Every process's log is
+printed on failure. Bounded everywhere: no wait without a deadline.
+
+usage: failover_test.py PROGRAM SCHEDULER [--mode survive|lost] [...]
+"""
+
+import argparse
+import datetime
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("program")
+    p.add_argument("scheduler")
+    p.add_argument("--mode", choices=("survive", "lost"), default="survive")
+    p.add_argument("--servers", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--iterations", type=int, default=3000)
+    p.add_argument("--victim", type=int, default=1,
+                   help="rank of the server to kill (lost: it and the next)")
+    p.add_argument("--heartbeat-ms", type=int, default=100)
+    p.add_argument("--timeout-ms", type=int, default=600)
+    p.add_argument("--limit", type=float, default=120.0,
+                   help="seconds the whole run may take after the kill")
+    return p.parse_args(argv)
+
+
+class Cluster:
+    def __init__(self, args, workdir):
+        self.args = args
+        self.dir = workdir
+        self.procs = {}  # name -> Popen
+        self.logs = {}
+
+    def env(self, role, extra=None):
+        e = dict(os.environ)
+        e.update({
+            "DMLC_ROLE": role,
+            "DMLC_NUM_SERVER": str(self.args.servers),
+            "DMLC_NUM_WORKER": str(self.args.workers),
+            "DMLC_PS_ROOT_URI": "127.0.0.1",
+            "EMBER_REPLICAS": "1",
+            "EMBER_HEARTBEAT_INTERVAL_MS": str(self.args.heartbeat_ms),
+            "EMBER_HEARTBEAT_TIMEOUT_MS": str(self.args.timeout_ms),
+        })
+        e.update(extra or {})
+        return e
+
+    def spawn(self, name, cmd, env):
+        path = os.path.join(self.dir, name + ".log")
+        self.logs[name] = path
+        with open(path, "wb") as out:
+            self.procs[name] = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def start(self):
+        port_file = os.path.join(self.dir, "port")
+        self.spawn("scheduler", [self.args.scheduler],
+                   self.env("scheduler", {"DMLC_PS_ROOT_PORT": "0",
+                                          "EMBER_PORT_FILE": port_file}))
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(port_file) and os.path.getsize(port_file)):
+            if time.monotonic() > deadline:
+                raise Failure("the scheduler did not publish its port")
+            time.sleep(0.05)
+        with open(port_file) as f:
+            port = f.read().strip()
+        for role, count in (("server", self.args.servers),
+                            ("worker", self.args.workers)):
+            for i in range(count):
+                self.spawn("%s-%d" % (role, i),
+                           [self.args.program,
+                            "--iterations=%d" % self.args.iterations],
+                           self.env(role, {"DMLC_PS_ROOT_PORT": port,
+                                           "EMBER_RANK_HINT": str(i)}))
+
+    def log(self, name):
+        with open(self.logs[name], errors="replace") as f:
+            return f.read()
+
+    def wait_progress(self, at_least, seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            done = 0
+            for w in range(self.args.workers):
+                seen = [int(m) for m in re.findall(
+                    r"cluster_failover: progress (\d+)",
+                    self.log("worker-%d" % w))]
+                done += bool(seen) and max(seen) >= at_least
+            if done == self.args.workers:
+                return
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise Failure("%s exited (%d) before the kill"
+                                  % (name, p.returncode))
+            time.sleep(0.02)
+        raise Failure("the workers did not reach push %d" % at_least)
+
+    def wait_all(self, names, seconds):
+        deadline = time.monotonic() + seconds
+        for name in names:
+            left = deadline - time.monotonic()
+            try:
+                self.procs[name].wait(timeout=max(left, 0.01))
+            except subprocess.TimeoutExpired:
+                raise Failure("%s still runs %.0f s after the kill"
+                              % (name, seconds))
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def dump(self):
+        for name in self.procs:
+            print("----- %s (exit %s)" % (name, self.procs[name].returncode))
+            print(self.log(name))
+
+
+class Failure(Exception):
+    pass
+
+
+GLOG_TIME = re.compile(r"^[IWEF](\d{8}) (\d\d):(\d\d):(\d\d)\.(\d{6})")
+
+
+def glog_unix_ms(line):
+    """The time of a glog line (local time) as Unix milliseconds."""
+    m = GLOG_TIME.match(line)
+    if not m:
+        return None
+    day = datetime.datetime.strptime(m.group(1), "%Y%m%d")
+    t = day.replace(hour=int(m.group(2)), minute=int(m.group(3)),
+                    second=int(m.group(4)), microsecond=int(m.group(5)))
+    return t.timestamp() * 1000.0
+
+
+def first_line_time(text, needle):
+    for line in text.splitlines():
+        if needle in line:
+            return glog_unix_ms(line)
+    return None
+
+
+def run(args, cluster):
+    cluster.start()
+    cluster.wait_progress(args.iterations // 6, 60)
+    victims = ["server-%d" % args.victim]
+    if args.mode == "lost":
+        victims.append("server-%d" % ((args.victim + 1) % args.servers))
+    kill_ms = time.time() * 1000.0
+    for v in victims:
+        os.kill(cluster.procs[v].pid, signal.SIGKILL)
+    for v in victims:
+        cluster.procs[v].wait()
+    print("failover_test: killed %s" % ", ".join(victims))
+    survivors = [n for n in cluster.procs if n not in victims]
+    cluster.wait_all(survivors, args.limit)
+    sched = cluster.log("scheduler")
+    if args.mode == "lost":
+        bad = [n for n in survivors if cluster.procs[n].returncode == 0]
+        if bad:
+            raise Failure("exited 0 although data was lost: %s" % bad)
+        if "that data is lost" not in sched:
+            raise Failure("the scheduler did not name the lost data")
+        print("failover_test: PASS: every survivor ended non-zero and the "
+              "scheduler named the lost data")
+        return
+    bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in survivors
+           if cluster.procs[n].returncode != 0]
+    if bad:
+        raise Failure("non-zero exits: %s" % ", ".join(bad))
+    if "sums exact" not in cluster.log("worker-0"):
+        raise Failure("worker 0 did not report exact sums")
+    if "takes over the data of" not in sched:
+        raise Failure("the scheduler did not fail over")
+    dead_ms = first_line_time(sched, " is dead: ")
+    stalls = []
+    for w in range(args.workers):
+        m = re.search(r"max_stall_ms=([\d.]+) stall_end_unix_ms=(\d+)",
+                      cluster.log("worker-%d" % w))
+        if not m:
+            raise Failure("worker %d reported no stall figure" % w)
+        stalls.append((float(m.group(1)), int(m.group(2))))
+    worst, end_ms = max(stalls)
+    detection = dead_ms - kill_ms if dead_ms else float("nan")
+    takeover = end_ms - dead_ms if dead_ms else float("nan")
+    print("RESULT failover servers=%d workers=%d detection_ms=%.0f "
+          "takeover_ms=%.0f max_stall_ms=%.0f heartbeat_ms=%d timeout_ms=%d"
+          % (args.servers, args.workers, detection, takeover, worst,
+             args.heartbeat_ms, args.timeout_ms))
+    print("failover_test: PASS: sums exact, every survivor exited 0")
+
+
+def main(argv):
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ember-failover.") as workdir:
+        cluster = Cluster(args, workdir)
+        try:
+            run(args, cluster)
+            return 0
+        except Failure as e:
+            print("failover_test: FAIL: %s" % e)
+            cluster.stop()
+            cluster.dump()
+            return 1
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
