@@ -81,8 +81,8 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
       process_auth_(ToKey128(process_key_)),
       scheduler_(options_.role == Role::kScheduler
                      ? std::make_unique<Scheduler>(
-                           options_, van_.get(), clock_, &counters_,
-                           static_cast<SchedulerHost*>(this))
+                           options_, NewKeyOrEmpty(), van_.get(), clock_,
+                           &counters_, static_cast<SchedulerHost*>(this))
                      : nullptr) {
   if (scheduler_) {
     MutexLock lock(&mu_);

@@ -264,7 +264,7 @@ class Node final : private SchedulerHost {
   size_t before_table_bytes_ GUARDED_BY(mu_) = 0;
   std::function<void()> exit_callback_ GUARDED_BY(mu_);
   int64_t last_scheduler_echo_ms_ GUARDED_BY(mu_) = 0;
-  // The run's key, which members authenticate with: made by the Scheduler
+  // The run's key, which members authenticate with: made for the Scheduler
   // at construction, learnt by the others from the node table.
   std::string run_key_ GUARDED_BY(mu_);
   Key128 run_auth_ GUARDED_BY(mu_);  // run_key_'s words

@@ -23,17 +23,6 @@ namespace {
 // The ring's epoch when the cluster first forms.
 constexpr uint64_t kFirstEpoch = 1;
 
-// A fresh key, or empty if the kernel cannot make one (the node's Start
-// reports it).
-std::string NewRunKeyOrEmpty() {
-  StatusOr<std::string> key = NewSecret();
-  if (!key.ok()) {
-    LOG(ERROR) << "cannot make the run key: " << key.status();
-    return std::string();
-  }
-  return std::move(key.value());
-}
-
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -53,14 +42,15 @@ std::string JsonString(const std::string& s) {
 
 }  // namespace
 
-Scheduler::Scheduler(const Options& options, Van* van, const Clock* clock,
-                     NodeCounters* counters, SchedulerHost* host)
+Scheduler::Scheduler(const Options& options, std::string run_key, Van* van,
+                     const Clock* clock, NodeCounters* counters,
+                     SchedulerHost* host)
     : options_(options),
       van_(van),
       clock_(clock),
       counters_(counters),
       host_(host),
-      run_key_(NewRunKeyOrEmpty()) {}
+      run_key_(std::move(run_key)) {}
 
 Status Scheduler::WaitFormed() {
   MutexLock lock(&mu_);

@@ -54,17 +54,6 @@
 
 namespace ps {
 
-// Counters of one node, for tests, /metrics and the stats line at exit.
-// On the scheduler, its Scheduler counts what it drops into its node's.
-struct NodeCounters {
-  std::atomic<uint64_t> dropped_unknown_sender{0};
-  std::atomic<uint64_t> dropped_no_customer{0};
-  std::atomic<uint64_t> dropped_bad_control{0};
-  // Messages without proof of membership (docs/protocol.md,
-  // "Authentication"), and joins without the cluster token.
-  std::atomic<uint64_t> dropped_unauthenticated{0};
-};
-
 // What a Scheduler needs of the node it serves. Called with the
 // Scheduler's mutex held (see the lock order above); none may call back
 // into the Scheduler.
@@ -93,18 +82,29 @@ class SchedulerHost {
   ~SchedulerHost() = default;
 };
 
+// Counters of one node, for tests, /metrics and the stats line at exit.
+// On the scheduler, its Scheduler counts what it drops into its node's.
+struct NodeCounters {
+  std::atomic<uint64_t> dropped_unknown_sender{0};
+  std::atomic<uint64_t> dropped_no_customer{0};
+  std::atomic<uint64_t> dropped_bad_control{0};
+  // Messages without proof of membership (docs/protocol.md,
+  // "Authentication"), and joins without the cluster token.
+  std::atomic<uint64_t> dropped_unauthenticated{0};
+};
+
 class Scheduler {
  public:
-  // `van`, `clock`, `counters` and `host` are borrowed and must outlive
-  // the Scheduler; `van` is the scheduler node's, started by the node, and
-  // the Scheduler only connects and disconnects peers on it.
-  Scheduler(const Options& options, Van* van, const Clock* clock,
-            NodeCounters* counters, SchedulerHost* host);
+  // `run_key` is the run's key, made by the node (the node's Start fails
+  // if it is empty). `van`, `clock`, `counters` and `host` are borrowed and
+  // must outlive the Scheduler; `van` is the scheduler node's, started by
+  // the node, and the Scheduler only connects and disconnects peers on it.
+  Scheduler(const Options& options, std::string run_key, Van* van,
+            const Clock* clock, NodeCounters* counters, SchedulerHost* host);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // The run's key, which members authenticate with (docs/protocol.md):
-  // made at construction, empty if the kernel could not make one.
+  // The run's key, which members authenticate with (docs/protocol.md).
   const std::string& run_key() const { return run_key_; }
 
   // Waits until the cluster has formed, for at most the start timeout.
