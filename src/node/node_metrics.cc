@@ -4,6 +4,9 @@
 
 #include <glog/logging.h>
 
+#include <cstdint>
+#include <utility>
+
 #include "metrics/http_server.h"
 #include "metrics/progress_log.h"
 #include "node/node.h"
@@ -80,22 +83,18 @@ void Node::CollectMetrics(metrics::Writer* w) const {
   w->Counter("ember_send_errors_total",
              "Sends that failed after the transport accepted them", "",
              v.send_errors.load());
-  const char* kDropped = "Messages dropped on receipt, by reason";
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "undecodable"),
-             v.rejected_messages.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "unknown_sender"),
-             counters_.dropped_unknown_sender.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "no_customer"),
-             counters_.dropped_no_customer.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "bad_control"),
-             counters_.dropped_bad_control.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "unauthenticated"),
-             counters_.dropped_unauthenticated.load());
+  const std::pair<const char*, uint64_t> dropped[] = {
+      {"undecodable", v.rejected_messages.load()},
+      {"unknown_sender", counters_.dropped_unknown_sender.load()},
+      {"no_customer", counters_.dropped_no_customer.load()},
+      {"bad_control", counters_.dropped_bad_control.load()},
+      {"unauthenticated", counters_.dropped_unauthenticated.load()},
+  };
+  for (const auto& d : dropped) {
+    w->Counter("ember_dropped_messages_total",
+               "Messages dropped on receipt, by reason",
+               metrics::Label("reason", d.first), d.second);
+  }
   MutexLock lock(&mu_);
   size_t held = before_table_.size();
   for (const auto& e : early_) held += e.second.size();
