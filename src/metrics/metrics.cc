@@ -139,32 +139,31 @@ std::string Writer::Text(const std::string& const_labels) const {
   return out;
 }
 
+template <typename T>
+T* Registry::GetOwned(std::unique_ptr<T> Owned::*slot, const std::string& name,
+                      const std::string& help, const std::string& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Owned& o : owned_) {
+    if (o.*slot && o.name == name && o.labels == labels) {
+      return (o.*slot).get();
+    }
+  }
+  Owned o{name, help, labels, nullptr, nullptr};
+  o.*slot = std::make_unique<T>();
+  owned_.push_back(std::move(o));
+  return (owned_.back().*slot).get();
+}
+
 metrics::Counter* Registry::GetCounter(const std::string& name,
                                        const std::string& help,
                                        const std::string& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (Owned& o : owned_) {
-    if (o.counter && o.name == name && o.labels == labels) {
-      return o.counter.get();
-    }
-  }
-  owned_.push_back(
-      {name, help, labels, std::make_unique<metrics::Counter>(), nullptr});
-  return owned_.back().counter.get();
+  return GetOwned(&Owned::counter, name, help, labels);
 }
 
 metrics::Histogram* Registry::GetHistogram(const std::string& name,
                                            const std::string& help,
                                            const std::string& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (Owned& o : owned_) {
-    if (o.histogram && o.name == name && o.labels == labels) {
-      return o.histogram.get();
-    }
-  }
-  owned_.push_back(
-      {name, help, labels, nullptr, std::make_unique<metrics::Histogram>()});
-  return owned_.back().histogram.get();
+  return GetOwned(&Owned::histogram, name, help, labels);
 }
 
 int Registry::AddCollector(Collector collector) {

@@ -150,6 +150,11 @@ class Registry {
     std::unique_ptr<metrics::Counter> counter;
     std::unique_ptr<metrics::Histogram> histogram;
   };
+  // The metric of `name` and `labels` in `slot` (a counter or a
+  // histogram), made on first use.
+  template <typename T>
+  T* GetOwned(std::unique_ptr<T> Owned::*slot, const std::string& name,
+              const std::string& help, const std::string& labels);
   std::deque<Owned> owned_;                    // Guarded by mu_.
   std::map<int, Collector> collectors_;        // Guarded by mu_.
   int next_id_ = 1;                            // Guarded by mu_.

@@ -227,7 +227,11 @@ Status BindSpecArguments(const ParsedSpec& parsed,
   return Status::OK();
 }
 
-std::string FormatDouble(double v) {
+namespace {
+
+// The shortest text that reads back as `v` (std::to_chars).
+template <typename T>
+std::string FormatShortest(T v) {
   char buffer[64];
   const std::to_chars_result result =
       std::to_chars(buffer, buffer + sizeof(buffer), v);
@@ -235,13 +239,11 @@ std::string FormatDouble(double v) {
   return std::string(buffer, result.ptr);
 }
 
-std::string FormatFloat(float v) {
-  char buffer[64];
-  const std::to_chars_result result =
-      std::to_chars(buffer, buffer + sizeof(buffer), v);
-  CHECK(result.ec == std::errc());
-  return std::string(buffer, result.ptr);
-}
+}  // namespace
+
+std::string FormatDouble(double v) { return FormatShortest(v); }
+
+std::string FormatFloat(float v) { return FormatShortest(v); }
 
 }  // namespace spec_internal
 

@@ -182,6 +182,10 @@ void Customer::HandleBusy(Event* e) {
 void Customer::Accept(Message&& msg) {
   Event e;
   e.msg = std::move(msg);
+  Enqueue(std::move(e));
+}
+
+bool Customer::Enqueue(Event&& e) {
   {
     MutexLock lock(&mu_);
     ++queued_;
@@ -189,9 +193,10 @@ void Customer::Accept(Message&& msg) {
   if (!queue_.Push(std::move(e))) {
     MutexLock lock(&mu_);
     --queued_;
-    return;
+    return false;
   }
   WakeLoop();
+  return true;
 }
 
 void Customer::WakeLoop() {
@@ -220,34 +225,15 @@ void Customer::OnPeerFailed(int peer, const Status& status) {
   Event e;
   e.failed_peer = peer;
   e.status = status;
-  {
-    MutexLock lock(&mu_);
-    ++queued_;
-  }
-  if (!queue_.Push(std::move(e))) {
-    MutexLock lock(&mu_);
-    --queued_;
-    tracker_.OnPeerFailed(peer, status);
-    return;
-  }
-  WakeLoop();
+  // A stopping customer's thread handles no more events: fail at once.
+  if (!Enqueue(std::move(e))) tracker_.OnPeerFailed(peer, status);
 }
 
 void Customer::FailAll(const Status& status) {
   Event e;
   e.fail_all = true;
   e.status = status;
-  {
-    MutexLock lock(&mu_);
-    ++queued_;
-  }
-  if (!queue_.Push(std::move(e))) {
-    MutexLock lock(&mu_);
-    --queued_;
-    tracker_.FailAll(status);
-    return;
-  }
-  WakeLoop();
+  if (!Enqueue(std::move(e))) tracker_.FailAll(status);
 }
 
 void Customer::Release() {

@@ -159,6 +159,9 @@ class Customer {
   // Waits for work inside the van (see Route::kKeep); false if the van
   // cannot be waited in now (then wait on the queue).
   bool CoReceive();
+  // Queues `e` for the customer thread and wakes it; false (nothing
+  // queued) once the queue is closed.
+  bool Enqueue(Event&& e) EXCLUDES(mu_);
   // Wakes the customer thread if it waits inside the van.
   void WakeLoop();
   void Handle(Event& e);

@@ -79,9 +79,15 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
       clock_(clock),
       incarnation_(NewIncarnation()),
       process_key_(NewKeyOrEmpty()),
-      process_auth_(ToKey128(process_key_)) {
-  if (options_.role == Role::kScheduler) {
-    run_key_ = NewKeyOrEmpty();
+      process_auth_(ToKey128(process_key_)),
+      scheduler_(options_.role == Role::kScheduler
+                     ? std::make_unique<Scheduler>(
+                           options_, NewKeyOrEmpty(), van_.get(), clock_,
+                           &counters_, static_cast<SchedulerHost*>(this))
+                     : nullptr) {
+  if (scheduler_) {
+    MutexLock lock(&mu_);
+    run_key_ = scheduler_->run_key();
     run_auth_ = ToKey128(run_key_);
   }
 }
@@ -96,19 +102,21 @@ Status Node::Start(int customer_id, bool do_barrier) {
   PS_RETURN_IF_ERROR(options_.Validate());
   {
     MutexLock lock(&mu_);
-    if (process_key_.empty() ||
-        (options_.role == Role::kScheduler && run_key_.empty())) {
+    if (process_key_.empty() || (scheduler_ && run_key_.empty())) {
       return Status::Internal(
           "cannot make this node's keys (getrandom failed)");
     }
   }
   PS_RETURN_IF_ERROR(StartVan());
   MutexLock lock(&mu_);
-  if (options_.role == Role::kScheduler) {
+  if (scheduler_) {
     if (!table_ready_) {
       lock.Unlock();
-      Status s = SchedulerStart();
+      Status s = scheduler_->WaitFormed();
       if (!s.ok()) {
+        lock.Lock();
+        if (abort_status_.ok()) abort_status_ = s;
+        lock.Unlock();
         // Let the ABORTs that explain the failure leave before we return
         // (the caller may exit at once).
         van_->Stop();
@@ -141,8 +149,9 @@ Status Node::Start(int customer_id, bool do_barrier) {
     // The scheduler has its own start deadline and names what is missing;
     // ours is a little longer so its explanation arrives first.
     const auto start = std::chrono::steady_clock::now();
-    const bool done = WaitLoggingLocked(
-        &lock, options_.start_timeout_ms + 2000,
+    const bool done = WaitLogging(
+        &cv_, &lock.native(), options_.start_timeout_ms + 2000,
+        options_.wait_log_interval_ms,
         [&]() REQUIRES(mu_) {
           return logical_.count(customer_id) > 0 || !abort_status_.ok();
         },
@@ -297,17 +306,9 @@ void Node::CheckLiveness() {
   MutexLock lock(&mu_);
   if (!table_ready_ || stopped_) return;
   int64_t now = clock_->NowMs();
-  if (options_.role == Role::kScheduler) {
-    std::vector<std::pair<std::string, int64_t>> expired;
-    for (const auto& beat : last_beat_ms_) {
-      if (now - beat.second > options_.heartbeat_timeout_ms) {
-        expired.push_back(beat);
-      }
-    }
-    for (const auto& e : expired) {
-      DeclareDeadLocked(e.first, "no heartbeat for " +
-                                     std::to_string(now - e.second) + " ms");
-    }
+  if (scheduler_) {
+    lock.Unlock();
+    scheduler_->CheckLiveness();
     return;
   }
   if (dead_.count(kSchedulerId)) return;
@@ -319,23 +320,6 @@ void Node::CheckLiveness() {
   }
 }
 
-bool Node::WaitLoggingLocked(MutexLock* lock, int64_t timeout_ms,
-                             const std::function<bool()>& done,
-                             const std::function<void()>& log_waiting) {
-  using Steady = std::chrono::steady_clock;
-  const auto deadline = Steady::now() + std::chrono::milliseconds(timeout_ms);
-  while (!done() && Steady::now() < deadline) {
-    auto next = deadline;
-    if (options_.wait_log_interval_ms > 0) {
-      next = std::min(next, Steady::now() + std::chrono::milliseconds(
-                                                options_.wait_log_interval_ms));
-    }
-    if (cv_.wait_until(lock->native(), next, done)) continue;
-    if (next < deadline) log_waiting();
-  }
-  return done();
-}
-
 std::string Node::Address(int id) const {
   MutexLock lock(&mu_);
   auto it = table_.find(id);
@@ -345,37 +329,22 @@ std::string Node::Address(int id) const {
 void Node::WatchWaits() {
   const int64_t interval = options_.wait_log_interval_ms;
   if (interval <= 0) return;
-  MutexLock lock(&mu_);
-  if (stopped_) return;
-  const int64_t now = clock_->NowMs();
-  // Under mu_, so no customer is destroyed meanwhile; Watch only queues.
-  for (const auto& c : customers_) c.second->Watch(interval);
-  for (const auto& b : barrier_since_) {
-    if (!WaitLogDue(now - b.second.second, interval)) continue;
-    LOG(WARNING) << "customer " << b.first << " has waited "
-                 << (now - b.second.second) / 1000 << " s at a barrier over "
-                 << "group " << b.second.first
-                 << (options_.role == Role::kScheduler
-                         ? ""
-                         : " (the scheduler logs whom it waits for)");
-  }
-  if (options_.role != Role::kScheduler) return;
-  for (const auto& entry : rounds_) {
-    if (entry.second.empty()) continue;
-    const Round& round = entry.second.front();
-    if (!WaitLogDue(now - round.started_ms, interval)) continue;
-    std::string missing;
-    size_t count = 0;
-    for (int id : GetNodeIdsLocked(entry.first)) {
-      if (left_.count(id) || dead_.count(id) || round.arrived.count(id)) {
-        continue;
-      }
-      if (++count <= 8) missing += (count > 1 ? ", " : "") + DescribeLocked(id);
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return;
+    const int64_t now = clock_->NowMs();
+    // Under mu_, so no customer is destroyed meanwhile; Watch only queues.
+    for (const auto& c : customers_) c.second->Watch(interval);
+    for (const auto& b : barrier_since_) {
+      if (!WaitLogDue(now - b.second.second, interval)) continue;
+      LOG(WARNING) << "customer " << b.first << " has waited "
+                   << (now - b.second.second) / 1000 << " s at a barrier over "
+                   << "group " << b.second.first
+                   << (scheduler_ ? ""
+                                  : " (the scheduler logs whom it waits for)");
     }
-    if (count > 8) missing += " and " + std::to_string(count - 8) + " more";
-    LOG(WARNING) << "barrier over group " << entry.first << " has waited "
-                 << (now - round.started_ms) / 1000 << " s for " << missing;
   }
+  if (scheduler_) scheduler_->WatchWaits(interval);
 }
 
 Status Node::Barrier(int customer_id, int group) {
@@ -408,9 +377,9 @@ Status Node::Barrier(int customer_id, int group) {
   req.meta.recipient = kSchedulerId;
   req.meta.customer_id = customer_id;
   req.meta.barrier_group = group;
-  if (options_.role == Role::kScheduler) {
+  if (scheduler_) {
     lock.Unlock();
-    HandleBarrierRequest(req);
+    scheduler_->HandleBarrierRequest(req);
     lock.Lock();
   } else {
     SendLocked(std::move(req));
@@ -542,8 +511,13 @@ void Node::SendLocked(Message&& msg) {
     LOG(DFATAL) << "control message to self: " << msg.meta.DebugString();
     return;
   }
-  const Control control = msg.meta.control;
   if (msg.meta.auth.empty()) msg.meta.auth = AuthForLocked(recipient);
+  SendControl(std::move(msg));
+}
+
+void Node::SendControl(Message&& msg) {
+  const int recipient = msg.meta.recipient;
+  const Control control = msg.meta.control;
   Status s = van_->Send(std::move(msg));
   std::string since;
   if (!s.ok() && LogAllowed("send to " + std::to_string(recipient), &since)) {
@@ -560,7 +534,7 @@ bool Node::LogAllowed(const std::string& key, std::string* since) {
 }
 
 Key128 Node::AuthForLocked(int recipient) const {
-  if (options_.role == Role::kScheduler && !IsLocalLocked(recipient)) {
+  if (scheduler_ && !IsLocalLocked(recipient)) {
     auto it = member_keys_.find(recipient);
     return it == member_keys_.end() ? Key128() : it->second;
   }
@@ -645,8 +619,8 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       DispatchData(std::move(msg), from_van);
       return;
     case Control::kJoin:
-      if (options_.role == Role::kScheduler) {
-        HandleJoin(msg);
+      if (scheduler_) {
+        scheduler_->HandleJoin(msg);
         return;
       }
       break;
@@ -657,8 +631,8 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       }
       break;
     case Control::kBarrier:
-      if (meta.request && options_.role == Role::kScheduler) {
-        HandleBarrierRequest(msg);
+      if (meta.request && scheduler_) {
+        scheduler_->HandleBarrierRequest(msg);
         return;
       }
       if (!meta.request) {
@@ -667,8 +641,8 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       }
       break;
     case Control::kHeartbeat:
-      if (options_.role == Role::kScheduler) {
-        HandleHeartbeatAtScheduler(msg);
+      if (scheduler_) {
+        scheduler_->HandleHeartbeat(msg);
       } else {
         MutexLock lock(&mu_);
         last_scheduler_echo_ms_ = clock_->NowMs();
@@ -688,8 +662,8 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       }
       break;
     case Control::kLeave:
-      if (options_.role == Role::kScheduler) {
-        HandleLeave(msg);
+      if (scheduler_) {
+        scheduler_->HandleLeave(msg);
         return;
       }
       break;
@@ -875,28 +849,33 @@ void Node::ApplyNodeTableLocked(const Message& msg) {
       if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
     }
   }
-  for (const auto& entry : table_) {
-    const NodeInfo& n = entry.second;
-    if (n.role == Role::kServer) servers_.push_back(n.id);
-    if (n.role == Role::kWorker) workers_.push_back(n.id);
-  }
-  table_ready_ = true;
+  TableReadyLocked();
   last_scheduler_echo_ms_ = clock_->NowMs();
   VLOG(1) << "node table: " << servers_.size() << " servers, "
           << workers_.size() << " workers, my id " << logical_.begin()->second;
+}
+
+void Node::TableReadyLocked() {
+  servers_ = IdsOfRole(table_, Role::kServer);
+  workers_ = IdsOfRole(table_, Role::kWorker);
+  table_ready_ = true;
   cv_.notify_all();
 }
 
 void Node::HandleBarrierRelease(const Message& msg) {
-  MutexLock lock(&mu_);
-  auto it = barrier_waits_.find(msg.meta.customer_id);
-  if (it == barrier_waits_.end()) return;
   Status s;
   if (msg.meta.status_code != 0) {
     s = Status(static_cast<Status::Code>(msg.meta.status_code),
                msg.meta.status_message);
   }
-  it->second = {true, s};
+  OnBarrierReleased(msg.meta.customer_id, s);
+}
+
+void Node::OnBarrierReleased(int customer_id, const Status& status) {
+  MutexLock lock(&mu_);
+  auto it = barrier_waits_.find(customer_id);
+  if (it == barrier_waits_.end()) return;
+  it->second = {true, status};
   cv_.notify_all();
 }
 
@@ -959,10 +938,65 @@ void Node::HandleAbort(const std::string& reason) {
 
 void Node::FailEverything(const Status& status) {
   MutexLock lock(&mu_);
-  if (abort_status_.ok()) abort_status_ = status;
   LOG(ERROR) << status;
+  FailAllLocked(status);
+}
+
+void Node::FailAllLocked(const Status& status) {
+  if (abort_status_.ok()) abort_status_ = status;
   // Under mu_ so no customer is destroyed meanwhile; FailAll never blocks.
   for (const auto& c : customers_) c.second->FailAll(status);
+  cv_.notify_all();
+}
+
+NodeInfo Node::SchedulerEntry() const {
+  MutexLock lock(&mu_);
+  NodeInfo me;
+  me.id = kSchedulerId;
+  me.role = Role::kScheduler;
+  me.host = options_.scheduler_host;
+  me.port = my_port_ > 0 ? my_port_ : options_.scheduler_port;
+  me.rank = 0;
+  me.incarnation = incarnation_;
+  me.metrics_port = metrics_port_.load();
+  return me;
+}
+
+void Node::OnMembership(const Membership& membership) {
+  MutexLock lock(&mu_);
+  // The scheduler's Start sets logical_; its Scheduler has connected to
+  // every member.
+  table_ = membership.nodes;
+  ring_ = membership.ring;
+  member_keys_ = membership.member_keys;
+  TableReadyLocked();
+}
+
+void Node::OnMemberDead(int id, const Status& status) {
+  MutexLock lock(&mu_);
+  dead_.insert(id);
+  if (options_.failure_policy == FailurePolicy::kAbort) {
+    FailAllLocked(status);
+  } else {
+    // Under mu_ so no customer is destroyed meanwhile; this never blocks.
+    for (const auto& c : customers_) c.second->OnPeerFailed(id, status);
+  }
+}
+
+void Node::OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
+                              const Status& status) {
+  MutexLock lock(&mu_);
+  dead_.insert(id);
+  servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
+                 servers_.end());
+  ring_ = std::move(ring);
+  // Under mu_ so no customer is destroyed meanwhile; this never blocks.
+  for (const auto& c : customers_) c.second->OnFailover(id, status);
+}
+
+void Node::OnMemberLeft(int id) {
+  MutexLock lock(&mu_);
+  left_.insert(id);
   cv_.notify_all();
 }
 
@@ -984,14 +1018,7 @@ std::vector<int> Node::GetNodeIds(int group) const {
 }
 
 std::vector<int> Node::GetNodeIdsLocked(int group) const {
-  if (group >= 8) return {group};
-  std::vector<int> ids;
-  if (group & kScheduler) ids.push_back(kSchedulerId);
-  if (group & kServerGroup)
-    ids.insert(ids.end(), servers_.begin(), servers_.end());
-  if (group & kWorkerGroup)
-    ids.insert(ids.end(), workers_.begin(), workers_.end());
-  return ids;
+  return GroupIds(group, servers_, workers_);
 }
 
 std::vector<int> Node::server_ids() const {
@@ -1032,9 +1059,7 @@ std::string Node::Describe(int id) const {
 }
 
 std::string Node::DescribeLocked(int id) const {
-  auto it = table_.find(id);
-  if (it == table_.end()) return "node " + std::to_string(id);
-  return it->second.DebugString();
+  return DescribeNode(table_, id);
 }
 
 }  // namespace ps

@@ -1,12 +1,15 @@
 // Node: the per-process runtime of one Ember node (ps-lite's Postoffice).
 //
-// It owns the van, the membership table (ids, ranks, addresses), the
-// description of the key ring, barriers, heartbeats and failure detection,
-// and it dispatches received messages to customers. A node whose role is
-// scheduler also runs the scheduler's side of those protocols: rendezvous,
-// rank assignment, barrier counting, failure detection and notices
-// (docs/protocol.md). There is no hidden singleton: tests build several nodes
-// in one process over an InProcVan.
+// It owns the van, this process's copy of the membership table (ids, ranks,
+// addresses) and of the key ring, its side of barriers, heartbeats and
+// failure detection, and it dispatches received messages to customers. A
+// node whose role is scheduler also creates a Scheduler (node/scheduler.h),
+// which runs the scheduler's side of those protocols: rendezvous, rank
+// assignment, barrier counting, failure detection and notices
+// (docs/protocol.md). The node hands it the control messages addressed to
+// the scheduler and, as its SchedulerHost, learns from it the membership
+// and the failures that other nodes learn from messages. There is no hidden
+// singleton: tests build several nodes in one process over an InProcVan.
 //
 // A worker process may host several logical workers: every customer id that
 // calls Start() joins as a worker of its own (ps-lite's multi-worker mode).
@@ -34,7 +37,9 @@
 
 #include "message/message.h"
 #include "metrics/metrics.h"
+#include "node/membership.h"
 #include "node/options.h"
+#include "node/scheduler.h"
 #include "transport/van.h"
 #include "util/clock.h"
 #include "util/log_limiter.h"
@@ -48,21 +53,11 @@ class HttpServer;
 class ProgressLog;
 }  // namespace metrics
 
-// Counters of one node, for tests and the stats line at exit.
-struct NodeCounters {
-  std::atomic<uint64_t> dropped_unknown_sender{0};
-  std::atomic<uint64_t> dropped_no_customer{0};
-  std::atomic<uint64_t> dropped_bad_control{0};
-  // Messages without proof of membership (docs/protocol.md,
-  // "Authentication"), and joins without the cluster token.
-  std::atomic<uint64_t> dropped_unauthenticated{0};
-};
-
-class Node {
+class Node final : private SchedulerHost {
  public:
-  static constexpr int kSchedulerId = 1;
-  static int ServerRankToId(int rank) { return rank * 2 + 8; }
-  static int WorkerRankToId(int rank) { return rank * 2 + 9; }
+  static constexpr int kSchedulerId = kSchedulerNodeId;
+  static int ServerRankToId(int rank) { return ServerRankToNodeId(rank); }
+  static int WorkerRankToId(int rank) { return WorkerRankToNodeId(rank); }
   static int IdToRank(int id) { return id < 8 ? 0 : (id - 8) / 2; }
 
   // `clock` is borrowed and must outlive the node.
@@ -131,8 +126,9 @@ class Node {
   void CheckLiveness();
   // Logs every wait that has lasted longer than EMBER_WAIT_LOG_INTERVAL_MS
   // and what it waits for: requests (each customer logs its own, on its
-  // thread), barriers and, on the scheduler, whom a barrier waits for. The
-  // heartbeat thread calls it once an interval.
+  // thread), barriers and, on the scheduler, whom a barrier waits for
+  // (Scheduler::WatchWaits). The heartbeat thread calls it once an
+  // interval.
   void WatchWaits();
 
   // Data messages held for apps this node has not created (yet).
@@ -150,24 +146,23 @@ class Node {
   // The port /metrics is served on; -1 if none (EMBER_METRICS_PORT unset,
   // or before the van is bound).
   int metrics_port() const { return metrics_port_.load(); }
-  // The scheduler's GET /status document (node_metrics.cc): membership,
-  // epoch, ranges and where every node serves its metrics, as JSON.
-  std::string StatusJson() const;
 
  private:
-  struct Round {
-    std::map<int, int> arrived;  // id -> customer id
-    int64_t started_ms = 0;      // when the first one arrived
-  };
+  // SchedulerHost: how the Scheduler of a scheduler-role node tells it
+  // what other nodes learn from NODE_TABLE, NODE_FAILED and BARRIER
+  // messages. Each takes mu_ (the Scheduler's lock is taken first).
+  // Also the node's own SendLocked's last step.
+  void SendControl(Message&& msg) override;
+  NodeInfo SchedulerEntry() const override EXCLUDES(mu_);
+  void OnMembership(const Membership& membership) override EXCLUDES(mu_);
+  void OnMemberDead(int id, const Status& status) override EXCLUDES(mu_);
+  void OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
+                          const Status& status) override EXCLUDES(mu_);
+  void OnMemberLeft(int id) override EXCLUDES(mu_);
+  void OnBarrierReleased(int customer_id, const Status& status) override
+      EXCLUDES(mu_);
 
   Status StartVan();
-  // Waits on cv_ (mu_ held through `lock`) until `done()` or `timeout_ms`
-  // has passed, calling `log_waiting` every EMBER_WAIT_LOG_INTERVAL_MS
-  // meanwhile; returns done().
-  bool WaitLoggingLocked(MutexLock* lock, int64_t timeout_ms,
-                         const std::function<bool()>& done,
-                         const std::function<void()>& log_waiting)
-      REQUIRES(mu_);
   // `from_van`: received by the van (on its thread or a thread inside
   // CoReceive, which may handle or keep a message for a customer itself,
   // see Customer::Admit), not a local delivery.
@@ -177,12 +172,17 @@ class Node {
   void SweepEarlyMessages();
   void HandleNodeTable(const Message& msg);
   void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
+  // The table's ids by role, and the table is ready.
+  void TableReadyLocked() REQUIRES(mu_);
   void HandleBarrierRelease(const Message& msg);
   // `failover`: the new ring of a failover notice (null: a plain death).
   void HandleNodeFailed(int id, const std::string& reason,
                         const RingInfo* failover = nullptr);
   void HandleAbort(const std::string& reason);
   void FailEverything(const Status& status);
+  // Fails every customer's requests with `status`, which becomes the
+  // node's abort status unless it has one.
+  void FailAllLocked(const Status& status) REQUIRES(mu_);
   void StartThreads();
   void StopThreads();
   void HeartbeatLoop();
@@ -207,30 +207,7 @@ class Node {
   void CollectMetrics(metrics::Writer* w) const;
   std::string MetricsLabels() const;
 
-  // Scheduler side (node_scheduler.cc).
-  Status SchedulerStart();
-  void HandleJoin(const Message& msg);
-  void AssignAndBroadcastLocked() REQUIRES(mu_);
-  // Refuses a join: an ABORT with `reason`, authenticated with the
-  // joining process's key.
-  void RejectLocked(const NodeInfo& node, const std::string& key,
-                    const std::string& reason) REQUIRES(mu_);
-  void HandleBarrierRequest(const Message& msg);
-  void EvaluateBarriersLocked() REQUIRES(mu_);
-  void ReleaseRoundLocked(int group, const Round& round, const Status& status)
-      REQUIRES(mu_);
-  void HandleHeartbeatAtScheduler(const Message& msg);
-  void HandleLeave(const Message& msg);
-  void DeclareDeadLocked(const std::string& address, const std::string& why)
-      REQUIRES(mu_);
-  // The live server that holds a whole copy of dead server `id`'s data
-  // (holders_), or -1 (logged: the data is lost).
-  int HeirLocked(int id) const REQUIRES(mu_);
-  // Server `id` died (already in dead_): hands its ranges to `heir` under a
-  // new ring epoch and tells every node; false if the ring cannot be made.
-  bool FailOverLocked(int id, int heir, const std::string& why) REQUIRES(mu_);
   void SendLocked(Message&& msg) REQUIRES(mu_);
-  std::string MissingNodesLocked() const REQUIRES(mu_);
 
   // Immutable after construction.
   const Options options_;
@@ -246,6 +223,10 @@ class Node {
   const Key128 process_auth_;  // process_key_'s words
 
   NodeCounters counters_;
+  // The scheduler's role: set if and only if this node's role is
+  // scheduler. Declared after what it borrows (the van, the clock, the
+  // counters), so it is destroyed before them.
+  const std::unique_ptr<Scheduler> scheduler_;
   // Declared before what serves it, so it is destroyed after.
   metrics::Registry metrics_;
   std::unique_ptr<metrics::HttpServer> metrics_http_ GUARDED_BY(start_mu_);
@@ -287,24 +268,13 @@ class Node {
   size_t before_table_bytes_ GUARDED_BY(mu_) = 0;
   std::function<void()> exit_callback_ GUARDED_BY(mu_);
   int64_t last_scheduler_echo_ms_ GUARDED_BY(mu_) = 0;
-  // The run's key, which members authenticate with: made by the scheduler
+  // The run's key, which members authenticate with: made for the Scheduler
   // at construction, learnt by the others from the node table.
   std::string run_key_ GUARDED_BY(mu_);
   Key128 run_auth_ GUARDED_BY(mu_);  // run_key_'s words
-
-  // Scheduler state.
-  std::vector<NodeInfo> joins_ GUARDED_BY(mu_);
-  std::map<std::string, std::string> join_keys_
-      GUARDED_BY(mu_);                                 // address -> process key
-  std::map<int, Key128> member_keys_ GUARDED_BY(mu_);  // id -> process key
-  std::map<int, std::vector<Round>> rounds_
-      GUARDED_BY(mu_);  // group -> pending rounds
-  std::map<std::string, int64_t> last_beat_ms_
-      GUARDED_BY(mu_);  // address -> time
-  int next_reject_id_ GUARDED_BY(mu_) = -1000;
-  // Server id -> the servers that hold a whole copy of its data, in the
-  // order failover prefers them (docs/replication.md).
-  std::map<int, std::vector<int>> holders_ GUARDED_BY(mu_);
+  // On the scheduler: each member's process key, which this process's
+  // messages to it carry (published by the Scheduler).
+  std::map<int, Key128> member_keys_ GUARDED_BY(mu_);
 
   // Heartbeat thread.
   std::thread heartbeat_thread_;

@@ -1,10 +1,11 @@
 // The node's metrics (docs/operations.md): what the node itself reports,
-// its HTTP endpoint, the progress line, and the scheduler's /status.
+// its HTTP endpoint (which serves the Scheduler's /status on the
+// scheduler) and the progress line.
 
 #include <glog/logging.h>
 
-#include <cstdio>
-#include <sstream>
+#include <cstdint>
+#include <utility>
 
 #include "metrics/http_server.h"
 #include "metrics/progress_log.h"
@@ -13,34 +14,13 @@
 
 namespace ps {
 
-namespace {
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 void Node::StartMetrics(const std::string& bind_host) {
   metrics_.set_const_labels([this] { return MetricsLabels(); });
   metrics_.AddCollector([this](metrics::Writer* w) { CollectMetrics(w); });
   if (options_.metrics_port >= 0) {
     std::function<std::string()> status;
-    if (options_.role == Role::kScheduler) {
-      status = [this] { return StatusJson(); };
+    if (scheduler_) {
+      status = [this] { return scheduler_->StatusJson(); };
     }
     auto server =
         std::make_unique<metrics::HttpServer>(&metrics_, std::move(status));
@@ -103,22 +83,18 @@ void Node::CollectMetrics(metrics::Writer* w) const {
   w->Counter("ember_send_errors_total",
              "Sends that failed after the transport accepted them", "",
              v.send_errors.load());
-  const char* kDropped = "Messages dropped on receipt, by reason";
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "undecodable"),
-             v.rejected_messages.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "unknown_sender"),
-             counters_.dropped_unknown_sender.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "no_customer"),
-             counters_.dropped_no_customer.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "bad_control"),
-             counters_.dropped_bad_control.load());
-  w->Counter("ember_dropped_messages_total", kDropped,
-             metrics::Label("reason", "unauthenticated"),
-             counters_.dropped_unauthenticated.load());
+  const std::pair<const char*, uint64_t> dropped[] = {
+      {"undecodable", v.rejected_messages.load()},
+      {"unknown_sender", counters_.dropped_unknown_sender.load()},
+      {"no_customer", counters_.dropped_no_customer.load()},
+      {"bad_control", counters_.dropped_bad_control.load()},
+      {"unauthenticated", counters_.dropped_unauthenticated.load()},
+  };
+  for (const auto& d : dropped) {
+    w->Counter("ember_dropped_messages_total",
+               "Messages dropped on receipt, by reason",
+               metrics::Label("reason", d.first), d.second);
+  }
   MutexLock lock(&mu_);
   size_t held = before_table_.size();
   for (const auto& e : early_) held += e.second.size();
@@ -143,55 +119,6 @@ void Node::CollectMetrics(metrics::Writer* w) const {
   w->Gauge("ember_cluster_workers", "Live workers in this node's table", "",
            workers);
   w->Gauge("ember_cluster_dead_nodes", "Nodes declared dead", "", dead);
-}
-
-std::string Node::StatusJson() const {
-  MutexLock lock(&mu_);
-  std::ostringstream os;
-  os << "{\"epoch\":" << (ring_ ? ring_->epoch() : 0)
-     << ",\"ready\":" << (table_ready_ ? "true" : "false")
-     << ",\"num_servers\":" << options_.num_servers
-     << ",\"num_workers\":" << options_.num_workers << ",\"placement\":"
-     << JsonString(ring_ ? PlacementName(ring_->placement()) : "")
-     << ",\"nodes\":[";
-  bool first = true;
-  auto node = [&](const NodeInfo& n, const char* state) {
-    os << (first ? "" : ",") << "{\"id\":" << n.id
-       << ",\"role\":" << JsonString(RoleName(n.role)) << ",\"rank\":" << n.rank
-       << ",\"host\":" << JsonString(n.host) << ",\"port\":" << n.port
-       << ",\"metrics_port\":" << n.metrics_port
-       << ",\"state\":" << JsonString(state) << "}";
-    first = false;
-  };
-  for (const auto& n : table_) {
-    NodeInfo info = n.second;
-    if (n.first == kSchedulerId) info.metrics_port = metrics_port_.load();
-    node(info, dead_.count(n.first)   ? "dead"
-               : left_.count(n.first) ? "left"
-                                      : "alive");
-  }
-  if (!table_.count(kSchedulerId)) {
-    NodeInfo me;
-    me.id = kSchedulerId;
-    me.role = Role::kScheduler;
-    me.rank = 0;
-    me.host = my_host_;
-    me.port = my_port_;
-    me.metrics_port = metrics_port_.load();
-    node(me, "alive");
-  }
-  os << "],\"ranges\":[";
-  if (ring_) {
-    for (size_t i = 0; i < ring_->num_ranges(); ++i) {
-      int index = ring_->range_owner(i);
-      os << (i ? "," : "") << "{\"begin\":" << ring_->range_begin(i)
-         << ",\"last\":" << ring_->range_last(i)
-         << ",\"server_id\":" << ring_->server_ids()[index]
-         << ",\"server_index\":" << index << "}";
-    }
-  }
-  os << "]}";
-  return os.str();
 }
 
 }  // namespace ps

@@ -90,10 +90,7 @@ StatusOr<int> InProcVan::Start(const std::string& host, int port,
 
 Status InProcVan::Connect(int id, const std::string& host, int port,
                           const std::string& /*local*/) {
-  if (host.empty() || port <= 0 || port > 65535) {
-    return Status::InvalidArgument("bad address " + host + ":" +
-                                   std::to_string(port));
-  }
+  PS_RETURN_IF_ERROR(CheckAddress(host, port));
   MutexLock lock(&mu_);
   routes_[id] = host + ":" + std::to_string(port);
   return Status::OK();
@@ -113,13 +110,8 @@ Status InProcVan::Send(Message&& msg) {
   std::string address;
   {
     MutexLock lock(&mu_);
-    if (!started_ || stopped_) return Status::Unavailable("van is stopped");
-    auto it = routes_.find(msg.meta.recipient);
-    if (it == routes_.end()) {
-      return Status::Unavailable("no route to node " +
-                                 std::to_string(msg.meta.recipient));
-    }
-    address = it->second;
+    PS_RETURN_IF_ERROR(FindRoute(started_ && !stopped_, routes_,
+                                 msg.meta.recipient, &address));
   }
   std::string header;
   EncodeMeta(msg.meta, msg.data, &header);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 
 #include "message/message.h"
 #include "ps/status.h"
@@ -132,6 +133,31 @@ class Van {
   const VanCounters& counters() const { return counters_; }
 
  protected:
+  // What Connect refuses: kInvalidArgument unless `host` is set and `port`
+  // is in [1, 65535].
+  static Status CheckAddress(const std::string& host, int port) {
+    if (host.empty() || port <= 0 || port > 65535) {
+      return Status::InvalidArgument("bad address " + host + ":" +
+                                     std::to_string(port));
+    }
+    return Status::OK();
+  }
+  // Where Send sends to `recipient`: the address `routes` (node id ->
+  // address) holds for it into *address; kUnavailable if the van is not
+  // `running` or has no route to it.
+  static Status FindRoute(bool running,
+                          const std::unordered_map<int, std::string>& routes,
+                          int recipient, std::string* address) {
+    if (!running) return Status::Unavailable("van is stopped");
+    auto it = routes.find(recipient);
+    if (it == routes.end()) {
+      return Status::Unavailable("no route to node " +
+                                 std::to_string(recipient));
+    }
+    *address = it->second;
+    return Status::OK();
+  }
+
   VanCounters counters_;
   VanLimits limits_;
 };

@@ -357,10 +357,7 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
 
 Status ZmqVan::Connect(int id, const std::string& host, int port,
                        const std::string& local) {
-  if (host.empty() || port <= 0 || port > 65535) {
-    return Status::InvalidArgument("bad address " + host + ":" +
-                                   std::to_string(port));
-  }
+  PS_RETURN_IF_ERROR(CheckAddress(host, port));
   std::string address = HostPort(host, std::to_string(port));
   const bool use_local =
       limits_.local_endpoint && IsAbstractEndpoint(local) && Reachable(local);
@@ -412,13 +409,8 @@ Status ZmqVan::Send(Message&& msg) {
   std::string address;
   {
     MutexLock lock(&mu_);
-    if (!started_ || stopping_) return Status::Unavailable("van is stopped");
-    auto it = routes_.find(msg.meta.recipient);
-    if (it == routes_.end()) {
-      return Status::Unavailable("no route to node " +
-                                 std::to_string(msg.meta.recipient));
-    }
-    address = it->second;
+    PS_RETURN_IF_ERROR(FindRoute(started_ && !stopping_, routes_,
+                                 msg.meta.recipient, &address));
   }
   MutexLock lock(&send_mu_);
   if (closed_) return Status::Unavailable("van is stopped");

@@ -4,11 +4,20 @@
 // hours) is then reported a few times an hour, not every 5 s, and one that
 // has just begun to last is reported at once.
 //
-// Thread safety: a pure function.
+// WaitLogging: a bounded wait on a condition variable that logs, every
+// interval, that it is still waiting (a node waiting for its cluster).
+//
+// Thread safety: WaitLogDue is a pure function; WaitLogging, as the
+// condition variable it waits on.
 #ifndef PS_UTIL_WAIT_LOG_H_
 #define PS_UTIL_WAIT_LOG_H_
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 
 namespace ps {
 
@@ -18,6 +27,28 @@ inline bool WaitLogDue(int64_t waited_ms, int64_t interval_ms) {
   if (interval_ms <= 0 || waited_ms < interval_ms) return false;
   const int64_t n = waited_ms / interval_ms;
   return (n & (n - 1)) == 0 || n % 64 == 0;
+}
+
+// Waits on `cv` (`lock` holds its mutex) until `done()` or `timeout_ms` has
+// passed, calling `log_waiting` every `log_interval_ms` meanwhile (never if
+// that is 0 or less); returns done(). Both run with the lock held.
+inline bool WaitLogging(std::condition_variable* cv,
+                        std::unique_lock<std::mutex>* lock, int64_t timeout_ms,
+                        int64_t log_interval_ms,
+                        const std::function<bool()>& done,
+                        const std::function<void()>& log_waiting) {
+  using Steady = std::chrono::steady_clock;
+  const auto deadline = Steady::now() + std::chrono::milliseconds(timeout_ms);
+  while (!done() && Steady::now() < deadline) {
+    auto next = deadline;
+    if (log_interval_ms > 0) {
+      next = std::min(
+          next, Steady::now() + std::chrono::milliseconds(log_interval_ms));
+    }
+    if (cv->wait_until(*lock, next, done)) continue;
+    if (next < deadline) log_waiting();
+  }
+  return done();
 }
 
 }  // namespace ps

@@ -1,49 +1,82 @@
-// The scheduler's side of Node: rendezvous, rank assignment, barriers,
-// heartbeats and failure notices. docs/protocol.md describes the protocol.
+// The scheduler's role: rendezvous, rank assignment, publication of the
+// membership, barriers, heartbeats and failure notices. docs/protocol.md
+// describes the protocol.
+
+#include "node/scheduler.h"
 
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <chrono>
-#include <climits>
+#include <cstdio>
 #include <set>
+#include <sstream>
+#include <utility>
 
-#include "node/customer.h"
-#include "node/node.h"
 #include "util/mutex.h"
 #include "util/secret.h"
+#include "util/wait_log.h"
 
 namespace ps {
 
 namespace {
+
 // The ring's epoch when the cluster first forms.
 constexpr uint64_t kFirstEpoch = 1;
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
-Status Node::SchedulerStart() {
+Scheduler::Scheduler(const Options& options, std::string run_key, Van* van,
+                     const Clock* clock, NodeCounters* counters,
+                     SchedulerHost* host)
+    : options_(options),
+      van_(van),
+      clock_(clock),
+      counters_(counters),
+      host_(host),
+      run_key_(std::move(run_key)) {}
+
+Status Scheduler::WaitFormed() {
   MutexLock lock(&mu_);
-  WaitLoggingLocked(
-      &lock, options_.start_timeout_ms,
-      [this]() REQUIRES(mu_) { return table_ready_ || !abort_status_.ok(); },
+  WaitLogging(
+      &cv_, &lock.native(), options_.start_timeout_ms,
+      options_.wait_log_interval_ms,
+      [this]() REQUIRES(mu_) { return formed_ || !abort_status_.ok(); },
       [this]() REQUIRES(mu_) {
         LOG(WARNING) << "waiting for the cluster to form: "
                      << MissingNodesLocked();
       });
-  const bool formed = table_ready_;
   if (!abort_status_.ok()) return abort_status_;
-  if (formed) return Status::OK();
-  std::string missing = MissingNodesLocked();
+  if (formed_) return Status::OK();
   Status s = Status::DeadlineExceeded(
       "the cluster did not form within " +
-      std::to_string(options_.start_timeout_ms / 1000) + " s: " + missing);
+      std::to_string(options_.start_timeout_ms / 1000) +
+      " s: " + MissingNodesLocked());
   for (const NodeInfo& n : joins_) {
     RejectLocked(n, join_keys_[n.address()], s.message());
   }
   abort_status_ = s;
+  cv_.notify_all();
   return s;
 }
 
-std::string Node::MissingNodesLocked() const {
+std::string Scheduler::MissingNodesLocked() const {
   int servers = 0, workers = 0;
   for (const NodeInfo& n : joins_) {
     if (n.role == Role::kServer) ++servers;
@@ -71,15 +104,15 @@ std::string Node::MissingNodesLocked() const {
   return s;
 }
 
-void Node::RejectLocked(const NodeInfo& node, const std::string& key,
-                        const std::string& reason) {
+void Scheduler::RejectLocked(const NodeInfo& node, const std::string& key,
+                             const std::string& reason) {
   // Without its key the node would drop our ABORT anyway.
   if (key.empty()) return;
   int id = next_reject_id_--;
   if (!van_->Connect(id, node.host, node.port, "").ok()) return;
   Message abort;
   abort.meta.control = Control::kAbort;
-  abort.meta.sender = kSchedulerId;
+  abort.meta.sender = kSchedulerNodeId;
   abort.meta.recipient = id;
   abort.meta.reason = reason;
   abort.meta.auth = ToKey128(key);
@@ -89,10 +122,10 @@ void Node::RejectLocked(const NodeInfo& node, const std::string& key,
   van_->Disconnect(id);
 }
 
-void Node::HandleJoin(const Message& msg) {
+void Scheduler::HandleJoin(const Message& msg) {
   MutexLock lock(&mu_);
   if (msg.meta.nodes.size() != 1) {
-    counters_.dropped_bad_control++;
+    counters_->dropped_bad_control++;
     LOG(WARNING) << "dropping a join with " << msg.meta.nodes.size()
                  << " nodes";
     return;
@@ -101,7 +134,7 @@ void Node::HandleJoin(const Message& msg) {
   const std::string& key = msg.meta.process_key;
   if (node.role == Role::kScheduler || node.host.empty() || node.port <= 0 ||
       key.size() != kSecretBytes) {
-    counters_.dropped_bad_control++;
+    counters_->dropped_bad_control++;
     std::string since;
     if (LogAllowed("bad join", &since)) {
       LOG(WARNING) << "dropping a malformed join from " << node.DebugString()
@@ -111,7 +144,7 @@ void Node::HandleJoin(const Message& msg) {
   }
   if (!options_.cluster_token.empty() &&
       !SecretsEqual(msg.meta.cluster_token, options_.cluster_token)) {
-    counters_.dropped_unauthenticated++;
+    counters_->dropped_unauthenticated++;
     std::string since;
     if (LogAllowed("join token", &since)) {
       LOG(WARNING) << "refusing a join from " << node.DebugString() << ": "
@@ -128,7 +161,7 @@ void Node::HandleJoin(const Message& msg) {
     RejectLocked(node, key, abort_status_.message());
     return;
   }
-  if (table_ready_) {
+  if (formed_) {
     LOG(WARNING) << "rejecting late " << node.DebugString()
                  << ": the cluster has already formed";
     RejectLocked(node, key,
@@ -142,7 +175,7 @@ void Node::HandleJoin(const Message& msg) {
   if (known != join_keys_.end() && !SecretsEqual(known->second, key)) {
     // Another process claims the address of one that has joined: the first
     // keeps it.
-    counters_.dropped_unauthenticated++;
+    counters_->dropped_unauthenticated++;
     std::string since;
     if (LogAllowed("join key", &since)) {
       LOG(WARNING) << "refusing a join from " << node.DebugString()
@@ -176,11 +209,11 @@ void Node::HandleJoin(const Message& msg) {
           << options_.num_servers + options_.num_workers << ")";
   if (static_cast<int>(joins_.size()) ==
       options_.num_servers + options_.num_workers) {
-    AssignAndBroadcastLocked();
+    FormLocked();
   }
 }
 
-void Node::AssignAndBroadcastLocked() {
+void Scheduler::FormLocked() {
   // Ranks follow the launch hints when every node of a role gave a distinct
   // one; otherwise (or for ties) the order of arrival.
   for (Role role : {Role::kServer, Role::kWorker}) {
@@ -204,20 +237,16 @@ void Node::AssignAndBroadcastLocked() {
     for (size_t rank = 0; rank < order.size(); ++rank) {
       NodeInfo& n = joins_[order[rank]];
       n.rank = static_cast<int>(rank);
-      n.id = role == Role::kServer ? ServerRankToId(n.rank)
-                                   : WorkerRankToId(n.rank);
+      n.id = role == Role::kServer ? ServerRankToNodeId(n.rank)
+                                   : WorkerRankToNodeId(n.rank);
     }
   }
-  // The scheduler's own entry; the cluster may form before the scheduler's
-  // Start() has returned from binding, so it is made here.
-  NodeInfo me;
-  me.id = kSchedulerId;
-  me.role = Role::kScheduler;
-  me.host = options_.scheduler_host;
-  me.port = my_port_ > 0 ? my_port_ : options_.scheduler_port;
-  me.rank = 0;
-  me.incarnation = incarnation_;
-  table_[kSchedulerId] = me;
+  // The scheduler's own entry; the cluster may form before the node's
+  // Start() has returned from binding, so the host says where it is now.
+  // Members learn its metrics port from /status, not from the table.
+  NodeInfo me = host_->SchedulerEntry();
+  me.metrics_port = -1;
+  table_[kSchedulerNodeId] = me;
   int64_t now = clock_->NowMs();
   for (const NodeInfo& n : joins_) {
     table_[n.id] = n;
@@ -226,10 +255,8 @@ void Node::AssignAndBroadcastLocked() {
     if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
     last_beat_ms_[n.address()] = now;
   }
-  for (const auto& entry : table_) {
-    if (entry.second.role == Role::kServer) servers_.push_back(entry.first);
-    if (entry.second.role == Role::kWorker) workers_.push_back(entry.first);
-  }
+  servers_ = IdsOfRole(table_, Role::kServer);
+  workers_ = IdsOfRole(table_, Role::kWorker);
   // servers_ holds every server's id in rank order, so server rank r owns
   // ps-lite's GetServerKeyRanges()[r].
   auto ring = KeyRing::EvenSplit(servers_, kFirstEpoch, options_.placement);
@@ -242,30 +269,41 @@ void Node::AssignAndBroadcastLocked() {
   ring->set_replicas(options_.replicas);
   ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
   for (int id : servers_) holders_[id] = ring_->ReplicaTargets(id);
-  const RingInfo info = ring_->ToInfo();
-  for (const auto& entry : table_) {
-    if (entry.first == kSchedulerId) continue;
-    Message m;
-    m.meta.control = Control::kNodeTable;
-    m.meta.sender = kSchedulerId;
-    m.meta.recipient = entry.first;
-    for (const auto& e : table_) m.meta.nodes.push_back(e.second);
-    m.meta.ring = info;
-    m.meta.run_key = run_key_;
-    SendLocked(std::move(m));
-  }
-  table_ready_ = true;
+  PublishLocked();
+  formed_ = true;
   LOG(INFO) << "cluster formed: " << servers_.size() << " servers, "
             << workers_.size() << " workers";
   cv_.notify_all();
 }
 
-void Node::HandleBarrierRequest(const Message& msg) {
+void Scheduler::PublishLocked() {
+  Membership membership;
+  membership.nodes = table_;
+  membership.ring = ring_;
+  membership.member_keys = member_keys_;
+  // The node first: once a member has its table it may send to us.
+  host_->OnMembership(membership);
+  const RingInfo info = ring_->ToInfo();
+  for (const auto& entry : table_) {
+    const int to = entry.first;
+    if (to == kSchedulerNodeId || dead_.count(to) || left_.count(to)) continue;
+    Message m;
+    m.meta.control = Control::kNodeTable;
+    m.meta.sender = kSchedulerNodeId;
+    m.meta.recipient = to;
+    for (const auto& e : table_) m.meta.nodes.push_back(e.second);
+    m.meta.ring = info;
+    m.meta.run_key = run_key_;
+    SendLocked(std::move(m));
+  }
+}
+
+void Scheduler::HandleBarrierRequest(const Message& msg) {
   MutexLock lock(&mu_);
   int sender = msg.meta.sender;
   int group = msg.meta.barrier_group;
-  if (!table_ready_ || !table_.count(sender) || group <= 0 || group >= 8) {
-    counters_.dropped_bad_control++;
+  if (!formed_ || !table_.count(sender) || group <= 0 || group >= 8) {
+    counters_->dropped_bad_control++;
     LOG(WARNING) << "dropping a bad barrier request " << msg.meta.DebugString();
     return;
   }
@@ -283,16 +321,15 @@ void Node::HandleBarrierRequest(const Message& msg) {
   EvaluateBarriersLocked();
 }
 
-void Node::EvaluateBarriersLocked() {
+void Scheduler::EvaluateBarriersLocked() {
   for (auto& entry : rounds_) {
     int group = entry.first;
     auto& rounds = entry.second;
     while (!rounds.empty()) {
       const Round& round = rounds.front();
-      std::vector<int> members = GetNodeIdsLocked(group);
       std::string dead_member;
       bool complete = true;
-      for (int id : members) {
+      for (int id : GroupIds(group, servers_, workers_)) {
         if (left_.count(id)) continue;
         if (dead_.count(id)) {
           dead_member = DescribeLocked(id);
@@ -316,21 +353,19 @@ void Node::EvaluateBarriersLocked() {
   }
 }
 
-void Node::ReleaseRoundLocked(int group, const Round& round,
-                              const Status& status) {
+void Scheduler::ReleaseRoundLocked(int group, const Round& round,
+                                   const Status& status) {
   VLOG(1) << "releasing barrier " << group << ": " << status;
   for (const auto& a : round.arrived) {
     if (dead_.count(a.first)) continue;
-    if (a.first == kSchedulerId) {
-      auto it = barrier_waits_.find(a.second);
-      if (it != barrier_waits_.end()) it->second = {true, status};
-      cv_.notify_all();
+    if (a.first == kSchedulerNodeId) {
+      host_->OnBarrierReleased(a.second, status);
       continue;
     }
     Message release;
     release.meta.control = Control::kBarrier;
     release.meta.request = false;
-    release.meta.sender = kSchedulerId;
+    release.meta.sender = kSchedulerNodeId;
     release.meta.recipient = a.first;
     release.meta.customer_id = a.second;
     release.meta.barrier_group = group;
@@ -340,34 +375,35 @@ void Node::ReleaseRoundLocked(int group, const Round& round,
   }
 }
 
-void Node::HandleHeartbeatAtScheduler(const Message& msg) {
+void Scheduler::HandleHeartbeat(const Message& msg) {
   MutexLock lock(&mu_);
   auto it = table_.find(msg.meta.sender);
   // Only a server's or a worker's beat counts: one claiming to come from the
   // scheduler itself is forged (the scheduler would echo it to itself and
   // watch its own address).
   if (it == table_.end() || dead_.count(msg.meta.sender) ||
-      IsLocalLocked(msg.meta.sender)) {
-    counters_.dropped_bad_control++;
+      msg.meta.sender == kSchedulerNodeId) {
+    counters_->dropped_bad_control++;
     return;
   }
   last_beat_ms_[it->second.address()] = clock_->NowMs();
   Message echo;
   echo.meta.control = Control::kHeartbeat;
   echo.meta.request = false;
-  echo.meta.sender = kSchedulerId;
+  echo.meta.sender = kSchedulerNodeId;
   echo.meta.recipient = msg.meta.sender;
   SendLocked(std::move(echo));
 }
 
-void Node::HandleLeave(const Message& msg) {
+void Scheduler::HandleLeave(const Message& msg) {
   MutexLock lock(&mu_);
   auto it = table_.find(msg.meta.sender);
-  if (it == table_.end() || IsLocalLocked(msg.meta.sender)) {
-    counters_.dropped_bad_control++;
+  if (it == table_.end() || msg.meta.sender == kSchedulerNodeId) {
+    counters_->dropped_bad_control++;
     return;
   }
   left_.insert(msg.meta.sender);
+  host_->OnMemberLeft(msg.meta.sender);
   // A process has left once all its logical nodes have.
   bool all_left = true;
   for (const auto& n : table_) {
@@ -378,11 +414,26 @@ void Node::HandleLeave(const Message& msg) {
   if (all_left) last_beat_ms_.erase(it->second.address());
   VLOG(1) << it->second.DebugString() << " left";
   EvaluateBarriersLocked();
-  cv_.notify_all();
 }
 
-void Node::DeclareDeadLocked(const std::string& address,
-                             const std::string& why) {
+void Scheduler::CheckLiveness() {
+  MutexLock lock(&mu_);
+  if (!formed_) return;
+  const int64_t now = clock_->NowMs();
+  std::vector<std::pair<std::string, int64_t>> expired;
+  for (const auto& beat : last_beat_ms_) {
+    if (now - beat.second > options_.heartbeat_timeout_ms) {
+      expired.push_back(beat);
+    }
+  }
+  for (const auto& e : expired) {
+    DeclareDeadLocked(
+        e.first, "no heartbeat for " + std::to_string(now - e.second) + " ms");
+  }
+}
+
+void Scheduler::DeclareDeadLocked(const std::string& address,
+                                  const std::string& why) {
   last_beat_ms_.erase(address);
   std::vector<int> victims;
   for (const auto& n : table_) {
@@ -422,30 +473,28 @@ void Node::DeclareDeadLocked(const std::string& address,
       int to = n.first;
       // The victim is told too: if it is in fact alive (a long pause), it
       // learns it was expelled instead of carrying on alone.
-      if (to == kSchedulerId || left_.count(to)) continue;
+      if (to == kSchedulerNodeId || left_.count(to)) continue;
       if (dead_.count(to) && to != id) continue;
       Message notice;
       notice.meta.control = Control::kNodeFailed;
-      notice.meta.sender = kSchedulerId;
+      notice.meta.sender = kSchedulerNodeId;
       notice.meta.recipient = to;
       notice.meta.failed_node = id;
       notice.meta.reason = why;
       SendLocked(std::move(notice));
     }
-    // The scheduler's own customers (a program running as scheduler).
     Status status = Status::Unavailable(who + " died (" + why + ")");
-    if (options_.failure_policy == FailurePolicy::kAbort) {
-      if (abort_status_.ok()) abort_status_ = status;
-      for (const auto& c : customers_) c.second->FailAll(status);
-      cv_.notify_all();
-    } else {
-      for (const auto& c : customers_) c.second->OnPeerFailed(id, status);
+    if (options_.failure_policy == FailurePolicy::kAbort &&
+        abort_status_.ok()) {
+      abort_status_ = status;
     }
+    // The node's own customers (a program running as scheduler).
+    host_->OnMemberDead(id, status);
   }
   EvaluateBarriersLocked();
 }
 
-int Node::HeirLocked(int id) const {
+int Scheduler::HeirLocked(int id) const {
   auto held = holders_.find(id);
   std::string lost;
   const int64_t now = clock_->NowMs();
@@ -474,7 +523,7 @@ int Node::HeirLocked(int id) const {
   return -1;
 }
 
-bool Node::FailOverLocked(int id, int heir, const std::string& why) {
+bool Scheduler::FailOverLocked(int id, int heir, const std::string& why) {
   const std::string who = DescribeLocked(id);
   const std::vector<int> held = holders_[id];
   auto next = ring_->FailOver(id, heir, ring_->epoch() + 1);
@@ -509,26 +558,106 @@ bool Node::FailOverLocked(int id, int heir, const std::string& why) {
                       "death of it would end the run";
     }
   }
+  // The node first, as for a new membership; then the members.
+  host_->OnMemberFailedOver(
+      id, ring_,
+      Status::Unavailable(who + " died (" + why + "); " +
+                          DescribeLocked(heir) + " took over its data"));
   const RingInfo info = ring_->ToInfo();
   for (const auto& n : table_) {
     const int to = n.first;
-    if (to == kSchedulerId || left_.count(to)) continue;
+    if (to == kSchedulerNodeId || left_.count(to)) continue;
     if (dead_.count(to) && to != id) continue;
     Message notice;
     notice.meta.control = Control::kNodeFailed;
-    notice.meta.sender = kSchedulerId;
+    notice.meta.sender = kSchedulerNodeId;
     notice.meta.recipient = to;
     notice.meta.failed_node = id;
     notice.meta.reason = why;
     notice.meta.ring = info;
     SendLocked(std::move(notice));
   }
-  // The scheduler's own customers (a program running as scheduler).
-  const Status status =
-      Status::Unavailable(who + " died (" + why + "); " + DescribeLocked(heir) +
-                          " took over its data");
-  for (const auto& c : customers_) c.second->OnFailover(id, status);
   return true;
+}
+
+void Scheduler::WatchWaits(int64_t interval_ms) {
+  MutexLock lock(&mu_);
+  const int64_t now = clock_->NowMs();
+  for (const auto& entry : rounds_) {
+    if (entry.second.empty()) continue;
+    const Round& round = entry.second.front();
+    if (!WaitLogDue(now - round.started_ms, interval_ms)) continue;
+    std::string missing;
+    size_t count = 0;
+    for (int id : GroupIds(entry.first, servers_, workers_)) {
+      if (left_.count(id) || dead_.count(id) || round.arrived.count(id)) {
+        continue;
+      }
+      if (++count <= 8) missing += (count > 1 ? ", " : "") + DescribeLocked(id);
+    }
+    if (count > 8) missing += " and " + std::to_string(count - 8) + " more";
+    LOG(WARNING) << "barrier over group " << entry.first << " has waited "
+                 << (now - round.started_ms) / 1000 << " s for " << missing;
+  }
+}
+
+void Scheduler::SendLocked(Message&& msg) {
+  if (msg.meta.auth.empty()) {
+    auto it = member_keys_.find(msg.meta.recipient);
+    if (it != member_keys_.end()) msg.meta.auth = it->second;
+  }
+  host_->SendControl(std::move(msg));
+}
+
+bool Scheduler::LogAllowed(const std::string& key, std::string* since) {
+  uint64_t left_out = 0;
+  if (!drop_log_.Allow(key, clock_->NowMs(), &left_out)) return false;
+  *since = LogLimiter::Since(left_out);
+  return true;
+}
+
+std::string Scheduler::DescribeLocked(int id) const {
+  return DescribeNode(table_, id);
+}
+
+std::string Scheduler::StatusJson() const {
+  MutexLock lock(&mu_);
+  std::ostringstream os;
+  os << "{\"epoch\":" << (ring_ ? ring_->epoch() : 0)
+     << ",\"ready\":" << (formed_ ? "true" : "false")
+     << ",\"num_servers\":" << options_.num_servers
+     << ",\"num_workers\":" << options_.num_workers << ",\"placement\":"
+     << JsonString(ring_ ? PlacementName(ring_->placement()) : "")
+     << ",\"nodes\":[";
+  bool first = true;
+  auto node = [&](const NodeInfo& n, const char* state) {
+    os << (first ? "" : ",") << "{\"id\":" << n.id
+       << ",\"role\":" << JsonString(RoleName(n.role)) << ",\"rank\":" << n.rank
+       << ",\"host\":" << JsonString(n.host) << ",\"port\":" << n.port
+       << ",\"metrics_port\":" << n.metrics_port
+       << ",\"state\":" << JsonString(state) << "}";
+    first = false;
+  };
+  // The scheduler first (the lowest id), as its node has it now.
+  node(host_->SchedulerEntry(), "alive");
+  for (const auto& n : table_) {
+    if (n.first == kSchedulerNodeId) continue;
+    node(n.second, dead_.count(n.first)   ? "dead"
+                   : left_.count(n.first) ? "left"
+                                          : "alive");
+  }
+  os << "],\"ranges\":[";
+  if (ring_) {
+    for (size_t i = 0; i < ring_->num_ranges(); ++i) {
+      int index = ring_->range_owner(i);
+      os << (i ? "," : "") << "{\"begin\":" << ring_->range_begin(i)
+         << ",\"last\":" << ring_->range_last(i)
+         << ",\"server_id\":" << ring_->server_ids()[index]
+         << ",\"server_index\":" << index << "}";
+    }
+  }
+  os << "]}";
+  return os.str();
 }
 
 }  // namespace ps

@@ -1,0 +1,221 @@
+// Scheduler: the scheduler's role in a cluster (docs/protocol.md):
+// rendezvous and rank assignment, the membership table and key ring it
+// publishes, barrier counting, heartbeats, failure detection and notices,
+// and the GET /status document.
+//
+// A Node whose role is scheduler creates one and hands it the control
+// messages addressed to the scheduler: JOIN, BARRIER requests, HEARTBEAT
+// beats and LEAVE (the node has checked their proof of membership; a join
+// carries the cluster token instead, which the Scheduler checks). The
+// Scheduler keeps its own view of the cluster under its own mutex and
+// reaches the node it serves only through SchedulerHost:
+//
+//  - Sending: through SchedulerHost::SendControl, only to other processes,
+//    every message carrying the recipient's process key (a refused join:
+//    the joining process's key). It connects the members (and, for the
+//    moment of a refusal, a refused node) on the node's Van. Nothing it
+//    sends goes to its own node.
+//  - Publishing: the membership of an epoch (every node's entry, the key
+//    ring, the members' process keys) is made public in one place,
+//    PublishLocked: first to its own node (SchedulerHost::OnMembership),
+//    then as NODE_TABLE to every member. The cluster's forming publishes
+//    epoch 1; a later epoch (a new ring after a failure) is published the
+//    same way.
+//  - Events: a member declared dead or gone, and the release of a barrier
+//    that one of the node's own customers waits at, reach the node through
+//    SchedulerHost too; the node never learns them from messages to itself.
+//
+// Lock order: Scheduler::mu_ before the node's lock. The Scheduler calls
+// its host with mu_ held, so the node sees publications and events in the
+// order they were made; a host must not call the Scheduler while it holds
+// a lock that its SchedulerHost methods take.
+//
+// Thread-safe. Starts no thread: the node's threads call it.
+#ifndef PS_NODE_SCHEDULER_H_
+#define PS_NODE_SCHEDULER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "message/message.h"
+#include "node/membership.h"
+#include "node/options.h"
+#include "transport/van.h"
+#include "util/clock.h"
+#include "util/log_limiter.h"
+#include "util/mutex.h"
+#include "util/secret.h"
+
+namespace ps {
+
+// What a Scheduler needs of the node it serves. Called with the
+// Scheduler's mutex held (see the lock order above); none may call back
+// into the Scheduler.
+class SchedulerHost {
+ public:
+  // Sends a control message to another process as it is (its auth set);
+  // a failure is logged, rate-limited, not returned. Takes no lock.
+  virtual void SendControl(Message&& msg) = 0;
+  // The scheduler's own entry (id 1, rank 0): the address its node
+  // announces (the configured one until the van is bound), its
+  // incarnation and its metrics port.
+  virtual NodeInfo SchedulerEntry() const = 0;
+  // The membership of a new epoch, before any member receives its
+  // NODE_TABLE. Today: once, when the cluster forms.
+  virtual void OnMembership(const Membership& membership) = 0;
+  // Member `id` is dead (`status` names it and says why); every other
+  // member has been sent NODE_FAILED.
+  virtual void OnMemberDead(int id, const Status& status) = 0;
+  // Server `id` died and its data failed over: `ring` is the new ring
+  // (without it), which every member is sent next with NODE_FAILED.
+  virtual void OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
+                                  const Status& status) = 0;
+  // Member `id` has left (it sent LEAVE from Finalize).
+  virtual void OnMemberLeft(int id) = 0;
+  // A barrier round in which the node's customer `customer_id` took part
+  // is over: OK, or why it cannot complete.
+  virtual void OnBarrierReleased(int customer_id, const Status& status) = 0;
+
+ protected:
+  ~SchedulerHost() = default;
+};
+
+// Counters of one node, for tests, /metrics and the stats line at exit.
+// On the scheduler, its Scheduler counts what it drops into its node's.
+struct NodeCounters {
+  std::atomic<uint64_t> dropped_unknown_sender{0};
+  std::atomic<uint64_t> dropped_no_customer{0};
+  std::atomic<uint64_t> dropped_bad_control{0};
+  // Messages without proof of membership (docs/protocol.md,
+  // "Authentication"), and joins without the cluster token.
+  std::atomic<uint64_t> dropped_unauthenticated{0};
+};
+
+class Scheduler {
+ public:
+  // `run_key` is the run's key, made by the node (the node's Start fails
+  // if it is empty). `van`, `clock`, `counters` and `host` are borrowed and
+  // must outlive the Scheduler; `van` is the scheduler node's, started by
+  // the node, and the Scheduler only connects and disconnects peers on it.
+  Scheduler(const Options& options, std::string run_key, Van* van,
+            const Clock* clock, NodeCounters* counters, SchedulerHost* host);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // The run's key, which members authenticate with (docs/protocol.md).
+  const std::string& run_key() const { return run_key_; }
+
+  // Waits until the cluster has formed, for at most the start timeout.
+  // OK once it has; otherwise refuses every node that joined (an ABORT
+  // naming what is missing), gives up for good and fails with
+  // kDeadlineExceeded, or with the reason it gave up before.
+  [[nodiscard]] Status WaitFormed() EXCLUDES(mu_);
+
+  // Control messages to the scheduler (docs/protocol.md). Malformed or
+  // unexpected ones are counted in the node's counters and dropped.
+  void HandleJoin(const Message& msg) EXCLUDES(mu_);
+  // Also the scheduler node's own barrier requests (sender 1).
+  void HandleBarrierRequest(const Message& msg) EXCLUDES(mu_);
+  // A member's beat: noted, and echoed.
+  void HandleHeartbeat(const Message& msg) EXCLUDES(mu_);
+  void HandleLeave(const Message& msg) EXCLUDES(mu_);
+
+  // Declares dead every process that has not beaten for
+  // EMBER_HEARTBEAT_TIMEOUT_MS. The node's heartbeat thread calls it.
+  void CheckLiveness() EXCLUDES(mu_);
+  // Logs every barrier round that has waited for `interval_ms` or more
+  // (util/wait_log.h says how often), naming whom it waits for.
+  void WatchWaits(int64_t interval_ms) EXCLUDES(mu_);
+
+  // GET /status: membership, epoch, ranges and where every node serves
+  // its metrics, as JSON.
+  std::string StatusJson() const EXCLUDES(mu_);
+
+ private:
+  // One round of a barrier over one group.
+  struct Round {
+    std::map<int, int> arrived;  // id -> customer id
+    int64_t started_ms = 0;      // when the first one arrived
+  };
+
+  // Ranks and ids for the joined nodes, the table and the first ring; then
+  // PublishLocked.
+  void FormLocked() REQUIRES(mu_);
+  // Publishes the current membership (table_, ring_): to the host, then
+  // to every member that is neither dead nor gone.
+  void PublishLocked() REQUIRES(mu_);
+  // Refuses a join: an ABORT with `reason`, authenticated with the
+  // joining process's key.
+  void RejectLocked(const NodeInfo& node, const std::string& key,
+                    const std::string& reason) REQUIRES(mu_);
+  void EvaluateBarriersLocked() REQUIRES(mu_);
+  void ReleaseRoundLocked(int group, const Round& round, const Status& status)
+      REQUIRES(mu_);
+  void DeclareDeadLocked(const std::string& address, const std::string& why)
+      REQUIRES(mu_);
+  // The live server that holds a whole copy of dead server `id`'s data
+  // (holders_), or -1 (logged: the data is lost). A holder silent for as
+  // long as the dead one is taken for dying with it.
+  int HeirLocked(int id) const REQUIRES(mu_);
+  // Server `id` died (already in dead_): hands its ranges to `heir` under a
+  // new ring epoch, tells the node and every member (NODE_FAILED with the
+  // ring; docs/replication.md); false if the ring cannot be made.
+  bool FailOverLocked(int id, int heir, const std::string& why)
+      REQUIRES(mu_);
+  // Sends to a member, with its process key unless msg.meta.auth is set
+  // (SchedulerHost::SendControl).
+  void SendLocked(Message&& msg) REQUIRES(mu_);
+  std::string MissingNodesLocked() const REQUIRES(mu_);
+  std::string DescribeLocked(int id) const REQUIRES(mu_);
+  // Whether to log the dropped message of `key` now; if so, *since says
+  // how many of its kind went unlogged before.
+  bool LogAllowed(const std::string& key, std::string* since);
+
+  // Immutable after construction.
+  const Options options_;
+  Van* const van_;
+  const Clock* const clock_;
+  NodeCounters* const counters_;
+  SchedulerHost* const host_;
+  const std::string run_key_;
+  // At most one line a second per kind of join dropped.
+  LogLimiter drop_log_;
+
+  mutable Mutex mu_;
+  std::condition_variable cv_;  // Formed, or given up.
+  // Why the scheduler gave up: the cluster did not form in time, or a
+  // member died under EMBER_ON_NODE_FAILURE=abort. Later joins are refused
+  // with it.
+  Status abort_status_ GUARDED_BY(mu_);
+  // Before the cluster forms: who joined, and with which process key.
+  std::vector<NodeInfo> joins_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> join_keys_
+      GUARDED_BY(mu_);  // address -> process key
+  int next_reject_id_ GUARDED_BY(mu_) = -1000;
+  // From the cluster's forming on: what PublishLocked publishes.
+  bool formed_ GUARDED_BY(mu_) = false;
+  std::map<int, NodeInfo> table_ GUARDED_BY(mu_);  // every node, by id
+  std::vector<int> servers_ GUARDED_BY(mu_);       // ids by rank
+  std::vector<int> workers_ GUARDED_BY(mu_);       // ids by rank
+  std::shared_ptr<const KeyRing> ring_ GUARDED_BY(mu_);
+  std::map<int, Key128> member_keys_ GUARDED_BY(mu_);  // id -> process key
+  std::set<int> dead_ GUARDED_BY(mu_);
+  std::set<int> left_ GUARDED_BY(mu_);
+  std::map<int, std::vector<Round>> rounds_
+      GUARDED_BY(mu_);  // group -> pending rounds
+  std::map<std::string, int64_t> last_beat_ms_
+      GUARDED_BY(mu_);  // address -> time
+  // Server id -> the servers that hold a whole copy of its data, in the
+  // order failover prefers them (docs/replication.md).
+  std::map<int, std::vector<int>> holders_ GUARDED_BY(mu_);
+};
+
+}  // namespace ps
+
+#endif  // PS_NODE_SCHEDULER_H_

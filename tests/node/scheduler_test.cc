@@ -1,0 +1,199 @@
+// The Scheduler on its own, through a recording SchedulerHost: what it
+// publishes to its node and in which order relative to what it sends, and
+// the events it reports. Node-level behaviour is in node_test.cc.
+#include "node/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "testutil/fake_clock.h"
+#include "transport/inproc_van.h"
+#include "util/secret.h"
+
+namespace ps {
+namespace {
+
+// Records every call, in order, as one line each; messages are kept.
+class RecordingHost final : public SchedulerHost {
+ public:
+  void SendControl(Message&& msg) override {
+    calls.push_back(std::string("send ") + ControlName(msg.meta.control) +
+                    " to " + std::to_string(msg.meta.recipient));
+    sent.push_back(std::move(msg));
+  }
+  NodeInfo SchedulerEntry() const override {
+    NodeInfo me;
+    me.id = kSchedulerNodeId;
+    me.role = Role::kScheduler;
+    me.host = "scheduler";
+    me.port = 1;
+    me.rank = 0;
+    me.metrics_port = 9100;
+    return me;
+  }
+  void OnMembership(const Membership& m) override {
+    calls.push_back("membership");
+    membership = m;
+  }
+  void OnMemberDead(int id, const Status& status) override {
+    calls.push_back("dead " + std::to_string(id));
+    dead_status = status;
+  }
+  void OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
+                          const Status& status) override {
+    calls.push_back("failed over " + std::to_string(id) + " at epoch " +
+                    std::to_string(ring->epoch()));
+    dead_status = status;
+  }
+  void OnMemberLeft(int id) override {
+    calls.push_back("left " + std::to_string(id));
+  }
+  void OnBarrierReleased(int customer_id, const Status& status) override {
+    calls.push_back("barrier " + std::to_string(customer_id) + " " +
+                    (status.ok() ? "ok" : status.message()));
+  }
+
+  std::vector<std::string> calls;
+  std::vector<Message> sent;
+  Membership membership;
+  Status dead_status;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  SchedulerTest() : van_(&network_) {
+    options_.role = Role::kScheduler;
+    options_.num_servers = 1;
+    options_.num_workers = 1;
+    options_.heartbeat_timeout_ms = 1000;
+    options_.start_timeout_ms = 0;
+    scheduler_ = std::make_unique<Scheduler>(
+        options_, "0123456789abcdef", &van_, &clock_, &counters_, &host_);
+  }
+
+  // A JOIN from `role` at node:<port> with process key `key` (16 bytes).
+  Message Join(Role role, int port, const std::string& key) {
+    Message join;
+    join.meta.control = Control::kJoin;
+    join.meta.request = true;
+    join.meta.process_key = key;
+    NodeInfo n;
+    n.role = role;
+    n.host = "node";
+    n.port = port;
+    join.meta.nodes.push_back(n);
+    return join;
+  }
+
+  void Form() {
+    scheduler_->HandleJoin(Join(Role::kWorker, 20, std::string(16, 'w')));
+    scheduler_->HandleJoin(Join(Role::kServer, 10, std::string(16, 's')));
+  }
+
+  Options options_;
+  InProcNetwork network_;
+  InProcVan van_;  // Only connected on: the host sends.
+  FakeClock clock_;
+  NodeCounters counters_;
+  RecordingHost host_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, PublishesToItsNodeBeforeAnyMember) {
+  Form();
+  ASSERT_EQ(host_.calls.size(), 3u);
+  EXPECT_EQ(host_.calls[0], "membership");
+  EXPECT_EQ(host_.calls[1], "send node_table to 8");
+  EXPECT_EQ(host_.calls[2], "send node_table to 9");
+  EXPECT_TRUE(scheduler_->WaitFormed().ok());
+
+  const Membership& m = host_.membership;
+  ASSERT_EQ(m.nodes.size(), 3u);
+  EXPECT_EQ(m.nodes.at(8).role, Role::kServer);
+  EXPECT_EQ(m.nodes.at(9).role, Role::kWorker);
+  // The table carries no metrics port for the scheduler (/status does).
+  EXPECT_EQ(m.nodes.at(kSchedulerNodeId).metrics_port, -1);
+  ASSERT_NE(m.ring, nullptr);
+  EXPECT_EQ(m.ring->epoch(), 1u);
+  EXPECT_EQ(m.ring->server_ids(), std::vector<int>{8});
+  EXPECT_TRUE(KeysEqual(m.member_keys.at(8), ToKey128(std::string(16, 's'))));
+  EXPECT_TRUE(KeysEqual(m.member_keys.at(9), ToKey128(std::string(16, 'w'))));
+
+  // Each member's table carries the run key and that member's own key.
+  for (const Message& t : host_.sent) {
+    EXPECT_EQ(t.meta.run_key, "0123456789abcdef");
+    EXPECT_TRUE(KeysEqual(t.meta.auth, m.member_keys.at(t.meta.recipient)));
+    EXPECT_EQ(t.meta.nodes.size(), 3u);
+  }
+  EXPECT_NE(scheduler_->StatusJson().find("\"metrics_port\":9100"),
+            std::string::npos);
+}
+
+TEST_F(SchedulerTest, LateJoinIsRefusedWithTheJoinersKey) {
+  Form();
+  host_.sent.clear();
+  scheduler_->HandleJoin(Join(Role::kWorker, 30, std::string(16, 'x')));
+  ASSERT_EQ(host_.sent.size(), 1u);
+  EXPECT_EQ(host_.sent[0].meta.control, Control::kAbort);
+  EXPECT_NE(host_.sent[0].meta.reason.find("already formed"),
+            std::string::npos);
+  EXPECT_TRUE(
+      KeysEqual(host_.sent[0].meta.auth, ToKey128(std::string(16, 'x'))));
+  // The refused node's temporary route is gone again.
+  EXPECT_EQ(van_.num_routes(), 2u);
+}
+
+TEST_F(SchedulerTest, OwnBarrierIsReleasedThroughTheHost) {
+  Form();
+  auto request = [](int sender, int customer) {
+    Message m;
+    m.meta.control = Control::kBarrier;
+    m.meta.request = true;
+    m.meta.sender = sender;
+    m.meta.customer_id = customer;
+    m.meta.barrier_group = kScheduler + kServerGroup + kWorkerGroup;
+    return m;
+  };
+  scheduler_->HandleBarrierRequest(request(kSchedulerNodeId, 3));
+  scheduler_->HandleBarrierRequest(request(8, 0));
+  EXPECT_EQ(host_.calls.back(), "send node_table to 9");
+  host_.calls.clear();
+  scheduler_->HandleBarrierRequest(request(9, 0));
+  std::vector<std::string> expected = {"barrier 3 ok", "send barrier to 8",
+                                       "send barrier to 9"};
+  EXPECT_EQ(host_.calls, expected);
+}
+
+TEST_F(SchedulerTest, SilentMemberIsDeclaredDeadToAllAndToItsNode) {
+  Form();
+  Message beat;
+  beat.meta.control = Control::kHeartbeat;
+  beat.meta.request = true;
+  beat.meta.sender = 9;
+  clock_.Advance(600);
+  scheduler_->HandleHeartbeat(beat);  // The worker beats; the server not.
+  clock_.Advance(600);
+  host_.calls.clear();
+  scheduler_->CheckLiveness();
+  std::vector<std::string> expected = {"send node_failed to 8",
+                                       "send node_failed to 9", "dead 8"};
+  EXPECT_EQ(host_.calls, expected);
+  EXPECT_EQ(host_.dead_status.code(), Status::Code::kUnavailable);
+  EXPECT_NE(host_.dead_status.message().find("server 0"), std::string::npos)
+      << host_.dead_status;
+}
+
+TEST_F(SchedulerTest, ForgedBeatFromTheSchedulerIsDropped) {
+  Form();
+  Message beat;
+  beat.meta.control = Control::kHeartbeat;
+  beat.meta.request = true;
+  beat.meta.sender = kSchedulerNodeId;
+  scheduler_->HandleHeartbeat(beat);
+  EXPECT_EQ(counters_.dropped_bad_control.load(), 1u);
+}
+
+}  // namespace
+}  // namespace ps
