@@ -34,7 +34,7 @@ table gives each one's push and pull time (the mean over the workers).
 
     /usr/bin/python3 scripts/bench_multi.py [--build build] [--rounds 3]
         [--seconds 2] [--out DIR] [--pslite DIR] [--kvbench PSLITE_BIN,EMBER_BIN]
-        [--only sparse,batch,single,growth,callgrind,kvbench,curve]
+        [--only sparse,batch,single,growth,callgrind,kvbench,curve,replicas]
 
 Every line of figures is also printed as a machine-readable RESULT line.
 Standard library (and matplotlib for the chart, when installed); runs on
@@ -150,7 +150,8 @@ def throughput_cases(runner, rounds, pslite, cases):
             for who in order:
                 if who == "ember":
                     got[who].append(runner.ps_api(ember_bin, s, w, mode, keys,
-                                                  window))
+                                                  window,
+                                                  env_extra=NO_REPLICAS))
                 elif who == "zmq":
                     got[who].append(runner.zmq(s, w, mode, keys, window))
                 else:
@@ -241,37 +242,64 @@ CURVE_CASES = [("dense 4 MB push", 1, 1, "push", 1000000, 2),
                ("sparse 1000 pull", 2, 2, "pull", 1000, 8)]
 
 
-def curve(runner, rounds):
-    """Ember with EMBER_CURVE=1 against Ember without, interleaved."""
+# Against ps-lite, which has no replicas, Ember runs without them too.
+NO_REPLICAS = {"EMBER_REPLICAS": "0"}
+
+
+def on_off(runner, rounds, title, tag, cases, on_env, off_env):
+    """Ember with `on_env` against Ember with `off_env`, interleaved, on
+    the same cases; prints and emits on/off per case."""
     ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
-    keygen = os.path.join(runner.build, "scheduler", "ember_scheduler")
-    print("\nCURVE encryption (req/s, all workers; median of %d rounds)" %
-          rounds, flush=True)
+    print("\n%s (req/s, all workers; median of %d rounds)" % (title, rounds),
+          flush=True)
     print("%-28s %12s %12s %8s" % ("case", "off", "on", "on/off"), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        key = os.path.join(tmp, "cluster.key")
-        runner.run([keygen, "--make_curve_key=" + key])
-        on = {"EMBER_CURVE": "1", "EMBER_CURVE_KEY_FILE": key}
-        for name, s, w, mode, keys, window in CURVE_CASES:
-            got = {"off": [], "on": []}
-            for r in range(rounds):
-                for which in (["off", "on"] if r % 2 == 0 else ["on", "off"]):
-                    got[which].append(runner.ps_api(
-                        ember_bin, s, w, mode, keys, window,
-                        env_extra=on if which == "on" else None))
-            off_m = statistics.median(got["off"])
-            on_m = statistics.median(got["on"])
-            ratio = statistics.median(ratios(got["on"], got["off"]))
-            label = "%s %dx%d" % (name, s, w)
-            print("%-28s %12.1f %12.1f %8.3f" % (label, off_m, on_m, ratio),
-                  flush=True)
-            bl.emit("bench=curve", [("case", label.replace(" ", "_")),
+    for name, s, w, mode, keys, window in cases:
+        got = {"off": [], "on": []}
+        for r in range(rounds):
+            for which in (["off", "on"] if r % 2 == 0 else ["on", "off"]):
+                got[which].append(runner.ps_api(
+                    ember_bin, s, w, mode, keys, window,
+                    env_extra=on_env if which == "on" else off_env))
+        off_m = statistics.median(got["off"])
+        on_m = statistics.median(got["on"])
+        ratio = statistics.median(ratios(got["on"], got["off"]))
+        label = "%s %dx%d" % (name, s, w)
+        print("%-28s %12.1f %12.1f %8.3f" % (label, off_m, on_m, ratio),
+              flush=True)
+        bl.emit("bench=" + tag, [("case", label.replace(" ", "_")),
                                  ("servers", s), ("workers", w),
                                  ("mode", mode), ("keys", keys),
                                  ("rounds", rounds),
                                  ("off_req_s", "%.1f" % off_m),
                                  ("on_req_s", "%.1f" % on_m),
                                  ("on_over_off", "%.3f" % ratio)])
+
+
+def curve(runner, rounds):
+    """Ember with EMBER_CURVE=1 against Ember without (both without
+    replicas, so that only encryption differs)."""
+    keygen = os.path.join(runner.build, "scheduler", "ember_scheduler")
+    with tempfile.TemporaryDirectory() as tmp:
+        key = os.path.join(tmp, "cluster.key")
+        runner.run([keygen, "--make_curve_key=" + key])
+        on = dict(NO_REPLICAS, EMBER_CURVE="1", EMBER_CURVE_KEY_FILE=key)
+        on_off(runner, rounds, "CURVE encryption", "curve", CURVE_CASES, on,
+               NO_REPLICAS)
+
+
+# The cost of safety (docs/replication.md): one copy of every server's data
+# (EMBER_REPLICAS=1) against none.
+REPLICA_CASES = [("sparse 1000 push", 2, 2, "push", 1000, 8),
+                 ("sparse 1000 pull", 2, 2, "pull", 1000, 8),
+                 ("dense 4 MB push", 2, 2, "push", 1000000, 2),
+                 ("dense 4 MB pull", 2, 2, "pull", 1000000, 2),
+                 ("sparse 1000 push", 4, 4, "push", 1000, 8)]
+
+
+def replicas(runner, rounds):
+    on_off(runner, rounds, "Replication, EMBER_REPLICAS=1 (on) against 0 "
+           "(off)", "replicas", REPLICA_CASES, {"EMBER_REPLICAS": "1"},
+           NO_REPLICAS)
 
 
 def kvbench(runner, rounds, pslite_bin, ember_bin):
@@ -290,6 +318,7 @@ def kvbench(runner, rounds, pslite_bin, ember_bin):
             for who in order:
                 out = runner.cluster(s, w, ember_bin if who == "ember"
                                      else pslite_bin, [],
+                                     env_extra=NO_REPLICAS,
                                      program_scheduler=who == "pslite")
                 push, pull, n = parse_kvbench_times(out)
                 if n != w:
@@ -326,7 +355,8 @@ def growth(runner):
         window = 8 if keys <= 1000 else 2
         row = "%-10d" % keys
         for s in GROWTH_SERVERS:
-            e = runner.ps_api(ember_bin, s, 1, "push", keys, window)
+            e = runner.ps_api(ember_bin, s, 1, "push", keys, window,
+                              env_extra=NO_REPLICAS)
             z = runner.zmq(s, 1, "push", keys, window)
             ens, zns = 1e9 / (e * keys), 1e9 / (z * keys)
             row += "%14.2f %14.2f" % (ens, zns)
@@ -355,7 +385,7 @@ def callgrind(runner, n1=50, n2=150):
                 runner.cluster(s, 1, wrap,
                                ["mode=push", "keys=1000", "window=8",
                                 "requests=%d" % n],
-                               dict(bl.CALLGRIND_ENV, CG_DIR=d))
+                               dict(bl.CALLGRIND_ENV, CG_DIR=d, **NO_REPLICAS))
                 totals.append(bl.role_total(d, "worker"))
             per[s] = bl.per_request(totals[0], totals[1], n1, n2)
             print("  %d server(s): %.0f instructions per request" %
@@ -383,13 +413,14 @@ def main(argv=None):
     ap.add_argument("--out", help="folder for bench_multi.csv and "
                     "bench_multi.png (the cases' table and chart)")
     ap.add_argument("--only",
-                    default="sparse,batch,single,growth,callgrind,kvbench,curve")
+                    default="sparse,batch,single,growth,callgrind,kvbench,"
+                    "curve,replicas")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         ap.error("--rounds must be >= 1 and --seconds > 0")
     parts = set(args.only.split(","))
     unknown = parts - {"sparse", "batch", "single", "growth", "callgrind",
-                       "kvbench", "curve"}
+                       "kvbench", "curve", "replicas"}
     if unknown:
         ap.error("unknown parts: " + ",".join(sorted(unknown)))
     if args.pslite and not os.access(
@@ -432,6 +463,8 @@ def main(argv=None):
             callgrind(runner)
         if "curve" in parts:
             curve(runner, args.rounds)
+        if "replicas" in parts:
+            replicas(runner, args.rounds)
     except BenchError as e:
         print("bench_multi: " + str(e), file=sys.stderr)
         return 1

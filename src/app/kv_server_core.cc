@@ -379,12 +379,9 @@ class KVServerCore::Impl {
       req->kvs.vals.clear();
       req->kvs.lens.clear();
     }
+    // A target that died without failing over yet fails its send below.
     std::vector<int> targets;
-    if (!copy && req->push && ring) {
-      for (int t : ring->ReplicaTargets(me)) {
-        if (app_->node()->IsAlive(t)) targets.push_back(t);
-      }
-    }
+    if (!copy && req->push && ring) targets = TargetsOf(ring, me);
     if (whose != me) req->replica_of = whose;
     if (!copy && targets.empty() && meta.resend_for == 0) return true;
     Local local;
@@ -429,6 +426,18 @@ class KVServerCore::Impl {
     forwarded_ += targets.size() - unsent.size();
     req->timestamp = ts;
     return true;
+  }
+
+  // ring->ReplicaTargets(me), kept per ring (rings are immutable).
+  std::vector<int> TargetsOf(const std::shared_ptr<const KeyRing>& ring,
+                             int me) {
+    MutexLock lock(&mu_);
+    if (ring != targets_ring_ || me != targets_me_) {
+      targets_ = ring->ReplicaTargets(me);
+      targets_ring_ = ring;
+      targets_me_ = me;
+    }
+    return targets_;
   }
 
   // The handle answered a request it saw under local timestamp `ts`.
@@ -571,6 +580,9 @@ class KVServerCore::Impl {
   int next_local_ GUARDED_BY(mu_) = 0;
   std::map<std::pair<int, int>, std::set<std::pair<int, int>>> applied_
       GUARDED_BY(mu_);
+  std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
+  int targets_me_ GUARDED_BY(mu_) = 0;
+  std::vector<int> targets_ GUARDED_BY(mu_);
   std::atomic<uint64_t> duplicates_{0};
   std::atomic<uint64_t> forwarded_{0};
 

@@ -380,7 +380,10 @@ void Customer::Handle(Event& e) {
     status = Status(static_cast<Status::Code>(meta.status_code),
                     meta.status_message);
   }
-  serves_requests_.store(meta.request, std::memory_order_relaxed);
+  // A server that replicates also receives acknowledgements of its copies
+  // (responses): they come with its requests, so it keeps receiving.
+  serves_requests_.store(meta.request || meta.replica_of != 0,
+                         std::memory_order_relaxed);
   handler_(e.msg);
   if (response) {
     bool completed = tracker_.OnResponse(ts, sender, status);

@@ -561,8 +561,8 @@ bool Scheduler::FailOverLocked(int id, int heir, const std::string& why) {
   // The node first, as for a new membership; then the members.
   host_->OnMemberFailedOver(
       id, ring_,
-      Status::Unavailable(who + " died (" + why + "); " +
-                          DescribeLocked(heir) + " took over its data"));
+      Status::Unavailable(who + " died (" + why + "); " + DescribeLocked(heir) +
+                          " took over its data"));
   const RingInfo info = ring_->ToInfo();
   for (const auto& n : table_) {
     const int to = n.first;

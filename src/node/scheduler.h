@@ -166,8 +166,7 @@ class Scheduler {
   // Server `id` died (already in dead_): hands its ranges to `heir` under a
   // new ring epoch, tells the node and every member (NODE_FAILED with the
   // ring; docs/replication.md); false if the ring cannot be made.
-  bool FailOverLocked(int id, int heir, const std::string& why)
-      REQUIRES(mu_);
+  bool FailOverLocked(int id, int heir, const std::string& why) REQUIRES(mu_);
   // Sends to a member, with its process key unless msg.meta.auth is set
   // (SchedulerHost::SendControl).
   void SendLocked(Message&& msg) REQUIRES(mu_);
