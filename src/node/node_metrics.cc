@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "metrics/http_server.h"
 #include "metrics/progress_log.h"
