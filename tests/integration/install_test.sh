@@ -24,7 +24,7 @@ for f in "$prefix"/bin/*; do
   esac
 done
 # ember-local's messages use its installed name.
-usage=$("$prefix/bin/ember-local" 2 2>&1) && exit 1
+usage=$("$prefix/bin/ember-local" 1 1 2>&1) && exit 1
 [[ $usage == "ember-local: expected at least 3 arguments, got 2"* ]] ||
   { echo "install_test: ember-local says: $usage"; exit 1; }
 # --version on the installed programs names Ember's version.
