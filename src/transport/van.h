@@ -21,13 +21,16 @@
 
 namespace ps {
 
-// Traffic with one peer node. Relaxed atomics, like VanCounters.
+// Traffic with one peer node. Relaxed atomics, like VanCounters. What
+// senders count and what the receiving thread counts sit on cache lines of
+// their own, apart from other peers' too, so the threads counting them do
+// not take the lines from each other.
 struct PeerCounters {
-  std::atomic<uint64_t> sent_messages{0};
+  alignas(64) std::atomic<uint64_t> sent_messages{0};
   std::atomic<uint64_t> sent_bytes{0};
-  std::atomic<uint64_t> received_messages{0};
-  std::atomic<uint64_t> received_bytes{0};
   std::atomic<uint64_t> send_errors{0};
+  alignas(64) std::atomic<uint64_t> received_messages{0};
+  std::atomic<uint64_t> received_bytes{0};
 };
 
 // A van's traffic per peer, by node id: sends by the recipient's id,
