@@ -11,11 +11,12 @@ variables, its output is prefixed with its role and rank, the job ends
 non-zero as soon as one node fails, and nothing is left running when it ends.
 docs/launching.md describes every option.
 
-Installed as bin/ember-launch; scripts/local.sh runs it with --local-sh
-(local.sh's positional arguments and messages). On the nodes of the ssh,
-mpi and slurm engines the same file runs in its --node mode: it picks the
-node's role from its rank, runs the program, prefixes or relays its output
-and stops it when the engine goes away.
+Installed as bin/ember-launch; scripts/local.sh (installed as
+bin/ember-local) runs it with --local-sh (local.sh's positional arguments
+and messages). On the nodes of the ssh, mpi and slurm engines the same file
+runs in its --node mode: it picks the node's role from its rank, runs the
+program, prefixes or relays its output and stops it when the engine goes
+away.
 
 Standard library only; runs on Debian's /usr/bin/python3 (3.11).
 """
@@ -238,16 +239,24 @@ Exit status: 0 if every process exited 0; the first failing status otherwise;
 124 on timeout; 2 on usage errors."""
 
 
-def parse_local_sh(argv, environ, script_dirs):
+def local_sh_name(wrapper):
+    """The name the wrapper's messages use: ember-local installed, local.sh
+    in the source tree (scripts/local.sh)."""
+    return "ember-local" if os.path.basename(wrapper) == "ember-local" \
+        else "local.sh"
+
+
+def parse_local_sh(argv, environ, script_dirs, name="local.sh"):
     """local.sh NUM_SERVERS NUM_WORKERS PROGRAM [ARGS...] -> Job, or None
-    after printing the help."""
+    after printing the help. NAME: what the wrapper is called (its
+    messages and help say it)."""
     if argv and argv[0] in ("-h", "--help"):
-        print(LOCAL_SH_HELP)
+        print(LOCAL_SH_HELP.replace("local.sh", name))
         return None
     if len(argv) < 3:
         raise UsageError("expected at least 3 arguments, got %d" % len(argv))
     job = Job()
-    job.name = "local.sh"
+    job.name = name
     job.servers = parse_count(argv[0], "NUM_SERVERS")
     job.workers = parse_count(argv[1], "NUM_WORKERS")
     job.server_procs, job.worker_procs = job.servers, job.workers
@@ -1299,10 +1308,12 @@ def main(argv=None, environ=None):
         dirs = [os.path.dirname(wrapper),
                 os.path.dirname(os.path.realpath(wrapper)),
                 os.path.dirname(script_path)]
+        name = local_sh_name(wrapper)
         try:
-            job = parse_local_sh(argv[2:], environ, _unique(dirs))
+            job = parse_local_sh(argv[2:], environ, _unique(dirs), name)
         except UsageError as e:
-            sys.stderr.write("local.sh: %s\n%s\n" % (e, LOCAL_SH_USAGE))
+            sys.stderr.write("%s: %s\n%s\n" % (
+                name, e, LOCAL_SH_USAGE.replace("local.sh", name)))
             return 2
     else:
         dirs = [os.path.dirname(sys.argv[0] or script_path),

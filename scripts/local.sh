@@ -6,7 +6,8 @@
 # A thin wrapper: ember-launch --launcher local does the work, with
 # local.sh's arguments, environment variables (EMBER_TIMEOUT, EMBER_LOG_DIR,
 # EMBER_SCHEDULER, ...) and messages. `local.sh --help` and
-# docs/launching.md describe them. The launcher sits next to this script:
+# docs/launching.md describe them. Installed as bin/ember-local (its
+# messages then say ember-local). The launcher sits next to this script:
 # scripts/ember_launch.py in the source tree, bin/ember-launch installed.
 dir=$(dirname -- "$0")
 real_dir=$(dirname -- "$(readlink -f -- "$0")")

@@ -5,14 +5,46 @@
 #include <glog/logging.h>
 
 #include <cstdint>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "metrics/http_server.h"
 #include "metrics/progress_log.h"
 #include "node/node.h"
 #include "partition/key_ring.h"
+#include "transport/van.h"
 
 namespace ps {
+
+namespace {
+
+// The labels of peer `id` in the per-peer series: its id, and its role and
+// rank from the node table `table`, else from the id.
+std::string PeerLabels(const std::map<int, NodeInfo>& table, int id) {
+  std::string role = "none";
+  int rank = -1;
+  auto it = table.find(id);
+  if (it != table.end()) {
+    role = RoleName(it->second.role);
+    rank = it->second.rank;
+  } else if (id == Node::kSchedulerId) {
+    role = RoleName(Role::kScheduler);
+    rank = 0;
+  } else if (id >= 8) {
+    // Not in the table (yet, or any more): ids are 8 + 2r for servers and
+    // 9 + 2r for workers.
+    role = RoleName(id % 2 == 0 ? Role::kServer : Role::kWorker);
+    rank = Node::IdToRank(id);
+  }
+  return metrics::Label("peer", id == PeerTraffic::kOther
+                                    ? std::string("other")
+                                    : std::to_string(id)) +
+         "," + metrics::Label("peer_role", role) + "," +
+         metrics::Label("peer_rank", std::to_string(rank));
+}
+
+}  // namespace
 
 void Node::StartMetrics(const std::string& bind_host) {
   metrics_.set_const_labels([this] { return MetricsLabels(); });
@@ -95,7 +127,34 @@ void Node::CollectMetrics(metrics::Writer* w) const {
                "Messages dropped on receipt, by reason",
                metrics::Label("reason", d.first), d.second);
   }
+  struct Peer {
+    int id;
+    uint64_t sent_messages, sent_bytes, received_messages, received_bytes,
+        send_errors;
+  };
+  std::vector<Peer> peers;
+  v.peers.ForEach([&peers](int id, const PeerCounters& c) {
+    peers.push_back({id, c.sent_messages.load(), c.sent_bytes.load(),
+                     c.received_messages.load(), c.received_bytes.load(),
+                     c.send_errors.load()});
+  });
   MutexLock lock(&mu_);
+  for (const Peer& p : peers) {
+    const std::string labels = PeerLabels(table_, p.id);
+    w->Counter("ember_peer_messages_sent_total",
+               "Messages sent to one peer node", labels, p.sent_messages);
+    w->Counter("ember_peer_bytes_sent_total", "Bytes sent to one peer node",
+               labels, p.sent_bytes);
+    w->Counter("ember_peer_messages_received_total",
+               "Messages received from one peer node", labels,
+               p.received_messages);
+    w->Counter("ember_peer_bytes_received_total",
+               "Bytes received from one peer node", labels, p.received_bytes);
+    w->Counter("ember_peer_send_errors_total",
+               "Sends to one peer node that failed after the transport "
+               "accepted them",
+               labels, p.send_errors);
+  }
   size_t held = before_table_.size();
   for (const auto& e : early_) held += e.second.size();
   w->Gauge("ember_held_messages",

@@ -117,9 +117,9 @@ Status InProcVan::Send(Message&& msg) {
   EncodeMeta(msg.meta, msg.data, &header);
   size_t bytes = header.size() + msg.data_bytes();
   // A severed peer loses the message silently, as a dead process would.
+  const int recipient = msg.meta.recipient;
   if (network_->Deliver(address, std::move(header), std::move(msg.data))) {
-    counters_.sent_messages++;
-    counters_.sent_bytes += bytes;
+    counters_.CountSent(counters_.peers.For(recipient), bytes);
   }
   return Status::OK();
 }
@@ -172,8 +172,8 @@ void InProcVan::ReceiveAll() {
       continue;
     }
     msg.data = std::move(packet.data);
-    counters_.received_messages++;
-    counters_.received_bytes += packet.header.size() + msg.data_bytes();
+    counters_.CountReceived(counters_.peers.For(msg.meta.sender),
+                            packet.header.size() + msg.data_bytes());
     handler_(std::move(msg));
   }
 }

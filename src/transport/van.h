@@ -8,6 +8,7 @@
 #ifndef PS_TRANSPORT_VAN_H_
 #define PS_TRANSPORT_VAN_H_
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,84 @@
 
 namespace ps {
 
+// Traffic with one peer node. Relaxed atomics, like VanCounters. What
+// senders count and what the receiving thread counts sit on cache lines of
+// their own, apart from other peers' too, so the threads counting them do
+// not take the lines from each other.
+struct PeerCounters {
+  alignas(64) std::atomic<uint64_t> sent_messages{0};
+  std::atomic<uint64_t> sent_bytes{0};
+  std::atomic<uint64_t> send_errors{0};
+  alignas(64) std::atomic<uint64_t> received_messages{0};
+  std::atomic<uint64_t> received_bytes{0};
+};
+
+// A van's traffic per peer, by node id: sends by the recipient's id,
+// receipts by the sender's id in the decoded header (before the node checks
+// that the sender is a member). Made for the data path: finding a peer's
+// counters takes two loads, without a lock or a map; the counters of
+// kBlock consecutive ids are allocated together, once, when the first of
+// them is counted. Ids outside [0, kMaxIds) (the negative ids of refused
+// joins, a header's claim of an absurd id) share one entry, kOther, so the
+// per-peer counts always add up to the van's totals. Thread-safe.
+class PeerTraffic {
+ public:
+  static constexpr int kBlock = 256;
+  static constexpr int kBlocks = 64;
+  static constexpr int kMaxIds = kBlock * kBlocks;
+  // The id ForEach gives the shared entry of ids outside [0, kMaxIds).
+  static constexpr int kOther = -1;
+
+  PeerTraffic() = default;
+  PeerTraffic(const PeerTraffic&) = delete;
+  PeerTraffic& operator=(const PeerTraffic&) = delete;
+  ~PeerTraffic() {
+    for (auto& b : blocks_) delete[] b.load(std::memory_order_acquire);
+  }
+
+  // The counters of node `id`; never null, valid for this object's life.
+  PeerCounters* For(int id) {
+    if (id < 0 || id >= kMaxIds) return &other_;
+    std::atomic<PeerCounters*>& slot = blocks_[id / kBlock];
+    PeerCounters* block = slot.load(std::memory_order_acquire);
+    if (block == nullptr) {
+      auto* fresh = new PeerCounters[kBlock];
+      if (slot.compare_exchange_strong(block, fresh,
+                                       std::memory_order_acq_rel)) {
+        block = fresh;
+      } else {
+        delete[] fresh;  // Another thread's block won; `block` is it.
+      }
+    }
+    return &block[id % kBlock];
+  }
+
+  // Calls fn(id, counters) for every id with any traffic, in id order, then
+  // for kOther if it has any. Counters read during traffic may be a few
+  // events apart from each other.
+  void ForEach(
+      const std::function<void(int id, const PeerCounters&)>& fn) const {
+    for (int b = 0; b < kBlocks; ++b) {
+      const PeerCounters* block = blocks_[b].load(std::memory_order_acquire);
+      if (block == nullptr) continue;
+      for (int i = 0; i < kBlock; ++i) {
+        if (Used(block[i])) fn(b * kBlock + i, block[i]);
+      }
+    }
+    if (Used(other_)) fn(kOther, other_);
+  }
+
+ private:
+  static bool Used(const PeerCounters& c) {
+    return c.sent_messages.load(std::memory_order_relaxed) != 0 ||
+           c.received_messages.load(std::memory_order_relaxed) != 0 ||
+           c.send_errors.load(std::memory_order_relaxed) != 0;
+  }
+
+  std::array<std::atomic<PeerCounters*>, kBlocks> blocks_{};
+  PeerCounters other_;
+};
+
 struct VanCounters {
   std::atomic<uint64_t> sent_messages{0};
   std::atomic<uint64_t> sent_bytes{0};
@@ -33,6 +112,33 @@ struct VanCounters {
   std::atomic<uint64_t> rejected_messages{0};
   // Sends that failed after being accepted (socket errors).
   std::atomic<uint64_t> send_errors{0};
+  // The sent, received and send_errors counts above, per peer; their sums
+  // equal the totals (once the traffic counted is over).
+  PeerTraffic peers;
+
+  // Count one event in the totals and for its peer (`peer`: from
+  // peers.For, found once per message). Relaxed, no lock.
+  void CountSent(PeerCounters* peer, uint64_t bytes) {
+    Add(&sent_messages, 1);
+    Add(&sent_bytes, bytes);
+    Add(&peer->sent_messages, 1);
+    Add(&peer->sent_bytes, bytes);
+  }
+  void CountReceived(PeerCounters* peer, uint64_t bytes) {
+    Add(&received_messages, 1);
+    Add(&received_bytes, bytes);
+    Add(&peer->received_messages, 1);
+    Add(&peer->received_bytes, bytes);
+  }
+  void CountSendError(PeerCounters* peer) {
+    Add(&send_errors, 1);
+    Add(&peer->send_errors, 1);
+  }
+
+ private:
+  static void Add(std::atomic<uint64_t>* c, uint64_t n) {
+    c->fetch_add(n, std::memory_order_relaxed);
+  }
 };
 
 // What a van accepts from its peers (Options has the settings).

@@ -406,6 +406,7 @@ size_t ZmqVan::num_routes() const {
 }
 
 Status ZmqVan::Send(Message&& msg) {
+  PeerCounters* peer = counters_.peers.For(msg.meta.recipient);
   std::string address;
   {
     MutexLock lock(&mu_);
@@ -416,12 +417,12 @@ Status ZmqVan::Send(Message&& msg) {
   if (closed_) return Status::Unavailable("van is stopped");
   void* socket = SocketFor(address);
   if (socket == nullptr) {
-    counters_.send_errors++;
+    counters_.CountSendError(peer);
     return Status::Unavailable("cannot connect to node " +
                                std::to_string(msg.meta.recipient) + " at " +
                                address);
   }
-  DoSend(socket, address, &msg);
+  DoSend(socket, address, peer, &msg);
   return Status::OK();
 }
 
@@ -475,14 +476,15 @@ void* ZmqVan::SocketFor(const std::string& address) {
   return socket;
 }
 
-void ZmqVan::DoSend(void* socket, const std::string& address, Message* msg) {
+void ZmqVan::DoSend(void* socket, const std::string& address,
+                    PeerCounters* peer, Message* msg) {
   std::string header;
   EncodeMeta(msg->meta, msg->data, &header);
   size_t bytes = header.size();
   const size_t n = msg->data.size();
   int flags = n > 0 ? ZMQ_SNDMORE : 0;
   if (zmq_send(socket, header.data(), header.size(), flags) < 0) {
-    counters_.send_errors++;
+    counters_.CountSendError(peer);
     LOG(WARNING) << "send to " << address << " failed: " << ZmqError();
     return;
   }
@@ -498,14 +500,13 @@ void ZmqVan::DoSend(void* socket, const std::string& address, Message* msg) {
     }
     bytes += d.size();
     if (zmq_msg_send(&frame, socket, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
-      counters_.send_errors++;
+      counters_.CountSendError(peer);
       LOG(WARNING) << "send to " << address << " failed: " << ZmqError();
       zmq_msg_close(&frame);  // Runs FreeSArray.
       return;
     }
   }
-  counters_.sent_messages++;
-  counters_.sent_bytes += bytes;
+  counters_.CountSent(peer, bytes);
 }
 
 void ZmqVan::LogRejected(const std::string& peer, const Status& why) {
@@ -570,8 +571,7 @@ void ZmqVan::ReceiveAll() {
       LogRejected(peer, s);
       continue;
     }
-    counters_.received_messages++;
-    counters_.received_bytes += total;
+    counters_.CountReceived(counters_.peers.For(msg.meta.sender), total);
     handler_(std::move(msg));
   }
 }

@@ -57,7 +57,8 @@ class ZmqVan final : public Van {
   [[nodiscard]] static Status WriteCurveKeyFile(const std::string& path);
 
  private:
-  void DoSend(void* socket, const std::string& address, Message* msg);
+  void DoSend(void* socket, const std::string& address, PeerCounters* peer,
+              Message* msg);
   void ReceiveAll();
   // One line per connection per second for the messages it drops.
   void LogRejected(const std::string& peer, const Status& why);

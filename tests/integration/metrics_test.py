@@ -10,8 +10,9 @@ prometheus  A 2 x 2 job of BENCH (pslite_api_bench, sparse pushes) with
             of all five nodes, queries a few through its HTTP API, runs
             `promtool check metrics` on one scrape of a server, and runs
             STATUS (ember-status) against the scheduler, as a table and as
-            JSON. Exit 77 (skipped) only if prometheus or promtool cannot
-            start.
+            JSON. Every node's per-peer traffic series carry the peer's
+            role and rank and add up to its totals. Exit 77 (skipped) only
+            if prometheus or promtool cannot start.
 stats       A short 2 x 2 job with EMBER_STATS_INTERVAL=1: every node logs
             progress lines, and the servers' count the requests they got.
 
@@ -111,6 +112,56 @@ def free_port():
         return s.getsockname()[1]
 
 
+def parse_samples(text):
+    """[(name, {label: value}, value)] of a scrape in the text format (the
+    label values Ember writes hold no ',' or '"')."""
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, value = line.rsplit(" ", 1)
+        name, _, labels = head.partition("{")
+        pairs = (p.split("=", 1) for p in labels.rstrip("}").split(",") if p)
+        samples.append((name, {k: v.strip('"') for k, v in pairs},
+                        float(value)))
+    return samples
+
+
+# Per-peer families and the totals they add up to.
+PEER_TOTALS = [("ember_peer_messages_sent_total", "ember_messages_sent_total"),
+               ("ember_peer_bytes_sent_total", "ember_bytes_sent_total"),
+               ("ember_peer_messages_received_total",
+                "ember_messages_received_total"),
+               ("ember_peer_bytes_received_total",
+                "ember_bytes_received_total"),
+               ("ember_peer_send_errors_total", "ember_send_errors_total")]
+
+
+def check_peer_sums(text, worst):
+    """None if, in one scrape, every per-peer family adds up to its total;
+    else why not. worst[0] becomes the largest relative difference seen. The job runs while the node reads its counters, one after
+    the other, so a sum may be off by the messages of those microseconds:
+    allowed 1% (a peer missed or counted twice is far more)."""
+    samples = parse_samples(text)
+    for peer_name, total_name in PEER_TOTALS:
+        peers = [(l, v) for n, l, v in samples if n == peer_name]
+        totals = [v for n, _, v in samples if n == total_name]
+        if len(totals) != 1:
+            return "%d samples of %s" % (len(totals), total_name)
+        if total_name != "ember_send_errors_total" and not peers:
+            return "no %s series" % peer_name
+        if any(not l.get("peer") or not l.get("peer_role") or
+               "peer_rank" not in l for l, _ in peers):
+            return "%s without peer labels: %s" % (peer_name, peers)
+        total, summed = totals[0], sum(v for _, v in peers)
+        if total > 0:
+            worst[0] = max(worst[0], abs(summed - total) / total)
+        if abs(summed - total) > 0.01 * total:
+            return "%s adds up to %g, %s is %g" % (peer_name, summed,
+                                                   total_name, total)
+    return None
+
+
 def run_prometheus(launch, scheduler, bench, status_tool):
     prometheus = shutil.which("prometheus")
     promtool = shutil.which("promtool")
@@ -189,7 +240,27 @@ def run_prometheus(launch, scheduler, bench, status_tool):
         servers = query('ember_cluster_servers{role="scheduler"}')
         if float(servers[0]["value"][1]) != 2:
             fail("the scheduler counts %s servers" % servers, job)
+        # Per peer: each worker sent to each server, labelled with the
+        # peer's role and rank; each server heard from both workers.
+        for q, pairs in (
+                ('ember_peer_bytes_sent_total{role="worker",'
+                 'peer_role="server"} > 0', ("rank", "peer_rank")),
+                ('ember_peer_messages_received_total{role="server",'
+                 'peer_role="worker"} > 0', ("rank", "peer_rank"))):
+            r = query(q)
+            seen = sorted((s["metric"][pairs[0]], s["metric"][pairs[1]])
+                          for s in (r or []))
+            if seen != [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]:
+                fail("prometheus query %s gave %s" % (q, r), job,
+                     prom_output())
         print("metrics_test: prometheus has every node's series")
+        worst = [0.0]
+        for role, url in sorted(urls.items()):
+            why = check_peer_sums(get(url + "/metrics"), worst)
+            if why:
+                fail("%s: %s" % (role, why), job)
+        print("metrics_test: per-peer traffic adds up to every node's totals "
+              "(largest difference %.2g%%)" % (100 * worst[0]))
 
         scrape = get(urls["server 0"] + "/metrics")
         check = subprocess.run([promtool, "check", "metrics"], input=scrape,

@@ -483,17 +483,18 @@ class LocalTest(EngineTests, unittest.TestCase):
         check_launcher_kill(self, job, tag, 6)
 
     def test_installed_layout_finds_its_scheduler(self):
-        # bin/ as `cmake --install` lays it out: local.sh, ember-launch and
-        # ember_scheduler side by side, nothing from the build tree on PATH.
+        # bin/ as `cmake --install` lays it out: ember-local (local.sh),
+        # ember-launch and ember_scheduler side by side, nothing from the
+        # build tree on PATH.
         with tempfile.TemporaryDirectory() as prefix:
             bin_dir = os.path.join(prefix, "bin")
             os.mkdir(bin_dir)
-            shutil.copy(LOCAL_SH, os.path.join(bin_dir, "local.sh"))
+            shutil.copy(LOCAL_SH, os.path.join(bin_dir, "ember-local"))
             shutil.copy(SCRIPT, os.path.join(bin_dir, "ember-launch"))
             os.symlink(SCHEDULER, os.path.join(bin_dir, "ember_scheduler"))
             env = {"PATH": "/usr/bin:/bin", "EMBER_TIMEOUT": str(JOB_LIMIT)}
             env.pop("EMBER_BUILD_DIR", None)
-            for argv in ([os.path.join(bin_dir, "local.sh"), "1", "1",
+            for argv in ([os.path.join(bin_dir, "ember-local"), "1", "1",
                           CLUSTER_KV],
                          [os.path.join(bin_dir, "ember-launch"), "-n", "1",
                           CLUSTER_KV]):

@@ -5,6 +5,7 @@ slurm ranks to roles, host files and the engines' command lines. No process
 is started here; launch_cluster_test.py runs real jobs."""
 
 import importlib.util
+import io
 import os
 import stat
 import sys
@@ -168,6 +169,26 @@ class LocalShArgumentsTest(unittest.TestCase):
         finally:
             sys.stdout = old
             devnull.close()
+
+    def test_installed_as_ember_local_it_says_so(self):
+        self.assertEqual(el.local_sh_name("/opt/ember/bin/ember-local"),
+                         "ember-local")
+        self.assertEqual(el.local_sh_name("scripts/local.sh"), "local.sh")
+        job = el.parse_local_sh(["1", "1", "/bin/true"],
+                                dict(BARE, EMBER_SCHEDULER="/bin/true"), [],
+                                "ember-local")
+        self.assertEqual(job.name, "ember-local")
+        err = io.StringIO()
+        old, sys.stderr = sys.stderr, err
+        try:
+            status = el.main(["--local-sh", "/opt/ember/bin/ember-local", "1"],
+                             dict(BARE))
+        finally:
+            sys.stderr = old
+        self.assertEqual(status, 2)
+        self.assertEqual(err.getvalue(), (
+            "ember-local: expected at least 3 arguments, got 1\n"
+            "usage: ember-local NUM_SERVERS NUM_WORKERS PROGRAM [ARGS...]\n"))
 
 
 class SchedulerSearchTest(unittest.TestCase):

@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -106,6 +108,59 @@ TEST(ZmqVanLocal, AStoppedPeerIsNotReachable) {
   }
   ASSERT_TRUE(a.van().Connect(9, "127.0.0.1", 1, gone).ok());
   EXPECT_EQ(a.van().counters().local_connections.load(), 0u);
+}
+
+// Traffic is counted per peer as well as in total: by recipient id on
+// sends, by the header's sender id on receipts, every byte of every frame.
+TEST(ZmqVanTraffic, IsCountedPerPeerAndAddsUpToTheTotals) {
+  Peer a(false), b(false), c(false);
+  ASSERT_TRUE(a.van().Connect(9, "127.0.0.1", b.port(), "").ok());
+  ASSERT_TRUE(a.van().Connect(11, "127.0.0.1", c.port(), "").ok());
+  ASSERT_TRUE(b.van().Connect(8, "127.0.0.1", a.port(), "").ok());
+  for (int i = 0; i < 3; ++i) {
+    Message msg = Hello(8, 9);
+    SArray<char> data(1000 * (i + 1), 'x');
+    msg.data.push_back(data);
+    ASSERT_TRUE(a.van().Send(std::move(msg)).ok());
+    EXPECT_EQ(b.NextSender(), 8);
+  }
+  ASSERT_TRUE(a.van().Send(Hello(8, 11)).ok());
+  EXPECT_EQ(c.NextSender(), 8);
+  // From b, once as node 9 and twice with ids outside the table's range.
+  for (int from : {9, -5, PeerTraffic::kMaxIds}) {
+    ASSERT_TRUE(b.van().Send(Hello(from, 8)).ok());
+    EXPECT_EQ(a.NextSender(), from);
+  }
+  std::map<int, std::array<uint64_t, 5>> seen;
+  a.van().counters().peers.ForEach([&](int id, const PeerCounters& p) {
+    seen[id] = {p.sent_messages, p.sent_bytes, p.received_messages,
+                p.received_bytes, p.send_errors};
+  });
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[9][0], 3u);
+  EXPECT_GT(seen[9][1], 6000u);  // The frames, and three headers.
+  EXPECT_EQ(seen[9][2], 1u);
+  EXPECT_EQ(seen[11][0], 1u);
+  EXPECT_EQ(seen[11][2], 0u);
+  EXPECT_EQ(seen[PeerTraffic::kOther][0], 0u);
+  EXPECT_EQ(seen[PeerTraffic::kOther][2], 2u);
+  std::array<uint64_t, 5> sum{};
+  for (const auto& p : seen) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += p.second[i];
+  }
+  const VanCounters& t = a.van().counters();
+  EXPECT_EQ(sum[0], t.sent_messages.load());
+  EXPECT_EQ(sum[1], t.sent_bytes.load());
+  EXPECT_EQ(sum[2], t.received_messages.load());
+  EXPECT_EQ(sum[3], t.received_bytes.load());
+  EXPECT_EQ(sum[4], t.send_errors.load());
+  // b counted what it sent to a under a's id, whatever it claimed to be.
+  uint64_t to_a = 0;
+  b.van().counters().peers.ForEach([&](int id, const PeerCounters& p) {
+    EXPECT_EQ(id, 8);
+    to_a += p.sent_messages;
+  });
+  EXPECT_EQ(to_a, 3u);
 }
 
 }  // namespace
