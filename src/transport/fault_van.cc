@@ -1,5 +1,6 @@
 #include "transport/fault_van.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -23,6 +24,11 @@ bool FaultTarget::Matches(const Meta& meta) const {
   const bool data = meta.control == Control::kNone;
   if (kind == Kind::kData && !data) return false;
   if (kind == Kind::kControl && data) return false;
+  if (!data && !controls.empty() &&
+      std::find(controls.begin(), controls.end(), meta.control) ==
+          controls.end()) {
+    return false;
+  }
   if (links.empty()) return true;
   for (const auto& link : links) {
     if ((link.first == kAnyNode || link.first == meta.sender) &&
@@ -70,6 +76,7 @@ std::string FaultPlan::DebugString() const {
   for (const auto& link : target.links) {
     out << " link=" << link.first << "->" << link.second;
   }
+  for (Control c : target.controls) out << " control=" << ControlName(c);
   return out.str();
 }
 
@@ -96,6 +103,10 @@ std::string FaultEvent::DebugString() const {
   out << FaultKindName(kind) << " " << meta.sender << "->" << meta.recipient;
   if (meta.control != Control::kNone) {
     out << " " << ControlName(meta.control);
+    if (meta.control == Control::kBarrier) {
+      out << (meta.request ? " request" : " release")
+          << " group=" << meta.barrier_group << " round=" << meta.barrier_round;
+    }
   } else {
     out << " app=" << meta.app_id << " customer=" << meta.customer_id
         << " ts=" << meta.timestamp << (meta.request ? " request" : " response")
@@ -160,6 +171,13 @@ uint64_t FaultInjector::Identity(const Meta& meta) {
   add(Word(meta.barrier_group));
   add(meta.barrier_round);
   add(Word(meta.failed_node));
+  // JOINs carry no id yet: who joins tells them apart.
+  for (const NodeInfo& n : meta.nodes) {
+    if (meta.control != Control::kJoin) break;
+    add(Word(static_cast<int>(n.role)));
+    add(Word(n.rank_hint));
+    add(Word(n.customer_id));
+  }
   return h;
 }
 

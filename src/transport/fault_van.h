@@ -30,7 +30,8 @@
 // Determinism. The draw for a message is a pure function of the seed, the
 // message's identity (sender, recipient, control command, app, customer,
 // timestamp, request/push/pull flags, command, barrier group and round,
-// failed node) and how many messages of that same identity the injector
+// failed node; for a JOIN, the joining node's role, rank hint and customer
+// id) and how many messages of that same identity the injector
 // has seen before (so a resend or a heartbeat gets a fresh draw): SplitMix64
 // (util/mix.h) over those words. So the same seed makes the same decisions
 // for the same messages whatever the thread interleaving, as long as the
@@ -73,6 +74,8 @@ struct FaultTarget {
   // (sender, recipient) pairs, each side an id or kAnyNode; empty: every
   // link.
   std::vector<std::pair<int, int>> links;
+  // Only these control commands (with kind kControl or kAll); empty: any.
+  std::vector<Control> controls;
 
   bool Matches(const Meta& meta) const;
 };

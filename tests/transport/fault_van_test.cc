@@ -253,6 +253,21 @@ TEST_F(FaultVanTest, LinksLimitWhichMessagesAreFaulted) {
   EXPECT_EQ(injector_->counters().dropped, 3u);
 }
 
+TEST_F(FaultVanTest, ControlsLimitWhichCommandsAreFaulted) {
+  FaultPlan plan;
+  plan.drop = 1;
+  plan.target.kind = FaultTarget::Kind::kAll;
+  plan.target.controls = {Control::kBarrier};
+  Build(2, plan);
+  ASSERT_TRUE(Send(1, 2, 0, Control::kBarrier).ok());
+  ASSERT_TRUE(Send(1, 2, 1, Control::kHeartbeat).ok());
+  ASSERT_TRUE(Send(1, 2, 2).ok());  // data: all kinds are targeted
+  ASSERT_TRUE(Send(1, 2, 3).ok());
+  ASSERT_TRUE(WaitFor(2, 1));
+  EXPECT_EQ(Timestamps(2), std::vector<int>{1});
+  EXPECT_EQ(injector_->counters().dropped, 3u);
+}
+
 TEST_F(FaultVanTest, PartitionDropsBothWaysUntilHealed) {
   Build(1);
   injector_->Partition({1}, {2, 3});
