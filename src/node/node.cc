@@ -370,6 +370,9 @@ Status Node::Barrier(int customer_id, int group) {
   }
   barrier_waits_[customer_id] = {false, Status::OK()};
   barrier_since_[customer_id] = {group, clock_->NowMs()};
+  // Numbered, so that a copy of the request or of its release (a network
+  // that delivers twice) counts once.
+  const uint64_t number = ++barrier_numbers_[customer_id];
   Message req;
   req.meta.control = Control::kBarrier;
   req.meta.request = true;
@@ -377,6 +380,7 @@ Status Node::Barrier(int customer_id, int group) {
   req.meta.recipient = kSchedulerId;
   req.meta.customer_id = customer_id;
   req.meta.barrier_group = group;
+  req.meta.barrier_round = number;
   if (scheduler_) {
     lock.Unlock();
     scheduler_->HandleBarrierRequest(req);
@@ -863,6 +867,16 @@ void Node::TableReadyLocked() {
 }
 
 void Node::HandleBarrierRelease(const Message& msg) {
+  {
+    // A release of an earlier barrier (a copy): not the one waited for.
+    MutexLock lock(&mu_);
+    auto it = barrier_numbers_.find(msg.meta.customer_id);
+    if (msg.meta.barrier_round != 0 && (it == barrier_numbers_.end() ||
+                                        it->second != msg.meta.barrier_round)) {
+      counters_.dropped_bad_control++;
+      return;
+    }
+  }
   Status s;
   if (msg.meta.status_code != 0) {
     s = Status(static_cast<Status::Code>(msg.meta.status_code),

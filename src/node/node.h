@@ -252,6 +252,8 @@ class Node final : private SchedulerHost {
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_
       GUARDED_BY(mu_);  // by customer id
+  // customer id -> the number of its last barrier request.
+  std::map<int, uint64_t> barrier_numbers_ GUARDED_BY(mu_);
   std::map<int, std::pair<int, int64_t>> barrier_since_
       GUARDED_BY(mu_);  // -> group, start
   std::map<std::pair<int, int>, Customer*> customers_ GUARDED_BY(mu_);

@@ -161,6 +161,19 @@ void Scheduler::HandleJoin(const Message& msg) {
     RejectLocked(node, key, abort_status_.message());
     return;
   }
+  {
+    // A member's join delivered twice (the same process, address and
+    // customer): nothing to do, whenever the copy arrives.
+    auto known = join_keys_.find(node.address());
+    if (known != join_keys_.end() && SecretsEqual(known->second, key)) {
+      for (const NodeInfo& n : joins_) {
+        if (n.address() == node.address() &&
+            n.customer_id == node.customer_id) {
+          return;
+        }
+      }
+    }
+  }
   if (formed_) {
     LOG(WARNING) << "rejecting late " << node.DebugString()
                  << ": the cluster has already formed";
@@ -307,6 +320,17 @@ void Scheduler::HandleBarrierRequest(const Message& msg) {
     LOG(WARNING) << "dropping a bad barrier request " << msg.meta.DebugString();
     return;
   }
+  const uint64_t number = msg.meta.barrier_round;
+  if (number != 0) {
+    uint64_t& last = barrier_numbers_[std::make_pair(sender, group)];
+    if (number <= last) {
+      counters_->dropped_bad_control++;
+      VLOG(1) << "dropping a repeated barrier request "
+              << msg.meta.DebugString();
+      return;
+    }
+    last = number;
+  }
   auto& rounds = rounds_[group];
   // A node that is already in the oldest pending round joins the next one.
   size_t r = 0;
@@ -316,6 +340,7 @@ void Scheduler::HandleBarrierRequest(const Message& msg) {
     rounds.back().started_ms = clock_->NowMs();
   }
   rounds[r].arrived[sender] = msg.meta.customer_id;
+  rounds[r].numbers[sender] = number;
   VLOG(1) << "barrier " << group << ": " << rounds[r].arrived.size()
           << " arrived";
   EvaluateBarriersLocked();
@@ -369,6 +394,8 @@ void Scheduler::ReleaseRoundLocked(int group, const Round& round,
     release.meta.recipient = a.first;
     release.meta.customer_id = a.second;
     release.meta.barrier_group = group;
+    auto n = round.numbers.find(a.first);
+    release.meta.barrier_round = n == round.numbers.end() ? 0 : n->second;
     release.meta.status_code = static_cast<int>(status.code());
     release.meta.status_message = status.message();
     SendLocked(std::move(release));

@@ -141,7 +141,10 @@ class Scheduler {
   // One round of a barrier over one group.
   struct Round {
     std::map<int, int> arrived;  // id -> customer id
-    int64_t started_ms = 0;      // when the first one arrived
+    // id -> the barrier_round its request carried (0: none), echoed in
+    // its release.
+    std::map<int, uint64_t> numbers;
+    int64_t started_ms = 0;  // when the first one arrived
   };
 
   // Ranks and ids for the joined nodes, the table and the first ring; then
@@ -210,6 +213,9 @@ class Scheduler {
       GUARDED_BY(mu_);  // group -> pending rounds
   std::map<std::string, int64_t> last_beat_ms_
       GUARDED_BY(mu_);  // address -> time
+  // (id, group) -> the last barrier_round counted: a request with a number
+  // no higher is a copy (the network delivered it twice) and is dropped.
+  std::map<std::pair<int, int>, uint64_t> barrier_numbers_ GUARDED_BY(mu_);
   // Server id -> the servers that hold a whole copy of its data, in the
   // order failover prefers them (docs/replication.md).
   std::map<int, std::vector<int>> holders_ GUARDED_BY(mu_);

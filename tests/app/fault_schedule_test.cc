@@ -170,15 +170,11 @@ TEST(FaultScheduleTest, DelayedAndReorderedControlFromTheStart) {
   EXPECT_EQ(t.failed, 0);
 }
 
-// Duplicated control messages break the start and barriers today: see the
-// two regression tests below, which reproduce each bug it finds without
-// depending on timing. Disabled until JOIN and barrier requests are made
-// idempotent (node_scheduler.cc, node.cc). Seeds found by this sweep
-// (max_delay 4, 15% of control messages duplicated): 1 (a worker
-// barrier hangs), 9 (a member is aborted as "one too many"); which of the
-// two a seed hits depends on when the copies are released (thread
-// interleaving), so the seeds do not replay every time.
-TEST(FaultScheduleTest, DISABLED_DuplicatedControlFromTheStart) {
+// Duplicated control messages from the first JOIN on. This sweep found two
+// bugs (seeds 1 and 9, max_delay 4, 15% of control messages duplicated),
+// fixed since: each has its regression test below, which reproduces it
+// without depending on timing.
+TEST(FaultScheduleTest, DuplicatedControlFromTheStart) {
   Totals t = RunSeeds(
       "control duplicate from start",
       [](uint64_t) { return ControlFromStart(0.15, 0, 0); }, WithBarriers());
@@ -186,14 +182,13 @@ TEST(FaultScheduleTest, DISABLED_DuplicatedControlFromTheStart) {
 }
 
 // Regression (found with seed 9 of the sweep above). A JOIN delivered
-// twice, the copy after the cluster formed, is taken for a surplus node:
-// Node::HandleJoin (src/node/node_scheduler.cc) checks table_ready_
-// ("rejecting late ...") before it looks for a duplicate of a member's
-// join, and sends the ABORT with the member's own process key, so the
-// member aborts: "the cluster has already formed ...; this node is one too
-// many". Disabled until HandleJoin answers a member's repeated JOIN (same
-// address, customer id and process key) by ignoring it.
-TEST(FaultScheduleTest, DISABLED_DuplicatedJoinAbortsAMember) {
+// twice, the copy after the cluster formed, was taken for a surplus node:
+// the scheduler checked whether the cluster had formed ("rejecting late
+// ...") before it looked for a duplicate of a member's join, and sent the
+// ABORT with the member's own process key, so the member aborted. Now
+// Scheduler::HandleJoin ignores a member's repeated JOIN (same address,
+// customer id and process key) whenever it arrives.
+TEST(FaultScheduleTest, DuplicatedJoinAbortsNoMember) {
   FaultInjector injector(9);
   Workload w;
   FaultCluster cluster(w, &injector);
@@ -220,17 +215,13 @@ TEST(FaultScheduleTest, DISABLED_DuplicatedJoinAbortsAMember) {
 }
 
 // Regression (found with seed 1 of the sweep above, and as a finalize that
-// hangs). A barrier request delivered twice counts its node as arrived in
-// the next round too: Node::HandleBarrierRequest (src/node/
-// node_scheduler.cc) puts a node already in the oldest pending round into
-// the next one, and requests carry no round; Node::HandleBarrierRelease
-// (src/node/node.cc) ignores the round of a release as well. So the next
-// barrier of the group is released before every member has reached it
-// (and the member whose request was duplicated may wait for good in a
-// later round). Disabled until barrier requests and releases carry their
-// round and a repeated request is ignored.
-TEST(FaultScheduleTest,
-     DISABLED_DuplicatedBarrierRequestReleasesTheNextBarrierEarly) {
+// hung). A barrier request delivered twice counted its node as arrived in
+// the next round too (a node already in the oldest pending round joins the
+// next one), and releases carried no round, so the next barrier of the
+// group was released before every member had reached it. Now requests
+// carry their number (ControlPb.barrier_round), the scheduler drops a
+// repeated one, and a node drops a release that is not for its barrier.
+TEST(FaultScheduleTest, DuplicatedBarrierRequestReleasesNoBarrierEarly) {
   FaultInjector injector(1);
   Workload w;
   FaultCluster cluster(w, &injector);
@@ -275,10 +266,12 @@ TEST(FaultScheduleTest,
   EXPECT_FALSE(WaitUntil([&] { return returned > 0; }, std::chrono::seconds(1)))
       << "worker 0 left a barrier of the workers that worker 1 has not "
          "entered";
+  // Worker 1 enters too: both leave together.
   std::thread b(barrier, 1);
-  cluster.KillScheduler();  // ends whichever wait the bug left behind
   a.join();
   b.join();
+  EXPECT_EQ(returned.load(), 2);
+  cluster.KillScheduler();  // ends the nodes without a final barrier
 }
 
 // A killed server under the default policy (abort): every request fails
