@@ -208,17 +208,7 @@ void Customer::OnFailover(int peer, const Status& status) {
   e.failed_peer = peer;
   e.failover = true;
   e.status = status;
-  {
-    MutexLock lock(&mu_);
-    ++queued_;
-  }
-  if (!queue_.Push(std::move(e))) {
-    MutexLock lock(&mu_);
-    --queued_;
-    tracker_.OnPeerFailed(peer, status);
-    return;
-  }
-  WakeLoop();
+  if (!Enqueue(std::move(e))) tracker_.OnPeerFailed(peer, status);
 }
 
 void Customer::OnPeerFailed(int peer, const Status& status) {

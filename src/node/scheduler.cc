@@ -496,20 +496,7 @@ void Scheduler::DeclareDeadLocked(const std::string& address,
     if (!lost && h != heirs.end() && FailOverLocked(id, h->second, why)) {
       continue;
     }
-    for (const auto& n : table_) {
-      int to = n.first;
-      // The victim is told too: if it is in fact alive (a long pause), it
-      // learns it was expelled instead of carrying on alone.
-      if (to == kSchedulerNodeId || left_.count(to)) continue;
-      if (dead_.count(to) && to != id) continue;
-      Message notice;
-      notice.meta.control = Control::kNodeFailed;
-      notice.meta.sender = kSchedulerNodeId;
-      notice.meta.recipient = to;
-      notice.meta.failed_node = id;
-      notice.meta.reason = why;
-      SendLocked(std::move(notice));
-    }
+    NotifyDeathLocked(id, why, nullptr);
     Status status = Status::Unavailable(who + " died (" + why + ")");
     if (options_.failure_policy == FailurePolicy::kAbort &&
         abort_status_.ok()) {
@@ -591,8 +578,16 @@ bool Scheduler::FailOverLocked(int id, int heir, const std::string& why) {
       Status::Unavailable(who + " died (" + why + "); " + DescribeLocked(heir) +
                           " took over its data"));
   const RingInfo info = ring_->ToInfo();
+  NotifyDeathLocked(id, why, &info);
+  return true;
+}
+
+void Scheduler::NotifyDeathLocked(int id, const std::string& why,
+                                  const RingInfo* ring) {
   for (const auto& n : table_) {
     const int to = n.first;
+    // The victim is told too: if it is in fact alive (a long pause), it
+    // learns it was expelled instead of carrying on alone.
     if (to == kSchedulerNodeId || left_.count(to)) continue;
     if (dead_.count(to) && to != id) continue;
     Message notice;
@@ -601,10 +596,9 @@ bool Scheduler::FailOverLocked(int id, int heir, const std::string& why) {
     notice.meta.recipient = to;
     notice.meta.failed_node = id;
     notice.meta.reason = why;
-    notice.meta.ring = info;
+    if (ring != nullptr) notice.meta.ring = *ring;
     SendLocked(std::move(notice));
   }
-  return true;
 }
 
 void Scheduler::WatchWaits(int64_t interval_ms) {

@@ -170,6 +170,10 @@ class Scheduler {
   // new ring epoch, tells the node and every member (NODE_FAILED with the
   // ring; docs/replication.md); false if the ring cannot be made.
   bool FailOverLocked(int id, int heir, const std::string& why) REQUIRES(mu_);
+  // NODE_FAILED{id, why} to every member still alive and to the victim;
+  // with `ring`, a failover notice carrying the new ring.
+  void NotifyDeathLocked(int id, const std::string& why, const RingInfo* ring)
+      REQUIRES(mu_);
   // Sends to a member, with its process key unless msg.meta.auth is set
   // (SchedulerHost::SendControl).
   void SendLocked(Message&& msg) REQUIRES(mu_);
