@@ -60,7 +60,8 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler(peer, s);
     });
-    customer_->set_failover_handler([this](int peer, const Status& s) {
+    Customer* raw = customer_.get();
+    customer_->set_failover_handler([this, raw](int peer, const Status& s) {
       Customer::FailoverHandler handler;
       {
         MutexLock l(&mu_);
@@ -71,7 +72,7 @@ Customer* AppImpl::customer() {
       } else {
         // Nothing to resend with (a SimpleApp): what the dead server owed
         // fails, as without replicas.
-        customer_->tracker()->OnPeerFailed(peer, s);
+        raw->tracker()->OnPeerFailed(peer, s);
       }
     });
     customer_->set_watch_handler([this](int64_t older_than_ms) {

@@ -294,7 +294,11 @@ class KVServerCore::Impl {
         LOG(WARNING) << "rejecting request " << msg.meta.DebugString() << ": "
                      << s << LogLimiter::Since(left_out);
       }
-      Answer(req, s);
+      if (msg.meta.replica_of != 0) {
+        SendAck(msg.meta, s);  // To the forwarder, not the worker.
+      } else {
+        Answer(req, s);
+      }
       return;
     }
     if (!Replicate(msg.meta, &req)) return;
