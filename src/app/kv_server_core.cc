@@ -112,6 +112,19 @@ class KVServerCore::Impl {
     rejected_metric_ =
         r->GetCounter("ember_rejected_requests_total",
                       "Requests refused as malformed or too large", app);
+    copies_sent_ = r->GetCounter(
+        "ember_replica_copies_sent_total",
+        "Copies of pushes forwarded to the servers that replicate this "
+        "server's data",
+        app);
+    copies_applied_ =
+        r->GetCounter("ember_replica_copies_applied_total",
+                      "Copies of other servers' pushes applied here", app);
+    duplicates_ = r->GetCounter(
+        "ember_duplicate_pushes_total",
+        "Pushes received again (resent after failover, or delivered twice) "
+        "and answered without being applied",
+        app);
     pull_wait_ = r->GetHistogram(
         "ember_server_pull_wait_seconds",
         "From a pull's arrival to its answer leaving (includes waits for "
@@ -367,7 +380,7 @@ class KVServerCore::Impl {
       if (seen.size() > kMaxApplied) seen.erase(seen.begin());
     }
     if (duplicate) {
-      ++duplicates_;
+      duplicates_->Add();
       if (copy) {
         SendAck(meta, Status::OK());
         return false;
@@ -387,6 +400,7 @@ class KVServerCore::Impl {
     std::vector<int> targets;
     if (!copy && req->push && ring) targets = TargetsOf(ring, me);
     if (whose != me) req->replica_of = whose;
+    if (copy) copies_applied_->Add();
     if (!copy && targets.empty() && meta.resend_for == 0) return true;
     Local local;
     local.reply_to = copy ? meta.sender : req->sender;
@@ -427,7 +441,7 @@ class KVServerCore::Impl {
       }
     }
     for (int t : unsent) Acknowledged(ts, t, Status::OK());
-    forwarded_ += targets.size() - unsent.size();
+    copies_sent_->Add(targets.size() - unsent.size());
     req->timestamp = ts;
     return true;
   }
@@ -587,8 +601,9 @@ class KVServerCore::Impl {
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
   int targets_me_ GUARDED_BY(mu_) = 0;
   std::vector<int> targets_ GUARDED_BY(mu_);
-  std::atomic<uint64_t> duplicates_{0};
-  std::atomic<uint64_t> forwarded_{0};
+  metrics::Counter* duplicates_ = nullptr;
+  metrics::Counter* copies_sent_ = nullptr;
+  metrics::Counter* copies_applied_ = nullptr;
 
   metrics::Counter* requests_[3] = {};
   metrics::Counter* keys_[3] = {};

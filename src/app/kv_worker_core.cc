@@ -112,6 +112,9 @@ class KVWorkerCore::Impl {
     const KVRequestCounters counters = GetKVRequestCounters(r, app_->app_id());
     std::copy(counters.requests, counters.requests + 3, requests_);
     std::copy(counters.keys, counters.keys + 3, keys_);
+    resent_ = r->GetCounter(
+        "ember_resent_requests_total",
+        "Request parts resent to the heir of a dead server (failover)", app);
     collector_ = r->AddCollector([this, customer](metrics::Writer* w) {
       w->Gauge("ember_worker_clock",
                "Iterations this worker has ended (KVWorker::Clock)", customer,
@@ -125,6 +128,7 @@ class KVWorkerCore::Impl {
   }
   metrics::Counter* requests_[3] = {};
   metrics::Counter* keys_[3] = {};
+  metrics::Counter* resent_ = nullptr;
   int collector_ = 0;
 
   int Submit(bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
@@ -600,6 +604,7 @@ bool KVWorkerCore::Impl::ResendLocked(
   msg.meta.done_below = tracker()->OldestOpen();
   AddKVFrames(kvs, &msg);
   p->resent[slot] = true;
+  resent_->Add();
   *out = std::move(msg);
   return true;
 }

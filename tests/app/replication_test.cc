@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/kv_frames.h"
+#include "metrics/metrics.h"
 #include "node/node.h"
 #include "partition/key_ring.h"
 #include "ps/ps.h"
@@ -152,6 +153,13 @@ TEST_F(ReplicationTest, EveryPushIsAppliedOnItsOwnerAndOnOneCopy) {
   // Each of the 8 pushes reached every server (each owns a third of the
   // keys) once as owner and once as the copy of its predecessor's.
   for (auto& s : servers_) EXPECT_EQ(s->applied(), 16);
+  for (Postoffice* po : server_po_) {
+    auto m = po->node()->metrics()->Collect();
+    EXPECT_EQ(metrics::Registry::Sum(m, "ember_replica_copies_sent_total"), 8);
+    EXPECT_EQ(metrics::Registry::Sum(m, "ember_replica_copies_applied_total"),
+              8);
+    EXPECT_EQ(metrics::Registry::Sum(m, "ember_duplicate_pushes_total"), 0);
+  }
 }
 
 TEST_F(ReplicationTest, AKilledServerLosesNothingAndTheRunGoesOn) {
@@ -164,6 +172,9 @@ TEST_F(ReplicationTest, AKilledServerLosesNothingAndTheRunGoesOn) {
   std::vector<float> ones(keys.size(), 1.0f);
   std::vector<int> in_flight;
   for (auto& w : workers_) in_flight.push_back(w->Push(keys, ones));
+  // Server 2 has applied its own part of both and server 1's copies of
+  // them (2 x 3 earlier pushes, twice each, then these 4).
+  ASSERT_TRUE(WaitUntil([&] { return servers_[2]->applied() == 16; }));
   LogCapture log;
   Kill(1);
   for (size_t w = 0; w < workers_.size(); ++w) {
@@ -171,6 +182,18 @@ TEST_F(ReplicationTest, AKilledServerLosesNothingAndTheRunGoesOn) {
     EXPECT_TRUE(s.ok()) << s;
   }
   EXPECT_FALSE(log.Find("takes over the data of server 1").empty());
+  // Both workers resent their part for server 1; the heir (server 2) had
+  // each push as a copy already and applied none again.
+  double resent = 0;
+  for (int w = 0; w < 2; ++w) {
+    resent += metrics::Registry::Sum(
+        cluster_->worker(w)->node()->metrics()->Collect(),
+        "ember_resent_requests_total");
+  }
+  EXPECT_EQ(resent, 2);
+  EXPECT_EQ(metrics::Registry::Sum(server_po_[2]->node()->metrics()->Collect(),
+                                   "ember_duplicate_pushes_total"),
+            2);
   // Server 1's keys are server 2's now; pushes go on.
   auto ring = cluster_->worker(0)->node()->key_ring();
   EXPECT_EQ(ring->epoch(), 2u);
