@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "model/checkpoint.h"
@@ -14,6 +16,7 @@
 #include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "node/node.h"
+#include "partition/key_ring.h"
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
@@ -377,6 +380,25 @@ class ModelServer::Impl {
     return s;
   }
 
+  // Checkpoint shards are per server rank (ShardPath). After a failover an
+  // heir holds a dead server's rows beside its own and nobody has the dead
+  // rank: a save would write a checkpoint that no cluster of this size can
+  // load, and a load would leave the dead rank's shard out. Both are
+  // refused, clearly, until a replacement server has joined.
+  Status CheckWholeRing(const char* what) const {
+    Node* node = postoffice_->node();
+    std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
+    if (!ring || ring->num_servers() >= postoffice_->num_servers()) {
+      return Status::OK();
+    }
+    return Status::Unavailable(
+        std::string("model ") + what + " refused: " +
+        std::to_string(postoffice_->num_servers() - ring->num_servers()) +
+        " of " + std::to_string(postoffice_->num_servers()) +
+        " servers failed over (ring epoch " + std::to_string(ring->epoch()) +
+        ") and checkpoint shards are per server rank");
+  }
+
   std::string ShardPath(const std::string& dir) const {
     return dir + "/shard-" + std::to_string(postoffice_->my_rank()) + "-of-" +
            std::to_string(postoffice_->num_servers()) + ".ckpt";
@@ -390,6 +412,7 @@ class ModelServer::Impl {
   // Save, Load and registrations all run on the control app's thread, so
   // the tables and their specs stay put until the save ends.
   Status Save(const std::string& dir) {
+    PS_RETURN_IF_ERROR(CheckWholeRing("save"));
     model::ModelShard head;
     std::vector<std::pair<uint32_t, const Entry*>> saving;
     {
@@ -478,6 +501,7 @@ class ModelServer::Impl {
   // (once every server staged its shard) swaps them in, so a load refused
   // by any server changes nothing anywhere.
   Status Load(const std::string& dir) {
+    PS_RETURN_IF_ERROR(CheckWholeRing("load"));
     auto shard = model::ReadCheckpoint(ShardPath(dir));
     if (!shard.ok()) return shard.status();
     MutexLock lock(&mu_);

@@ -21,6 +21,7 @@ constexpr int kIds = 96;
 
 struct Parameters {
   std::vector<float> rows, dense;
+  Status save;  // A checkpoint after the run (killed runs only).
 };
 
 std::vector<uint64_t> Ids() {
@@ -103,6 +104,8 @@ Parameters Train(bool kill) {
   EXPECT_TRUE(s.ok()) << s;
   s = clients[0]->PullDense("dense", &out.dense);
   EXPECT_TRUE(s.ok()) << s;
+  // Refused before anything is written: the directory need not exist.
+  if (kill) out.save = clients[0]->Save("/nonexistent/ember-model-failover");
   // A member may have died: no final barrier.
   clients.clear();
   servers.clear();
@@ -125,6 +128,10 @@ TEST(ModelFailoverTest, BspParametersAreBitwiseThoseOfTheUndisturbedRun) {
   }
   EXPECT_EQ(rows_differ, 0u) << "of " << calm.rows.size() << " row values";
   EXPECT_EQ(dense_differ, 0u) << "of " << calm.dense.size() << " dense values";
+  // Shards are per server rank: a save after a failover would miss one.
+  EXPECT_EQ(killed.save.code(), Status::Code::kUnavailable) << killed.save;
+  EXPECT_NE(killed.save.message().find("failed over"), std::string::npos)
+      << killed.save;
 }
 
 }  // namespace
