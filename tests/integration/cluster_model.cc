@@ -13,12 +13,12 @@
 // on the pulled parameters through the sigmoid, so any pull that saw a state
 // other than "every earlier iteration, nothing of this one" shows.
 //
-// The failover test (model_failover_test.py) runs it twice, undisturbed and
-// with a server killed mid-run, and compares the final parameters worker 0
-// writes to --out: bitwise under bsp. Under asp the order of the pushes
-// varies from run to run; --sign_grads makes the training independent of
-// that order (gradients of +-1/64 by label, exact in float, zero initial
-// values and sgd), so that asp runs must agree bitwise too.
+// The failover test (model_failover_test.py) runs it undisturbed and with
+// each server in turn killed mid-run, and compares the final parameters
+// worker 0 writes to --out: bitwise under bsp. Under asp and ssp the order
+// of pushes varies from run to run; --sign_grads makes the training
+// independent of that order (gradients of +-1/64 by label, exact in float,
+// zero initial values and sgd), so that those runs must agree bitwise too.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 

@@ -9,7 +9,7 @@ worker 0 writes must be bitwise equal to the undisturbed run's.
 
   bsp  Adagrad on the table and Adam on the dense parameter: a bsp run is
        reproducible, so the kill must change nothing.
-  asp  the order of the pushes varies, so cluster_model trains with
+  asp, ssp:s  the order of the pushes varies, so cluster_model trains with
        --sign_grads and sgd: sums of powers of two, exact in any order. What
        is checked is that every push is applied exactly once.
 
@@ -18,7 +18,8 @@ Each run's worker 0 also checks its parameters against a one-process replay
 ember-launch, because the launcher ends the job as soon as one process
 dies. Bounded everywhere; every process's log is printed on failure.
 
-usage: model_failover_test.py PROGRAM SCHEDULER [--consistency bsp|asp] [...]
+usage: model_failover_test.py PROGRAM SCHEDULER [--consistency bsp|asp|ssp:S]
+                              [...]
 """
 
 import argparse
@@ -39,7 +40,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser()
     p.add_argument("program")
     p.add_argument("scheduler")
-    p.add_argument("--consistency", choices=("bsp", "asp"), default="bsp")
+    p.add_argument("--consistency", default="bsp",
+                   help="bsp, asp or ssp:S")
     p.add_argument("--servers", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--iterations", type=int, default=120)
@@ -63,7 +65,7 @@ def program_flags(args):
     flags = ["--iterations=%d" % args.iterations,
              "--consistency=%s" % args.consistency,
              "--pace_ms=%d" % args.pace_ms]
-    if args.consistency == "asp":
+    if args.consistency != "bsp":
         flags += ["--sign_grads", "--tolerance=0",
                   "--table_optimizer=sgd(lr=0.125)",
                   "--dense_optimizer=sgd(lr=0.125)"]
