@@ -6,13 +6,17 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include "model/checkpoint.h"
 #include "model/embedding_table.h"
 #include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "node/node.h"
+#include "partition/key_ring.h"
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
@@ -89,14 +93,13 @@ class ModelServer::Impl {
     bool merge_rounds = false;
     struct Round {
       int64_t clock = 0;
-      std::vector<int> senders;
+      // The pushes merged: (worker, whose data: KVMeta::replica_of, 0 for
+      // this server's own).
+      std::vector<std::pair<int, int>> senders;
       std::vector<uint64_t> ids;
       std::vector<float> grads;
     };
-    // By whose data the pushes carry (KVMeta::replica_of; 0: this
-    // server's own): the copies of another server's pushes form rounds of
-    // their own, exactly as on that server.
-    std::map<int, Round> rounds;
+    Round round;
   };
 
   static std::string Reply(const Status& s, uint64_t version = 0) {
@@ -136,7 +139,7 @@ class ModelServer::Impl {
           for (auto& t : staged_->tables) {
             // A pending round belongs to the model being replaced.
             tables_[t.first].table = std::move(t.second);
-            tables_[t.first].rounds.clear();
+            tables_[t.first].round = Entry::Round();
           }
           counters_.updates = staged_->version;
         }
@@ -335,45 +338,65 @@ class ModelServer::Impl {
   // from a worker already in the round, or at another clock, starts the
   // next round; a pull, an initialisation or a save of the table ends it.
   // Gradients are checked on arrival, so a bad push is refused alone.
+  //
+  // With replicas (EMBER_REPLICAS) a server also applies copies of other
+  // servers' pushes (KVMeta::replica_of): a worker's push to this server
+  // and the copy of its push to another touch distinct rows, so a worker is
+  // in the round once per whose data it pushes. After a failover the heir gets
+  // one round's pushes for the dead server's rows in several forms: copies
+  // the dead server forwarded, resends (replica_of: the dead server) and
+  // direct pushes (replica_of 0); they are one round, applied as one step,
+  // exactly as on the dead server.
   Status MergePush(Entry& e, const KVMeta& meta,
                    const std::vector<uint64_t>& ids, const float* grads)
       REQUIRES(mu_) {
     const size_t dim = static_cast<size_t>(e.dim);
     PS_RETURN_IF_ERROR(e.table->CheckGradients(ids.data(), ids.size(), grads));
-    Entry::Round& r = e.rounds[meta.replica_of];
+    Entry::Round& r = e.round;
+    const std::pair<int, int> sender(meta.sender, meta.replica_of);
     if (!r.senders.empty() &&
         (r.clock != meta.clock || std::find(r.senders.begin(), r.senders.end(),
-                                            meta.sender) != r.senders.end())) {
-      PS_RETURN_IF_ERROR(FlushRound(&r, e.name, e.table.get()));
+                                            sender) != r.senders.end())) {
+      PS_RETURN_IF_ERROR(FlushRound(e));
     }
     r.clock = meta.clock;
-    r.senders.push_back(meta.sender);
+    r.senders.push_back(sender);
     r.ids.insert(r.ids.end(), ids.begin(), ids.end());
     r.grads.insert(r.grads.end(), grads, grads + ids.size() * dim);
     return Status::OK();
   }
 
-  // Applies every pending round of the table (they touch distinct rows:
-  // each server's data is its own keys).
+  // Applies the table's pending round, if any.
   Status FlushRound(Entry& e) REQUIRES(mu_) {
-    Status first;
-    for (auto& r : e.rounds) {
-      Status s = FlushRound(&r.second, e.name, e.table.get());
-      if (first.ok()) first = s;
-    }
-    return first;
-  }
-  Status FlushRound(Entry::Round* r, const std::string& name,
-                    model::EmbeddingTable* table) REQUIRES(mu_) {
-    if (r->senders.empty()) return Status::OK();
+    Entry::Round& r = e.round;
+    if (r.senders.empty()) return Status::OK();
     Status s =
-        table->ApplyGradients(r->ids.data(), r->ids.size(), r->grads.data());
+        e.table->ApplyGradients(r.ids.data(), r.ids.size(), r.grads.data());
     if (!s.ok()) {
-      LOG(ERROR) << "'" << name << "': a round of " << r->senders.size()
+      LOG(ERROR) << "'" << e.name << "': a round of " << r.senders.size()
                  << " pushes was not applied: " << s;
     }
-    *r = Entry::Round();
+    r = Entry::Round();
     return s;
+  }
+
+  // Checkpoint shards are per server rank (ShardPath). After a failover an
+  // heir holds a dead server's rows beside its own and nobody has the dead
+  // rank: a save would write a checkpoint that no cluster of this size can
+  // load, and a load would leave the dead rank's shard out. Both are
+  // refused, clearly, until a replacement server has joined.
+  Status CheckWholeRing(const char* what) const {
+    Node* node = postoffice_->node();
+    std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
+    if (!ring || ring->num_servers() >= postoffice_->num_servers()) {
+      return Status::OK();
+    }
+    return Status::Unavailable(
+        std::string("model ") + what + " refused: " +
+        std::to_string(postoffice_->num_servers() - ring->num_servers()) +
+        " of " + std::to_string(postoffice_->num_servers()) +
+        " servers failed over (ring epoch " + std::to_string(ring->epoch()) +
+        ") and checkpoint shards are per server rank");
   }
 
   std::string ShardPath(const std::string& dir) const {
@@ -389,6 +412,7 @@ class ModelServer::Impl {
   // Save, Load and registrations all run on the control app's thread, so
   // the tables and their specs stay put until the save ends.
   Status Save(const std::string& dir) {
+    PS_RETURN_IF_ERROR(CheckWholeRing("save"));
     model::ModelShard head;
     std::vector<std::pair<uint32_t, const Entry*>> saving;
     {
@@ -477,6 +501,7 @@ class ModelServer::Impl {
   // (once every server staged its shard) swaps them in, so a load refused
   // by any server changes nothing anywhere.
   Status Load(const std::string& dir) {
+    PS_RETURN_IF_ERROR(CheckWholeRing("load"));
     auto shard = model::ReadCheckpoint(ShardPath(dir));
     if (!shard.ok()) return shard.status();
     MutexLock lock(&mu_);

@@ -12,15 +12,24 @@
 // table and Adam on the dense parameter by default). The gradients depend
 // on the pulled parameters through the sigmoid, so any pull that saw a state
 // other than "every earlier iteration, nothing of this one" shows.
+//
+// The failover test (model_failover_test.py) runs it undisturbed and with
+// each server in turn killed mid-run, and compares the final parameters
+// worker 0 writes to --out: bitwise under bsp. Under asp and ssp the order
+// of pushes varies from run to run; --sign_grads makes the training
+// independent of that order (gradients of +-1/64 by label, exact in float,
+// zero initial values and sgd), so that those runs must agree bitwise too.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -39,6 +48,15 @@ DEFINE_string(table_optimizer, "adagrad(lr=0.1)", "the table's optimizer");
 DEFINE_string(dense_optimizer, "adam(lr=0.01)",
               "the dense parameter's optimizer");
 DEFINE_double(tolerance, 1e-6, "largest allowed difference");
+DEFINE_bool(replay, true,
+            "worker 0 checks the parameters against a one-process replay");
+DEFINE_bool(sign_grads, false,
+            "order-independent gradients: -1/64 for label 1, +1/64 for 0, "
+            "and zero initial values (with sgd, sums exact in float)");
+DEFINE_string(out, "",
+              "worker 0 writes the final parameters here: raw floats, the "
+              "rows of every trained id in id order, then the dense values");
+DEFINE_int32(pace_ms, 0, "a pause per iteration (the failover test's kill)");
 
 namespace {
 
@@ -46,7 +64,8 @@ constexpr int kDim = 8;
 constexpr int kIdsPerExample = 5;
 constexpr int kDistinct = 600;
 constexpr size_t kDense = 40000;  // three chunks of 16384 floats
-constexpr char kInit[] = "normal(0,0.1)";
+
+const char* Init() { return FLAGS_sign_grads ? "zeros" : "normal(0,0.1)"; }
 
 // A bijective 64-bit mix.
 uint64_t Mix(uint64_t x) { return ps::Fmix64(x); }
@@ -74,7 +93,9 @@ std::vector<Example> Batch(int w, int it) {
   return batch;
 }
 
-const float kMix[kDim] = {1.0f, -0.5f, 0.25f, 0.75f, -1.0f, 0.5f, -0.25f, 0.1f};
+// Powers of two and their small multiples: exact products (--sign_grads).
+const float kMix[kDim] = {1.0f,  -0.5f, 0.25f,  0.75f,
+                          -1.0f, 0.5f,  -0.25f, 0.125f};
 
 size_t DenseIndex(uint64_t id) { return Mix(id ^ 0x5bd1e995) % kDense; }
 
@@ -92,7 +113,10 @@ void Gradients(const std::vector<Example>& batch, const float* rows,
       for (int j = 0; j < kDim; ++j) z += r[j] * kMix[j];
       z += dense[DenseIndex(batch[e].ids[i])];
     }
-    const double g = (1.0 / (1.0 + std::exp(-z)) - batch[e].label) / scale;
+    const double g =
+        FLAGS_sign_grads
+            ? (batch[e].label > 0 ? -1.0 : 1.0) / 64
+            : (1.0 / (1.0 + std::exp(-z)) - batch[e].label) / scale;
     for (int i = 0; i < kIdsPerExample; ++i) {
       float* gr = row_grads->data() + (e * kIdsPerExample + i) * kDim;
       for (int j = 0; j < kDim; ++j) gr[j] = static_cast<float>(g * kMix[j]);
@@ -110,6 +134,7 @@ std::vector<uint64_t> Ids(const std::vector<Example>& batch) {
 
 std::vector<float> InitialDense() {
   std::vector<float> d(kDense);
+  if (FLAGS_sign_grads) return d;
   for (size_t i = 0; i < kDense; ++i) d[i] = 0.05f * std::sin(0.37 * i);
   return d;
 }
@@ -124,7 +149,7 @@ void Check(const ps::Status& s, const char* what) {
 class Replay {
  public:
   Replay() {
-    auto init = ps::model::Initializer::Parse(kInit);
+    auto init = ps::model::Initializer::Parse(Init());
     CHECK(init.ok()) << init.status();
     rows_ = Table("emb", kDim, *init, FLAGS_table_optimizer);
     auto zeros = ps::model::Initializer::Parse("zeros");
@@ -205,12 +230,36 @@ class Replay {
   std::vector<uint64_t> seen_;
 };
 
+// Every id the workers train, sorted.
+std::vector<uint64_t> TrainedIds(int workers) {
+  std::vector<uint64_t> all;
+  for (int it = 0; it < FLAGS_iterations; ++it) {
+    for (int w = 0; w < workers; ++w) {
+      std::vector<uint64_t> ids = Ids(Batch(w, it));
+      all.insert(all.end(), ids.begin(), ids.end());
+    }
+  }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  return all;
+}
+
+bool WriteParameters(const std::string& path, const std::vector<float>& rows,
+                     const std::vector<float>& dense) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  bool ok =
+      std::fwrite(rows.data(), sizeof(float), rows.size(), f) == rows.size() &&
+      std::fwrite(dense.data(), sizeof(float), dense.size(), f) == dense.size();
+  return std::fclose(f) == 0 && ok;
+}
+
 int RunWorker() {
   const int rank = ps::MyRank();
   const int workers = ps::NumWorkers();
   ps::ModelClient client;
   Check(client.RegisterTable(
-            {"emb", kDim, kInit, FLAGS_table_optimizer, FLAGS_consistency}),
+            {"emb", kDim, Init(), FLAGS_table_optimizer, FLAGS_consistency}),
         "register emb");
   Check(client.RegisterDense({"dense",
                               {static_cast<int64_t>(kDense)},
@@ -233,17 +282,32 @@ int RunWorker() {
     for (const auto& g : dense_grads) dg[g.first] = g.second;
     Check(client.Push({{"dense", dg}}, {{"emb", ids, row_grads}}), "push");
     Check(client.Clock(), "clock");
+    std::printf("cluster_model: progress %d\n", it + 1);
+    std::fflush(stdout);
+    if (FLAGS_pace_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(FLAGS_pace_ms));
+    }
   }
-  ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup);
+  Check(ps::Postoffice::Get()->BarrierStatus(0, ps::kWorkerGroup), "barrier");
+  if (rank != 0) return 0;
   int rc = 0;
-  if (rank == 0) {
+  const std::vector<uint64_t> ids = TrainedIds(workers);
+  std::vector<float> rows, dense;
+  Check(client.PullRows("emb", ids, &rows), "final pull rows");
+  Check(client.PullDense("dense", &dense), "final pull dense");
+  if (!FLAGS_out.empty()) {
+    if (!WriteParameters(FLAGS_out, rows, dense)) {
+      std::printf("FAIL: cannot write %s\n", FLAGS_out.c_str());
+      return 1;
+    }
+    std::printf("cluster_model: wrote %zu rows and %zu dense values to %s\n",
+                ids.size(), dense.size(), FLAGS_out.c_str());
+  }
+  if (FLAGS_replay) {
     Replay replay;
     replay.Train(workers);
-    const std::vector<uint64_t>& ids = replay.ids();
-    std::vector<float> rows, dense;
-    Check(client.PullRows("emb", ids, &rows), "final pull rows");
-    Check(client.PullDense("dense", &dense), "final pull dense");
-    auto init = ps::model::Initializer::Parse(kInit);
+    CHECK(replay.ids() == ids);
+    auto init = ps::model::Initializer::Parse(Init());
     Check(init.status(), "initializer");
     double max_diff = 0, max_moved = 0;
     for (size_t p = 0; p < ids.size(); ++p) {
@@ -277,6 +341,7 @@ int RunWorker() {
       rc = 1;
     }
   }
+  std::fflush(stdout);
   return rc;
 }
 
