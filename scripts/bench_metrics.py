@@ -32,9 +32,9 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import tempfile
 import urllib.request
 
 sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
