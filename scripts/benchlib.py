@@ -323,14 +323,16 @@ def parse_callgrind_total(path):
     raise BenchError("no summary in " + path)
 
 
-def role_total(directory, role):
-    """The instructions of the one process of `role` profiled in
-    `directory` (as callgrind_wrapper names the files)."""
+def role_total(directory, role, count=1):
+    """The instructions of the `count` processes of `role` profiled in
+    `directory` (as callgrind_wrapper names the files), summed; each file
+    holds all threads of its process."""
     found = [x for x in os.listdir(directory) if x.startswith(role + ".")]
-    if len(found) != 1:
-        raise BenchError("expected one %s profile in %s, found %d" %
-                         (role, directory, len(found)))
-    return parse_callgrind_total(os.path.join(directory, found[0]))
+    if len(found) != count:
+        raise BenchError("expected %d %s profile(s) in %s, found %d" %
+                         (count, role, directory, len(found)))
+    return sum(parse_callgrind_total(os.path.join(directory, x))
+               for x in found)
 
 
 def per_request(total_n1, total_n2, n1, n2):

@@ -134,6 +134,14 @@ class FilesTest(unittest.TestCase):
             self.assertEqual(bl.role_total(tmp, "server"), 7000)
             with self.assertRaises(bl.BenchError):
                 bl.role_total(tmp, "scheduler")
+            # Two processes of a role: their sum, and only with count=2.
+            with open(os.path.join(tmp, "worker.14.out"), "w") as f:
+                f.write("events: Ir\ntotals: 1234\n")
+            self.assertEqual(bl.role_total(tmp, "worker", 2), 6234)
+            with self.assertRaises(bl.BenchError):
+                bl.role_total(tmp, "worker")
+            with self.assertRaises(bl.BenchError):
+                bl.role_total(tmp, "server", 2)
         self.assertEqual(bl.per_request(1000, 3000, 50, 150), 20)
 
     def test_callgrind_wrapper_runs_the_program_under_valgrind(self):
