@@ -47,13 +47,31 @@ def parse_args(argv):
 
 
 class Cluster:
-    def __init__(self, args, workdir):
+    """A cluster started by hand: the scheduler, then args.servers servers
+    and args.workers workers running args.program (with program_args), every
+    process's output in its own log. model_failover_test.py derives from it.
+    """
+
+    # What a worker prints as it goes (its number of pushes or iterations).
+    progress_pattern = r"cluster_failover: progress (\d+)"
+
+    def __init__(self, args, workdir, name=""):
         self.args = args
-        self.dir = workdir
+        self.name = name
+        self.dir = os.path.join(workdir, name) if name else workdir
+        if name:
+            os.mkdir(self.dir)
         self.procs = {}  # name -> Popen
         self.logs = {}
 
-    def env(self, role, extra=None):
+    def program_args(self, role):
+        del role  # The same for every role.
+        return ["--iterations=%d" % self.args.iterations]
+
+    def fail(self, what):
+        return Failure("%s: %s" % (self.name, what) if self.name else what)
+
+    def env(self, role, extra):
         e = dict(os.environ)
         e.update({
             "DMLC_ROLE": role,
@@ -64,7 +82,7 @@ class Cluster:
             "EMBER_HEARTBEAT_INTERVAL_MS": str(self.args.heartbeat_ms),
             "EMBER_HEARTBEAT_TIMEOUT_MS": str(self.args.timeout_ms),
         })
-        e.update(extra or {})
+        e.update(extra)
         return e
 
     def spawn(self, name, cmd, env):
@@ -82,7 +100,7 @@ class Cluster:
         deadline = time.monotonic() + 30
         while not (os.path.exists(port_file) and os.path.getsize(port_file)):
             if time.monotonic() > deadline:
-                raise Failure("the scheduler did not publish its port")
+                raise self.fail("the scheduler did not publish its port")
             time.sleep(0.05)
         with open(port_file) as f:
             port = f.read().strip()
@@ -90,8 +108,7 @@ class Cluster:
                             ("worker", self.args.workers)):
             for i in range(count):
                 self.spawn("%s-%d" % (role, i),
-                           [self.args.program,
-                            "--iterations=%d" % self.args.iterations],
+                           [self.args.program] + self.program_args(role),
                            self.env(role, {"DMLC_PS_ROOT_PORT": port,
                                            "EMBER_RANK_HINT": str(i)}))
 
@@ -105,17 +122,16 @@ class Cluster:
             done = 0
             for w in range(self.args.workers):
                 seen = [int(m) for m in re.findall(
-                    r"cluster_failover: progress (\d+)",
-                    self.log("worker-%d" % w))]
+                    self.progress_pattern, self.log("worker-%d" % w))]
                 done += bool(seen) and max(seen) >= at_least
             if done == self.args.workers:
                 return
             for name, p in self.procs.items():
                 if p.poll() is not None:
-                    raise Failure("%s exited (%d) before the kill"
-                                  % (name, p.returncode))
+                    raise self.fail("%s exited (%d) before the kill"
+                                    % (name, p.returncode))
             time.sleep(0.02)
-        raise Failure("the workers did not reach push %d" % at_least)
+        raise self.fail("the workers did not reach %d" % at_least)
 
     def wait_all(self, names, seconds):
         deadline = time.monotonic() + seconds
@@ -124,8 +140,8 @@ class Cluster:
             try:
                 self.procs[name].wait(timeout=max(left, 0.01))
             except subprocess.TimeoutExpired:
-                raise Failure("%s still runs %.0f s after the kill"
-                              % (name, seconds))
+                raise self.fail("%s still runs %.0f s after the kill"
+                                % (name, seconds))
 
     def stop(self):
         for p in self.procs.values():
@@ -135,7 +151,9 @@ class Cluster:
 
     def dump(self):
         for name in self.procs:
-            print("----- %s (exit %s)" % (name, self.procs[name].returncode))
+            print("----- %s%s (exit %s)" % (self.name + ": " if self.name
+                                            else "", name,
+                                            self.procs[name].returncode))
             print(self.log(name))
 
 

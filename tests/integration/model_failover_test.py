@@ -27,13 +27,13 @@ import array
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from failover_test import first_line_time  # noqa: E402
+import failover_test  # noqa: E402
+from failover_test import Failure, first_line_time  # noqa: E402
 
 
 def parse_args(argv):
@@ -57,10 +57,6 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-class Failure(Exception):
-    pass
-
-
 def program_flags(args):
     flags = ["--iterations=%d" % args.iterations,
              "--consistency=%s" % args.consistency,
@@ -75,103 +71,19 @@ def program_flags(args):
     return flags
 
 
-class Cluster:
+class Cluster(failover_test.Cluster):
+    """failover_test's cluster running cluster_model; worker 0 writes its
+    final parameters to `out`."""
+
+    progress_pattern = r"cluster_model: progress (\d+)"
+
     def __init__(self, args, workdir, name):
-        self.args = args
-        self.dir = os.path.join(workdir, name)
-        os.mkdir(self.dir)
-        self.name = name
+        super().__init__(args, workdir, name)
         self.out = os.path.join(self.dir, "parameters")
-        self.procs = {}  # name -> Popen
-        self.logs = {}
 
-    def env(self, role, extra):
-        e = dict(os.environ)
-        e.update({
-            "DMLC_ROLE": role,
-            "DMLC_NUM_SERVER": str(self.args.servers),
-            "DMLC_NUM_WORKER": str(self.args.workers),
-            "DMLC_PS_ROOT_URI": "127.0.0.1",
-            "EMBER_REPLICAS": "1",
-            "EMBER_HEARTBEAT_INTERVAL_MS": str(self.args.heartbeat_ms),
-            "EMBER_HEARTBEAT_TIMEOUT_MS": str(self.args.timeout_ms),
-        })
-        e.update(extra)
-        return e
-
-    def spawn(self, name, cmd, env):
-        path = os.path.join(self.dir, name + ".log")
-        self.logs[name] = path
-        with open(path, "wb") as out:
-            self.procs[name] = subprocess.Popen(
-                cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-    def start(self):
-        port_file = os.path.join(self.dir, "port")
-        self.spawn("scheduler", [self.args.scheduler],
-                   self.env("scheduler", {"DMLC_PS_ROOT_PORT": "0",
-                                          "EMBER_PORT_FILE": port_file}))
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(port_file) and os.path.getsize(port_file)):
-            if time.monotonic() > deadline:
-                raise Failure("%s: the scheduler did not publish its port"
-                              % self.name)
-            time.sleep(0.05)
-        with open(port_file) as f:
-            port = f.read().strip()
-        flags = program_flags(self.args)
-        for role, count in (("server", self.args.servers),
-                            ("worker", self.args.workers)):
-            for i in range(count):
-                extra = flags + (["--out=" + self.out]
-                                 if role == "worker" else [])
-                self.spawn("%s-%d" % (role, i), [self.args.program] + extra,
-                           self.env(role, {"DMLC_PS_ROOT_PORT": port,
-                                           "EMBER_RANK_HINT": str(i)}))
-
-    def log(self, name):
-        with open(self.logs[name], errors="replace") as f:
-            return f.read()
-
-    def wait_progress(self, at_least, seconds):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            done = 0
-            for w in range(self.args.workers):
-                seen = re.findall(r"cluster_model: progress (\d+)",
-                                  self.log("worker-%d" % w))
-                done += bool(seen) and int(seen[-1]) >= at_least
-            if done == self.args.workers:
-                return
-            for name, p in self.procs.items():
-                if p.poll() is not None:
-                    raise Failure("%s: %s exited (%d) before the kill"
-                                  % (self.name, name, p.returncode))
-            time.sleep(0.01)
-        raise Failure("%s: the workers did not reach iteration %d"
-                      % (self.name, at_least))
-
-    def wait_all(self, names, seconds):
-        deadline = time.monotonic() + seconds
-        for name in names:
-            left = deadline - time.monotonic()
-            try:
-                self.procs[name].wait(timeout=max(left, 0.01))
-            except subprocess.TimeoutExpired:
-                raise Failure("%s: %s still runs after %.0f s"
-                              % (self.name, name, seconds))
-
-    def stop(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-    def dump(self):
-        for name in self.procs:
-            print("----- %s: %s (exit %s)"
-                  % (self.name, name, self.procs[name].returncode))
-            print(self.log(name))
+    def program_args(self, role):
+        return program_flags(self.args) + (["--out=" + self.out]
+                                           if role == "worker" else [])
 
 
 def run_cluster(args, cluster, victim):
