@@ -18,9 +18,11 @@
 #define PS_KV_APP_H_
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -258,6 +260,9 @@ struct KVMeta {
 };
 
 template <typename Val>
+struct KVServerDefaultHandle;
+
+template <typename Val>
 class KVServer : public SimpleApp {
  public:
   // `postoffice` null: the default node. Requests are held until
@@ -293,11 +298,46 @@ class KVServer : public SimpleApp {
   // must call Response once per request (now or later, from any thread).
   void set_request_handle(const ReqHandle& request_handle) {
     CHECK(request_handle) << "invalid request handle";
+    KVServerDefaultHandle<Val>* store = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       request_handle_ = std::make_shared<ReqHandle>(request_handle);
+      store = request_handle_->template target<KVServerDefaultHandle<Val>>();
+    }
+    if (store != nullptr) {
+      // Its state can be copied (set_state_handle).
+      set_state_handle(
+          [store](const std::function<bool(Key)>& want, size_t max_bytes,
+                  std::vector<std::string>* chunks) {
+            return store->DumpState(want, max_bytes, chunks);
+          },
+          [store](const char* data, size_t size) {
+            return store->LoadState(data, size);
+          });
     }
     EnableDelivery();
+  }
+
+  // Ember: how the handle's state is copied to another server, so that
+  // after a server dies the cluster can make a new copy of its data and
+  // survive a further death (docs/replication.md, "Restoring copies").
+  // `dump(want, max_bytes, chunks)` appends the state of every key for
+  // which want(key) holds, as chunks of about max_bytes; `load(data,
+  // size)` applies one chunk that dump made on another server, replacing
+  // what the handle holds for its keys, and must refuse malformed bytes
+  // with an error. Both run on the app thread between requests, like the
+  // request handle. set_request_handle(KVServerDefaultHandle<Val>()) sets
+  // them itself; a handle without them keeps working, but copies of its
+  // data are not restored after a failover (logged).
+  using StateDump =
+      std::function<Status(const std::function<bool(Key)>& want,
+                           size_t max_bytes, std::vector<std::string>* chunks)>;
+  using StateLoad = std::function<Status(const char* data, size_t size)>;
+  void set_state_handle(StateDump dump, StateLoad load) {
+    StateHooks hooks;
+    hooks.dump = std::move(dump);
+    hooks.load = std::move(load);
+    core_->set_state_hooks(std::move(hooks));
   }
 
   void Response(const KVMeta& req, const KVPairs<Val>& res = KVPairs<Val>()) {
@@ -450,6 +490,39 @@ struct KVServerDefaultHandle {
       }
     }
     server->Response(req_meta, res);
+  }
+
+  // Ember: the store's state, for copies on other servers (see
+  // KVServer::set_state_handle). Keys in ascending order.
+  Status DumpState(const std::function<bool(Key)>& want, size_t max_bytes,
+                   std::vector<std::string>* chunks) const {
+    std::vector<Key> keys;
+    for (const auto& kv : store) {
+      if (want(kv.first)) keys.push_back(kv.first);
+    }
+    std::sort(keys.begin(), keys.end());
+    internal::StoreChunkWriter writer(sizeof(Val));
+    for (Key key : keys) {
+      const std::vector<Val>& v = store.at(key);
+      writer.Add(key, v.data(), static_cast<uint32_t>(v.size()));
+      if (writer.bytes() >= max_bytes) chunks->push_back(writer.Finish());
+    }
+    if (writer.keys() > 0) chunks->push_back(writer.Finish());
+    return Status::OK();
+  }
+  Status LoadState(const char* data, size_t size) {
+    std::vector<Key> keys;
+    std::vector<uint32_t> counts;
+    const char* values = nullptr;
+    PS_RETURN_IF_ERROR(internal::ParseStoreChunk(data, size, sizeof(Val), &keys,
+                                                 &counts, &values));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::vector<Val>& v = store[keys[i]];
+      v.resize(counts[i]);
+      if (counts[i] > 0) std::memcpy(v.data(), values, counts[i] * sizeof(Val));
+      values += counts[i] * sizeof(Val);
+    }
+    return Status::OK();
   }
 
   std::unordered_map<Key, std::vector<Val>> store;

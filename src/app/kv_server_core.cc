@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -42,8 +43,12 @@ class KVServerCore::Impl {
     app_->set_watch_handler([this](int64_t ms) { LogLongWaits(ms); });
     app_->set_failover_handler(
         [this](int dead, const Status&) { OnFailover(dead); });
+    app_->node()->AddStateApp(app_->app_id());
+    MutexLock lock(&mu_);
+    synced_ring_ = app_->node()->key_ring();
   }
   ~Impl() {
+    app_->node()->RemoveStateApp(app_->app_id());
     app_->node()->metrics()->RemoveCollector(collector_);
     app_->set_kv_handler(nullptr, nullptr);
     app_->set_peer_failure_handler(nullptr);
@@ -75,6 +80,11 @@ class KVServerCore::Impl {
   ConsistencyStats stats() const {
     MutexLock lock(&mu_);
     return controller_ ? controller_->stats() : ConsistencyStats();
+  }
+
+  void set_state_hooks(StateHooks hooks) {
+    MutexLock lock(&mu_);
+    hooks_ = std::move(hooks);
   }
 
   void Respond(int cmd, bool push, bool pull, int sender, int timestamp,
@@ -264,7 +274,15 @@ class KVServerCore::Impl {
 
   void Process(Message& msg) {
     if (!msg.meta.request) {
-      if (msg.meta.replica_of != 0) OnReplicaAck(msg.meta);
+      if (msg.meta.state_copy != 0) {
+        OnStateAck(msg.meta);
+      } else if (msg.meta.replica_of != 0) {
+        OnReplicaAck(msg.meta);
+      }
+      return;
+    }
+    if (msg.meta.state_copy != 0) {
+      LoadCopy(msg);
       return;
     }
     if (msg.meta.clock_tick) {
@@ -345,6 +363,7 @@ class KVServerCore::Impl {
     int reply_ts = 0;
     int resend_for = 0;     // echoed to the worker
     int replica_of = 0;     // a copy: its acknowledgement says whose data
+    int origin_ts = 0;      // the worker's timestamp
     std::vector<int> owed;  // servers yet to acknowledge their copy
     bool answered = false;  // the handle has answered
     // The handle's answer, held until every copy is acknowledged.
@@ -409,31 +428,18 @@ class KVServerCore::Impl {
     local.resend_for = copy ? 0 : meta.resend_for;
     local.replica_of = copy ? meta.replica_of : 0;
     const int origin_ts = req->timestamp;
+    local.origin_ts = req->timestamp;
     int ts = 0;
     {
       MutexLock lock(&mu_);
-      do {
-        next_local_ = (next_local_ + 1) & 0x3fffffff;
-        ts = -1 - next_local_;
-      } while (locals_.count(ts));
+      ts = NewLocalTsLocked();
       local.owed = targets;
       locals_.emplace(ts, std::move(local));
     }
     std::vector<int> unsent;
+    req->origin_timestamp = origin_ts;
     for (int t : targets) {
-      Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
-                             /*request=*/true);
-      m.meta.push = true;
-      m.meta.cmd = req->cmd;
-      m.meta.clock = req->clock;
-      m.meta.value_bytes = static_cast<int>(value_bytes_);
-      m.meta.replica_of = whose;
-      m.meta.origin_sender = req->sender;
-      m.meta.origin_customer = req->customer_id;
-      m.meta.origin_timestamp = origin_ts;
-      m.meta.done_below = meta.done_below;
-      AddKVFrames(req->kvs, &m);
-      Status st = app_->node()->Send(std::move(m));
+      Status st = ForwardCopy(t, ts, whose, *req, meta.done_below);
       if (!st.ok()) {
         LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
                      << st;
@@ -444,6 +450,35 @@ class KVServerCore::Impl {
     copies_sent_->Add(targets.size() - unsent.size());
     req->timestamp = ts;
     return true;
+  }
+
+  // Sends target `t` a copy of push `req` (its origin_timestamp set) of the
+  // data of server `whose`, under local timestamp `ts`.
+  Status ForwardCopy(int t, int ts, int whose, const RawRequest& req,
+                     int64_t done_below) {
+    Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
+                           /*request=*/true);
+    m.meta.push = true;
+    m.meta.cmd = req.cmd;
+    m.meta.clock = req.clock;
+    m.meta.value_bytes = static_cast<int>(value_bytes_);
+    m.meta.replica_of = whose;
+    m.meta.origin_sender = req.sender;
+    m.meta.origin_customer = req.customer_id;
+    m.meta.origin_timestamp = req.origin_timestamp;
+    m.meta.done_below = done_below;
+    AddKVFrames(req.kvs, &m);
+    return app_->node()->Send(std::move(m));
+  }
+
+  // A local timestamp no request in locals_ or copies_ holds.
+  int NewLocalTsLocked() REQUIRES(mu_) {
+    int ts = 0;
+    do {
+      next_local_ = (next_local_ + 1) & 0x3fffffff;
+      ts = -1 - next_local_;
+    } while (locals_.count(ts) || copies_.count(ts));
+    return ts;
   }
 
   // ring->ReplicaTargets(me), kept per ring (rings are immutable).
@@ -507,6 +542,7 @@ class KVServerCore::Impl {
     m.meta.push = true;
     m.meta.cmd = meta.cmd;
     m.meta.replica_of = meta.replica_of;
+    m.meta.state_copy = meta.state_copy;
     if (!status.ok()) {
       m.meta.status_code = static_cast<int>(status.code());
       m.meta.status_message = status.message();
@@ -563,6 +599,226 @@ class KVServerCore::Impl {
       }
     }
     for (int ts : owed_by_dead) Acknowledged(ts, dead, Status::OK());
+    {
+      // Copies of this server's state to the dead server are void.
+      MutexLock lock(&mu_);
+      for (auto it = copies_.begin(); it != copies_.end();) {
+        it = it->second.target == dead ? copies_.erase(it) : std::next(it);
+      }
+    }
+    RestoreCopies();
+  }
+
+  // --- Restoring copies (docs/replication.md, "Restoring copies").
+  //
+  // After a failover a server's data may have fewer than k whole copies:
+  // the dead server held some, and the heir's data grew by the dead
+  // server's. Each server compares its replica targets and ranges under
+  // the new ring with those under which its copies were last whole, and
+  // sends each target that lacks a whole copy its state: the handle's
+  // state in chunks (StateHooks), then copies of the pushes it has
+  // acknowledged but not yet applied (bsp), then its dedup entries. Pushes
+  // go on meanwhile: from the switch of the ring on, every push is
+  // forwarded to the new targets too, and the messages from one server to
+  // another arrive in the order they were sent, so a target applies the
+  // state and then every later push. Once every chunk is acknowledged, the
+  // node tells the scheduler, which counts the target as a holder again.
+
+  struct Copy {
+    int target = 0;
+    uint64_t epoch = 0;
+    size_t outstanding = 0;  // chunks yet to be acknowledged
+    Status status;
+  };
+
+  // On the customer thread, after the ring changed.
+  void RestoreCopies() {
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    const int me = app_->node()->my_id();
+    if (!ring || ring->replicas() == 0 || ring->IndexOf(me) < 0) return;
+    std::shared_ptr<const KeyRing> synced;
+    StateHooks hooks;
+    {
+      MutexLock lock(&mu_);
+      synced = synced_ring_;
+      synced_ring_ = ring;
+      hooks = hooks_;
+    }
+    if (synced == ring) return;
+    std::vector<int> had;
+    bool same_ranges = false;
+    if (synced && synced->IndexOf(me) >= 0) {
+      had = synced->ReplicaTargets(me);
+      const std::vector<Range> before = synced->RangesOf(synced->IndexOf(me));
+      const std::vector<Range> now = ring->RangesOf(ring->IndexOf(me));
+      same_ranges = before.size() == now.size();
+      for (size_t i = 0; same_ranges && i < now.size(); ++i) {
+        same_ranges = before[i].begin() == now[i].begin() &&
+                      before[i].end() == now[i].end();
+      }
+    }
+    std::vector<int> need;
+    for (int t : ring->ReplicaTargets(me)) {
+      if (!same_ranges || std::find(had.begin(), had.end(), t) == had.end()) {
+        need.push_back(t);
+      }
+    }
+    if (need.empty()) return;
+    const std::string app = "server app " + std::to_string(app_->app_id());
+    if (!hooks.dump) {
+      LOG(ERROR) << app
+                 << ": its request handle has no state handle "
+                    "(KVServer::set_state_handle), so no new copy of this "
+                    "server's data can be made; the death of this server "
+                    "would end the run";
+      return;
+    }
+    std::vector<std::string> chunks;
+    Status s = hooks.dump([&ring, me](Key k) { return ring->Owner(k) == me; },
+                          kCopyChunkBytes, &chunks);
+    if (!s.ok()) {
+      LOG(ERROR) << app << ": cannot read its state to copy it: " << s;
+      return;
+    }
+    // The dedup entries of this server's data: its own and those of the
+    // dead servers it took over (no longer on the ring).
+    std::vector<int> dedup;
+    std::vector<RawRequest> deferred;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& e : applied_) {
+        for (const auto& tw : e.second) {
+          if (tw.second != me && ring->IndexOf(tw.second) >= 0) continue;
+          dedup.insert(dedup.end(),
+                       {e.first.first, e.first.second, tw.first, tw.second});
+        }
+      }
+      if (controller_) deferred = controller_->DeferredPushes();
+    }
+    size_t bytes = 0;
+    for (const std::string& c : chunks) bytes += c.size();
+    for (int t : need) {
+      int ts = 0;
+      {
+        MutexLock lock(&mu_);
+        ts = NewLocalTsLocked();
+        Copy& c = copies_[ts];
+        c.target = t;
+        c.epoch = ring->epoch();
+        c.outstanding = chunks.size() + 1;
+      }
+      Status st;
+      for (const std::string& chunk : chunks) {
+        if (st.ok()) st = SendState(t, ts, 1, chunk.data(), chunk.size());
+      }
+      for (const RawRequest& r : deferred) {
+        const int whose = r.replica_of != 0 ? r.replica_of : me;
+        if (!st.ok() || (whose != me && ring->IndexOf(whose) >= 0)) continue;
+        st = ForwardCopy(t, ts, whose, r, 0);
+      }
+      if (st.ok()) {
+        st = SendState(t, ts, 2, reinterpret_cast<const char*>(dedup.data()),
+                       dedup.size() * sizeof(int));
+      }
+      if (!st.ok()) {
+        LOG(ERROR) << app << ": copy of this server's data to node " << t
+                   << " failed: " << st;
+        MutexLock lock(&mu_);
+        copies_.erase(ts);
+        continue;
+      }
+      LOG(INFO) << app << ": copying this server's data to node " << t
+                << " for ring epoch " << ring->epoch() << " (" << chunks.size()
+                << " chunk(s), " << bytes << " bytes, " << deferred.size()
+                << " deferred push(es), " << dedup.size() / 4
+                << " dedup entries)";
+    }
+  }
+
+  // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries.
+  Status SendState(int t, int ts, int kind, const char* data, size_t size) {
+    Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
+                           /*request=*/true);
+    m.meta.push = true;
+    m.meta.state_copy = kind;
+    m.meta.replica_of = app_->node()->my_id();
+    m.meta.value_bytes = static_cast<int>(value_bytes_);
+    SArray<char> frame(size);
+    if (size > 0) std::memcpy(frame.data(), data, size);
+    m.AddData(frame);
+    return app_->node()->Send(std::move(m));
+  }
+
+  // A message of a copy of another server's state (RestoreCopies).
+  void LoadCopy(const Message& msg) {
+    Status s;
+    StateHooks hooks;
+    {
+      MutexLock lock(&mu_);
+      hooks = hooks_;
+    }
+    if (msg.data.size() != 1) {
+      s = Status::Corruption("a state copy of " +
+                             std::to_string(msg.data.size()) + " frames");
+    } else if (msg.meta.state_copy == 1) {
+      if (!hooks.load) {
+        s = Status::Unavailable(
+            "this server's request handle has no state handle "
+            "(KVServer::set_state_handle): it cannot hold a copy of another "
+            "server's data");
+      } else {
+        s = hooks.load(msg.data[0].data(), msg.data[0].size());
+      }
+    } else if (msg.data[0].size() % (4 * sizeof(int)) != 0) {
+      s = Status::Corruption("dedup entries of " +
+                             std::to_string(msg.data[0].size()) + " bytes");
+    } else {
+      const size_t n = msg.data[0].size() / sizeof(int);
+      std::vector<int> e(n);
+      if (n > 0) std::memcpy(e.data(), msg.data[0].data(), n * sizeof(int));
+      MutexLock lock(&mu_);
+      for (size_t i = 0; i + 3 < n; i += 4) {
+        auto& seen = applied_[std::make_pair(e[i], e[i + 1])];
+        seen.emplace(e[i + 2], e[i + 3]);
+        if (seen.size() > kMaxApplied) seen.erase(seen.begin());
+      }
+    }
+    if (!s.ok()) {
+      uint64_t left_out = 0;
+      if (reject_log_.Allow("copy " + std::to_string(msg.meta.sender),
+                            Clock::Real()->NowMs(), &left_out)) {
+        LOG(ERROR) << "refusing a copy of the state of node " << msg.meta.sender
+                   << ": " << s << LogLimiter::Since(left_out);
+      }
+    }
+    SendAck(msg.meta, s);
+  }
+
+  void OnStateAck(const Meta& meta) {
+    Copy done;
+    {
+      MutexLock lock(&mu_);
+      auto it = copies_.find(meta.timestamp);
+      if (it == copies_.end() || it->second.target != meta.sender) return;
+      Copy& c = it->second;
+      if (meta.status_code != 0 && c.status.ok()) {
+        c.status = Status(static_cast<Status::Code>(meta.status_code),
+                          meta.status_message);
+      }
+      if (--c.outstanding > 0) return;
+      done = c;
+      copies_.erase(it);
+    }
+    const std::string app = "server app " + std::to_string(app_->app_id());
+    if (!done.status.ok()) {
+      LOG(ERROR) << app << ": node " << done.target
+                 << " refused the copy of this server's data: " << done.status;
+      return;
+    }
+    LOG(INFO) << app << ": node " << done.target
+              << " holds a whole copy of this server's data (ring epoch "
+              << done.epoch << ")";
+    app_->node()->StateCopied(app_->app_id(), done.target, done.epoch);
   }
 
   AppImpl* const app_;
@@ -598,6 +854,13 @@ class KVServerCore::Impl {
   int next_local_ GUARDED_BY(mu_) = 0;
   std::map<std::pair<int, int>, std::set<std::pair<int, int>>> applied_
       GUARDED_BY(mu_);
+  // Restoring copies: how the handle's state is read and written, the
+  // ring under which the copies of this server's data were last whole, and
+  // the copies under way by local timestamp.
+  static constexpr size_t kCopyChunkBytes = 4 << 20;
+  StateHooks hooks_ GUARDED_BY(mu_);
+  std::shared_ptr<const KeyRing> synced_ring_ GUARDED_BY(mu_);
+  std::map<int, Copy> copies_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
   int targets_me_ GUARDED_BY(mu_) = 0;
   std::vector<int> targets_ GUARDED_BY(mu_);
@@ -622,6 +885,10 @@ void KVServerCore::Respond(int cmd, bool push, bool pull, int sender,
                            int timestamp, int customer_id, const RawKVs& res,
                            const Status& error) {
   impl_->Respond(cmd, push, pull, sender, timestamp, customer_id, res, error);
+}
+
+void KVServerCore::set_state_hooks(StateHooks hooks) {
+  impl_->set_state_hooks(std::move(hooks));
 }
 
 Status KVServerCore::SetConsistency(const std::string& spec) {

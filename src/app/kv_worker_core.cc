@@ -165,7 +165,8 @@ class KVWorkerCore::Impl {
     // to resend to the heir of a server that dies before answering, and
     // whether it was resent.
     std::vector<RawKVs> kept;  // By server index; empty without replicas.
-    std::vector<bool> resent;  // By server index.
+    // By server index: the server the part was resent to (0: not resent).
+    std::vector<int> resent;
     bool push = false;
     int cmd = 0;
     int priority = 0;
@@ -540,7 +541,7 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
     // Kept for a resend to the heir of a server that dies meanwhile.
     const std::vector<int>& ids = *p.ids;
     p.kept.resize(ids.size());
-    p.resent.assign(ids.size(), false);
+    p.resent.assign(ids.size(), 0);
     for (const auto& s : slices) {
       const size_t slot =
           std::find(ids.begin(), ids.end(), s.first) - ids.begin();
@@ -576,9 +577,11 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
         const std::vector<int>& ids = *it->second.ids;
         const size_t slot =
             std::find(ids.begin(), ids.end(), s.first) - ids.begin();
-        again = slot < ids.size() && !it->second.resent[slot] &&
+        again = slot < ids.size() && it->second.resent[slot] == 0 &&
                 ResendLocked(ts, &it->second, slot, now, &resend);
-        if (!again && slot < ids.size() && it->second.resent[slot]) continue;
+        if (!again && slot < ids.size() && it->second.resent[slot] != 0) {
+          continue;
+        }
       }
       if (again && app_->node()->Send(std::move(resend)).ok()) continue;
     }
@@ -603,7 +606,7 @@ bool KVWorkerCore::Impl::ResendLocked(
   msg.meta.resend_for = (*p->ids)[slot];
   msg.meta.done_below = tracker()->OldestOpen();
   AddKVFrames(kvs, &msg);
-  p->resent[slot] = true;
+  p->resent[slot] = heir;
   resent_->Add();
   *out = std::move(msg);
   return true;
@@ -614,6 +617,10 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
   std::vector<Message> resends;
   std::vector<int> failed;
   std::vector<int> ticks;
+  // The parts sent to the dead server, and those resent to it when it
+  // took over another's keys (the tracker waits for them under the first
+  // server's id).
+  std::vector<std::pair<int, size_t>> owed;
   for (int ts : tracker()->OwedBy(dead)) {
     MutexLock lock(&mu_);
     auto it = pending_.find(ts);
@@ -623,13 +630,27 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
     }
     const std::vector<int>& ids = *it->second.ids;
     const size_t slot = std::find(ids.begin(), ids.end(), dead) - ids.begin();
-    if (slot >= ids.size()) continue;
-    if (slot < it->second.resent.size() && it->second.resent[slot]) continue;
+    if (slot >= ids.size() || it->second.resent[slot] != 0) continue;
+    owed.emplace_back(ts, slot);
+  }
+  {
+    MutexLock lock(&mu_);
+    for (const auto& p : pending_) {
+      const std::vector<int>& to = p.second.resent;
+      for (size_t slot = 0; slot < to.size(); ++slot) {
+        if (to[slot] == dead) owed.emplace_back(p.first, slot);
+      }
+    }
+  }
+  for (const auto& o : owed) {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(o.first);
+    if (it == pending_.end()) continue;
     Message msg;
-    if (ring && ResendLocked(ts, &it->second, slot, ring, &msg)) {
+    if (ring && ResendLocked(o.first, &it->second, o.second, ring, &msg)) {
       resends.push_back(std::move(msg));
     } else {
-      failed.push_back(ts);
+      failed.push_back(o.first);
     }
   }
   for (int ts : ticks) tracker()->OnResponse(ts, dead, Status::OK());

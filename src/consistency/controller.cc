@@ -381,6 +381,13 @@ void ConsistencyController::Progress() {
   stats_.min_clock = min == ConsistencyConfig::kUnbounded ? 0 : min;
 }
 
+std::vector<RawRequest> ConsistencyController::DeferredPushes() const {
+  std::vector<RawRequest> out;
+  out.reserve(pushes_.size());
+  for (const PendingPush& p : pushes_) out.push_back(p.request);
+  return out;
+}
+
 ConsistencyStats ConsistencyController::stats() const {
   MutexLock lock(&stats_mu_);
   ConsistencyStats s = stats_;

@@ -71,6 +71,11 @@ class ConsistencyController {
   std::vector<std::string> DescribeLongWaits(int64_t older_than_ms,
                                              size_t max = 5) const;
 
+  // bsp: the pushes acknowledged but not yet applied, in the order they
+  // will be applied (copies of them go to a server that is to hold this
+  // server's data, docs/replication.md).
+  std::vector<RawRequest> DeferredPushes() const;
+
   // Thread-safe.
   ConsistencyStats stats() const;
 

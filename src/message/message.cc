@@ -24,10 +24,10 @@ const char* RoleName(Role role) {
 }
 
 const char* ControlName(Control control) {
-  // In the order of the enum's values, 0 to 7.
+  // In the order of the enum's values, 0 to 8.
   static const char* const kNames[] = {"none",    "join",      "node_table",
                                        "barrier", "heartbeat", "node_failed",
-                                       "abort",   "leave"};
+                                       "abort",   "leave",     "replica_ready"};
   return NameOf(control, kNames);
 }
 
@@ -66,6 +66,7 @@ std::string Meta::DebugString() const {
          << origin_customer << "/" << origin_timestamp;
     }
     if (resend_for != 0) os << " resend_for=" << resend_for;
+    if (state_copy != 0) os << " state_copy=" << state_copy;
   }
   os << "}";
   return os.str();
@@ -157,6 +158,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
   p.set_origin_timestamp(meta.origin_timestamp);
   p.set_resend_for(meta.resend_for);
   p.set_done_below(meta.done_below);
+  p.set_state_copy(meta.state_copy);
   if (!meta.status_message.empty()) {
     p.set_status_message(meta.status_message);
   }
@@ -171,6 +173,8 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (!meta.process_key.empty()) c->set_process_key(meta.process_key);
     if (!meta.run_key.empty()) c->set_run_key(meta.run_key);
     if (!meta.cluster_token.empty()) c->set_cluster_token(meta.cluster_token);
+    c->set_holder(meta.holder);
+    c->set_holder_epoch(meta.holder_epoch);
     if (meta.ring.epoch != 0) {
       pb::RingPb* r = c->mutable_ring();
       r->set_epoch(meta.ring.epoch);
@@ -220,9 +224,11 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->origin_timestamp = p.origin_timestamp();
   meta->resend_for = p.resend_for();
   meta->done_below = p.done_below();
+  meta->state_copy = p.state_copy();
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
-      meta->resend_for < 0 || meta->done_below < 0) {
+      meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
+      meta->state_copy > 2) {
     return Status::Corruption(
         "message header with a negative replication "
         "field");
@@ -235,7 +241,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
-        c.cmd() > static_cast<int>(Control::kLeave)) {
+        c.cmd() > static_cast<int>(Control::kReplicaReady)) {
       return Status::Corruption("unknown control command " +
                                 std::to_string(c.cmd()));
     }
@@ -251,6 +257,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->process_key = c.process_key();
     meta->run_key = c.run_key();
     meta->cluster_token = c.cluster_token();
+    meta->holder = c.holder();
+    meta->holder_epoch = c.holder_epoch();
     meta->ring.epoch = c.ring().epoch();
     meta->ring.placement = c.ring().placement();
     meta->ring.server_ids.assign(c.ring().server_ids().begin(),

@@ -30,6 +30,8 @@ enum class Control : int {
   kNodeFailed = 5,  // scheduler -> nodes: a node was declared dead
   kAbort = 6,       // scheduler -> nodes: the cluster cannot go on
   kLeave = 7,       // node -> scheduler: orderly exit after Finalize
+  // server -> scheduler: `holder` now holds a whole copy of my data
+  kReplicaReady = 8,
 };
 
 const char* ControlName(Control control);
@@ -103,6 +105,9 @@ struct Meta {
   // Every request of the sender's customer below this timestamp is
   // complete (lets a server forget what it deduplicates).
   int64_t done_below = 0;
+  // A copy of a server's state (docs/replication.md): 1 the application's
+  // state, 2 the dedup entries; 0 none.
+  int state_copy = 0;
 
   // Non-ok only in a response whose request failed on the receiver.
   int status_code = 0;
@@ -119,6 +124,10 @@ struct Meta {
   std::string process_key;    // kJoin: the joining process's key
   std::string run_key;        // kNodeTable: the run's key
   std::string cluster_token;  // kJoin: EMBER_CLUSTER_TOKEN
+  // kReplicaReady: who holds a whole copy of the sender's data, as of
+  // which ring epoch.
+  int holder = kEmpty;
+  uint64_t holder_epoch = 0;
 
   std::string DebugString() const;
 };

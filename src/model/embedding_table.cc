@@ -412,6 +412,22 @@ Status EmbeddingTable::InsertRow(uint64_t id, const float* weights,
   return Status::OK();
 }
 
+Status EmbeddingTable::PutRow(uint64_t id, const float* weights,
+                              const float* slots) {
+  const uint32_t row = FindRow(id);
+  if (row == kEmptyRow) return InsertRow(id, weights, slots);
+  if (snapshot_active_ && row < snapshot_rows_ && !HandedOut(row)) {
+    MarkHandedOut(row);
+    AppendRow(id, row, &preserved_);
+  }
+  float* data = RowData(row);
+  std::memcpy(data, weights, dim_ * sizeof(float));
+  if (slot_floats_ > 0) {
+    std::memcpy(data + dim_, slots, slot_floats_ * sizeof(float));
+  }
+  return Status::OK();
+}
+
 void EmbeddingTable::ForEachRow(
     const std::function<void(uint64_t id, const float* weights,
                              const float* slots)>& fn) const {

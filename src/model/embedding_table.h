@@ -102,6 +102,11 @@ class EmbeddingTable {
   // table is unchanged), kUnavailable if the table is full.
   [[nodiscard]] Status InsertRow(uint64_t id, const float* weights,
                                  const float* slots);
+  // Sets row `id` to weights[0..dim) and slots[0..SlotFloats(dim)),
+  // creating it if absent: a copy of another server's row
+  // (docs/replication.md). kUnavailable if the table is full.
+  [[nodiscard]] Status PutRow(uint64_t id, const float* weights,
+                              const float* slots);
 
   // Calls fn(id, weights, slots) once per row, in index order
   // (deterministic for a given history of calls, unrelated to ID order).

@@ -5,11 +5,13 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "model/checkpoint.h"
 #include "model/embedding_table.h"
@@ -20,6 +22,7 @@
 #include "ps/kv_app.h"
 #include "ps/model.h"
 #include "ps/ps.h"
+#include "util/coding.h"
 #include "util/mutex.h"
 
 namespace ps {
@@ -216,6 +219,14 @@ class ModelServer::Impl {
     server->set_request_handle(
         [this](const KVMeta& meta, const KVPairs<float>& data,
                KVServer<float>* s) { Handle(meta, data, s); });
+    server->set_state_handle(
+        [this, app_id](const std::function<bool(Key)>& want, size_t max_bytes,
+                       std::vector<std::string>* chunks) {
+          return DumpState(app_id, want, max_bytes, chunks);
+        },
+        [this, app_id](const char* data, size_t size) {
+          return LoadState(app_id, data, size);
+        });
     apps_[app_id] = std::move(server);
     return Status::OK();
   }
@@ -363,6 +374,217 @@ class ModelServer::Impl {
     r.senders.push_back(sender);
     r.ids.insert(r.ids.end(), ids.begin(), ids.end());
     r.grads.insert(r.grads.end(), grads, grads + ids.size() * dim);
+    return Status::OK();
+  }
+
+  // --- Copies of this server's state (docs/replication.md, "Restoring
+  // copies"). A chunk holds rows of one table (weights and optimizer
+  // slots), or the table's pending bsp round restricted to the keys copied:
+  //   magic "EMM1", table id, kind (1 rows, 2 round) as 32-bit words; then
+  //   rows:  count (64), row floats (32), the ids (64 each), the floats;
+  //   round: whose id (32), clock (64), senders (32) and their (worker,
+  //          whose) pairs (32 each), ids (64) and their ids, the gradients.
+  // Little-endian (util/coding.h).
+  static constexpr uint32_t kStateMagic = 0x314d4d45;  // "EMM1"
+
+  // The ring key of row (or dense chunk) `id` of table entry `e`.
+  static uint64_t KeyOf(const Entry& e, uint64_t id) {
+    const uint32_t tid = e.table->table_id();
+    if (!e.dense) return model::RowKey(tid, id);
+    return model::DenseKey(tid, id, (e.numel + e.dim - 1) / e.dim);
+  }
+
+  static bool InApp(const Entry& e, int app_id) {
+    auto app = model::KVAppFor(e.consistency);
+    return app.ok() && *app == app_id;
+  }
+
+  Status DumpState(int app_id, const std::function<bool(Key)>& want,
+                   size_t max_bytes, std::vector<std::string>* chunks) {
+    Node* node = postoffice_->node();
+    const int me = node ? node->my_id() : 0;
+    MutexLock lock(&mu_);
+    for (const auto& t : tables_) {
+      const Entry& e = t.second;
+      if (!InApp(e, app_id)) continue;
+      const size_t row_floats = e.dim + e.table->slot_floats();
+      std::vector<uint64_t> ids;
+      std::vector<float> floats;
+      e.table->ForEachRow([&](uint64_t id, const float* w, const float* sl) {
+        if (!want(KeyOf(e, id))) return;
+        ids.push_back(id);
+        floats.insert(floats.end(), w, w + e.dim);
+        floats.insert(floats.end(), sl, sl + e.table->slot_floats());
+        if (ids.size() * (8 + row_floats * 4) >= max_bytes) {
+          chunks->push_back(RowsChunk(t.first, row_floats, ids, floats));
+          ids.clear();
+          floats.clear();
+        }
+      });
+      if (!ids.empty()) {
+        chunks->push_back(RowsChunk(t.first, row_floats, ids, floats));
+      }
+      if (e.merge_rounds) {
+        chunks->push_back(RoundChunk(t.first, e, me, want));
+      }
+    }
+    return Status::OK();
+  }
+
+  static std::string RowsChunk(uint32_t tid, size_t row_floats,
+                               const std::vector<uint64_t>& ids,
+                               const std::vector<float>& floats) {
+    std::string c(24 + ids.size() * 8, '\0');
+    EncodeFixed32(&c[0], kStateMagic);
+    EncodeFixed32(&c[4], tid);
+    EncodeFixed32(&c[8], 1);
+    EncodeFixed64(&c[12], ids.size());
+    EncodeFixed32(&c[20], static_cast<uint32_t>(row_floats));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EncodeFixed64(&c[24 + 8 * i], ids[i]);
+    }
+    std::string f;
+    EncodeFloats(floats.data(), floats.size(), &f);
+    return c + f;
+  }
+
+  // The pending bsp round of table `e`, restricted to the keys copied.
+  static std::string RoundChunk(uint32_t tid, const Entry& e, int me,
+                                const std::function<bool(Key)>& want) {
+    const Entry::Round& r = e.round;
+    const size_t dim = e.dim;
+    std::vector<uint64_t> ids;
+    std::vector<float> grads;
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      if (!want(KeyOf(e, r.ids[i]))) continue;
+      ids.push_back(r.ids[i]);
+      grads.insert(grads.end(), r.grads.begin() + i * dim,
+                   r.grads.begin() + (i + 1) * dim);
+    }
+    std::string c(12 + 4 + 8 + 4 + r.senders.size() * 8 + 8 + ids.size() * 8,
+                  '\0');
+    char* p = &c[0];
+    EncodeFixed32(p, kStateMagic);
+    EncodeFixed32(p + 4, tid);
+    EncodeFixed32(p + 8, 2);
+    EncodeFixed32(p + 12, static_cast<uint32_t>(me));
+    EncodeFixed64(p + 16, static_cast<uint64_t>(r.clock));
+    EncodeFixed32(p + 24, static_cast<uint32_t>(r.senders.size()));
+    p += 28;
+    for (const auto& sw : r.senders) {
+      // This server's own pushes reach a copy as copies of its data.
+      EncodeFixed32(p, static_cast<uint32_t>(sw.first));
+      EncodeFixed32(p + 4,
+                    static_cast<uint32_t>(sw.second != 0 ? sw.second : me));
+      p += 8;
+    }
+    EncodeFixed64(p, ids.size());
+    p += 8;
+    for (uint64_t id : ids) {
+      EncodeFixed64(p, id);
+      p += 8;
+    }
+    std::string f;
+    EncodeFloats(grads.data(), grads.size(), &f);
+    return c + f;
+  }
+
+  Status LoadState(int app_id, const char* data, size_t size) {
+    if (size < 12 || DecodeFixed32(data) != kStateMagic) {
+      return Status::Corruption("a model state chunk without its header");
+    }
+    const uint32_t tid = DecodeFixed32(data + 4);
+    const uint32_t kind = DecodeFixed32(data + 8);
+    MutexLock lock(&mu_);
+    auto it = tables_.find(tid);
+    if (it == tables_.end() || !InApp(it->second, app_id)) {
+      return Status::NotFound("a copy of model table " + std::to_string(tid) +
+                              ", which is not registered here");
+    }
+    Entry& e = it->second;
+    if (kind == 1) return LoadRows(e, data, size);
+    if (kind == 2) return LoadRound(e, data, size);
+    return Status::Corruption("a model state chunk of kind " +
+                              std::to_string(kind));
+  }
+
+  Status LoadRows(Entry& e, const char* data, size_t size) REQUIRES(mu_) {
+    const size_t row_floats = e.dim + e.table->slot_floats();
+    if (size < 24 || DecodeFixed32(data + 20) != row_floats) {
+      return Status::Corruption("'" + e.name + "': rows of another size");
+    }
+    const uint64_t n = DecodeFixed64(data + 12);
+    const size_t per_row = 8 + row_floats * 4;
+    if (n > (size - 24) / per_row || size - 24 != n * per_row) {
+      return Status::Corruption("'" + e.name + "': " + std::to_string(n) +
+                                " rows in " + std::to_string(size) + " bytes");
+    }
+    std::vector<float> floats;
+    AppendFloats(std::string(data + 24 + n * 8, n * row_floats * 4), &floats);
+    for (uint64_t i = 0; i < n; ++i) {
+      const float* row = floats.data() + i * row_floats;
+      PS_RETURN_IF_ERROR(
+          e.table->PutRow(DecodeFixed64(data + 24 + 8 * i), row, row + e.dim));
+    }
+    return Status::OK();
+  }
+
+  // The copied round replaces what this server's round holds for the keys
+  // of the server it came from (copies of some of the same pushes).
+  Status LoadRound(Entry& e, const char* data, size_t size) REQUIRES(mu_) {
+    if (size < 28) return Status::Corruption("a short model round chunk");
+    const int whose = static_cast<int>(DecodeFixed32(data + 12));
+    const int64_t clock = static_cast<int64_t>(DecodeFixed64(data + 16));
+    const uint64_t senders = DecodeFixed32(data + 24);
+    if (senders > (size - 28) / 8 || size - 28 - senders * 8 < 8) {
+      return Status::Corruption("a model round chunk of bad size");
+    }
+    const char* p = data + 28;
+    std::vector<std::pair<int, int>> from(senders);
+    for (auto& sw : from) {
+      sw.first = static_cast<int>(DecodeFixed32(p));
+      sw.second = static_cast<int>(DecodeFixed32(p + 4));
+      p += 8;
+    }
+    const uint64_t n = DecodeFixed64(p);
+    p += 8;
+    const size_t dim = e.dim;
+    const size_t rest = size - (p - data);
+    if (n > rest / 8 || rest != n * 8 + n * dim * 4) {
+      return Status::Corruption("a model round chunk of bad size");
+    }
+    Node* node = postoffice_->node();
+    std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
+    if (!ring) return Status::Unavailable("no ring yet");
+    Entry::Round& r = e.round;
+    if (!r.senders.empty() && r.clock != clock && n > 0) {
+      PS_RETURN_IF_ERROR(FlushRound(e));
+    }
+    // Drop what this round holds of the sender's keys.
+    Entry::Round kept;
+    kept.clock = r.clock;
+    for (size_t i = 0; i < r.ids.size(); ++i) {
+      if (ring->Owner(KeyOf(e, r.ids[i])) == whose) continue;
+      kept.ids.push_back(r.ids[i]);
+      kept.grads.insert(kept.grads.end(), r.grads.begin() + i * dim,
+                        r.grads.begin() + (i + 1) * dim);
+    }
+    for (const auto& sw : r.senders) {
+      if (std::find(from.begin(), from.end(), sw) == from.end() &&
+          sw.second != whose) {
+        kept.senders.push_back(sw);
+      }
+    }
+    if (n > 0) {
+      kept.clock = clock;
+      for (const auto& sw : from) kept.senders.push_back(sw);
+      for (uint64_t i = 0; i < n; ++i) {
+        kept.ids.push_back(DecodeFixed64(p + 8 * i));
+      }
+      AppendFloats(std::string(p + 8 * n, n * dim * 4), &kept.grads);
+    }
+    if (kept.ids.empty()) kept.senders.clear();
+    r = std::move(kept);
     return Status::OK();
   }
 

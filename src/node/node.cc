@@ -671,6 +671,12 @@ void Node::OnMessage(Message&& msg, bool from_van) {
         return;
       }
       break;
+    case Control::kReplicaReady:
+      if (scheduler_) {
+        scheduler_->HandleReplicaReady(msg);
+        return;
+      }
+      break;
   }
   counters_.dropped_bad_control++;
   std::string since;
@@ -1012,6 +1018,39 @@ void Node::OnMemberLeft(int id) {
   MutexLock lock(&mu_);
   left_.insert(id);
   cv_.notify_all();
+}
+
+void Node::AddStateApp(int app_id) {
+  MutexLock lock(&mu_);
+  state_apps_.insert(app_id);
+}
+
+void Node::RemoveStateApp(int app_id) {
+  MutexLock lock(&mu_);
+  state_apps_.erase(app_id);
+}
+
+void Node::StateCopied(int app_id, int holder, uint64_t epoch) {
+  MutexLock lock(&mu_);
+  if (!state_apps_.count(app_id) || logical_.empty()) return;
+  std::set<int>& done = state_copied_[std::make_pair(holder, epoch)];
+  done.insert(app_id);
+  if (!std::includes(done.begin(), done.end(), state_apps_.begin(),
+                     state_apps_.end())) {
+    return;
+  }
+  state_copied_.erase(std::make_pair(holder, epoch));
+  for (auto it = state_copied_.begin(); it != state_copied_.end();) {
+    it = it->first.second < epoch ? state_copied_.erase(it) : std::next(it);
+  }
+  Message ready;
+  ready.meta.control = Control::kReplicaReady;
+  ready.meta.request = true;
+  ready.meta.sender = logical_.begin()->second;
+  ready.meta.recipient = kSchedulerId;
+  ready.meta.holder = holder;
+  ready.meta.holder_epoch = epoch;
+  SendLocked(std::move(ready));
 }
 
 int Node::my_id(int customer_id) const {

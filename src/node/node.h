@@ -131,6 +131,15 @@ class Node final : private SchedulerHost {
   // interval.
   void WatchWaits();
 
+  // --- Restoring copies (docs/replication.md). A server app whose state
+  // is copied to other servers registers itself; once every registered app
+  // has copied its state to server `holder` under ring epoch `epoch`, the
+  // scheduler learns that `holder` holds a whole copy of this server's data
+  // again (kReplicaReady).
+  void AddStateApp(int app_id);
+  void RemoveStateApp(int app_id);
+  void StateCopied(int app_id, int holder, uint64_t epoch);
+
   // Data messages held for apps this node has not created (yet).
   size_t held_messages() const;
 
@@ -249,6 +258,11 @@ class Node final : private SchedulerHost {
   std::shared_ptr<const KeyRing> ring_ GUARDED_BY(mu_);
   std::set<int> dead_ GUARDED_BY(mu_);
   std::set<int> left_ GUARDED_BY(mu_);
+  // Restoring copies: the apps that copy state, and which have copied it
+  // to (holder, ring epoch).
+  std::set<int> state_apps_ GUARDED_BY(mu_);
+  std::map<std::pair<int, uint64_t>, std::set<int>> state_copied_
+      GUARDED_BY(mu_);
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_
       GUARDED_BY(mu_);  // by customer id

@@ -422,6 +422,35 @@ void Scheduler::HandleHeartbeat(const Message& msg) {
   SendLocked(std::move(echo));
 }
 
+void Scheduler::HandleReplicaReady(const Message& msg) {
+  MutexLock lock(&mu_);
+  const int from = msg.meta.sender;
+  const int holder = msg.meta.holder;
+  auto gone = [&](int id) {
+    return !table_.count(id) || dead_.count(id) || left_.count(id);
+  };
+  if (!ring_ || ring_->IndexOf(from) < 0 || gone(from) || gone(holder)) {
+    counters_->dropped_bad_control++;
+    return;
+  }
+  const std::vector<int> targets = ring_->ReplicaTargets(from);
+  if (msg.meta.holder_epoch != ring_->epoch() ||
+      std::find(targets.begin(), targets.end(), holder) == targets.end()) {
+    // The ring changed while the copy was made: the server copies again
+    // under the new one.
+    VLOG(1) << "copy of " << DescribeLocked(from) << "'s data on "
+            << DescribeLocked(holder) << " made under ring epoch "
+            << msg.meta.holder_epoch << ", now " << ring_->epoch();
+    return;
+  }
+  std::vector<int>& held = holders_[from];
+  if (std::find(held.begin(), held.end(), holder) != held.end()) return;
+  held.push_back(holder);
+  LOG(INFO) << "copies restored: " << DescribeLocked(holder)
+            << " holds a whole copy of the data of " << DescribeLocked(from)
+            << " (" << held.size() << " of " << ring_->replicas() << " copies)";
+}
+
 void Scheduler::HandleLeave(const Message& msg) {
   MutexLock lock(&mu_);
   auto it = table_.find(msg.meta.sender);

@@ -125,6 +125,9 @@ class Scheduler {
   // A member's beat: noted, and echoed.
   void HandleHeartbeat(const Message& msg) EXCLUDES(mu_);
   void HandleLeave(const Message& msg) EXCLUDES(mu_);
+  // A server made a whole copy of its data on msg.meta.holder under ring
+  // epoch msg.meta.holder_epoch: the holder counts again (holders_).
+  void HandleReplicaReady(const Message& msg) EXCLUDES(mu_);
 
   // Declares dead every process that has not beaten for
   // EMBER_HEARTBEAT_TIMEOUT_MS. The node's heartbeat thread calls it.

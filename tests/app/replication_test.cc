@@ -35,7 +35,8 @@ std::vector<Key> SpreadKeys(size_t n) {
 // told to stop answering (as a server that dies mid-request would).
 class CountingServer {
  public:
-  CountingServer(Postoffice* po) : server_(0, po) {
+  // `copyable`: its state can be copied (set_state_handle).
+  CountingServer(Postoffice* po, bool copyable) : server_(0, po) {
     server_.set_request_handle([this](const KVMeta& meta,
                                       const KVPairs<float>& data,
                                       KVServer<float>* s) {
@@ -43,6 +44,15 @@ class CountingServer {
       if (silent_.load()) return;
       default_(meta, data, s);
     });
+    if (!copyable) return;
+    server_.set_state_handle(
+        [this](const std::function<bool(Key)>& want, size_t max_bytes,
+               std::vector<std::string>* chunks) {
+          return default_.DumpState(want, max_bytes, chunks);
+        },
+        [this](const char* data, size_t size) {
+          return default_.LoadState(data, size);
+        });
   }
   void Silence() { silent_.store(true); }
   int applied() const { return applied_.load(); }
@@ -56,7 +66,7 @@ class CountingServer {
 
 class ReplicationTest : public ::testing::Test {
  protected:
-  void Form(int servers, int workers, int replicas) {
+  void Form(int servers, int workers, int replicas, bool copyable = true) {
     cluster_ = std::make_unique<InProcCluster>(
         servers, workers, [replicas](Options* o) { o->replicas = replicas; });
     cluster_->Start();
@@ -68,7 +78,7 @@ class ReplicationTest : public ::testing::Test {
       Postoffice* po = cluster_->server(i);
       const int rank = po->node()->my_rank();
       server_po_[rank] = po;
-      servers_[rank] = std::make_unique<CountingServer>(po);
+      servers_[rank] = std::make_unique<CountingServer>(po, copyable);
     }
     for (int w = 0; w < workers; ++w) {
       workers_.push_back(
@@ -276,6 +286,123 @@ TEST_F(ReplicationTest, ADuplicatePushIsAppliedOnce) {
   // The copy on server 1 (applied before the owner's answer, which the
   // pull need not wait for).
   EXPECT_TRUE(WaitUntil([&] { return servers_[1]->applied() == 1; }));
+}
+
+// After a failover each server whose copies are no longer whole copies its
+// state to its new replica targets; then a second death loses nothing.
+TEST_F(ReplicationTest,
+       CopiesAreRestoredAfterAFailoverAndASecondDeathLosesNothing) {
+  LogCapture log;
+  Form(3, 2, 1);
+  std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 3);
+  Kill(1);
+  // Server 0's copy was on server 1; server 2's data grew by server 1's,
+  // which server 0 does not hold: both copy.
+  ASSERT_TRUE(WaitUntil([&] {
+    return log.Find("copies restored").size() == 2;
+  })) << "restored: "
+      << log.Find("copies restored").size();
+  PushOnes(keys, 2);
+  Kill(0);
+  PushOnes(keys, 2);
+  ExpectAll(keys, 2 * (3 + 2 + 2));
+  EXPECT_TRUE(log.Find("that data is lost").empty());
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->num_servers(), 1);
+}
+
+// Pushes that keep coming while the copy is made are neither lost nor
+// applied twice on the new holder.
+TEST_F(ReplicationTest, PushesDuringTheCopyReachTheNewHolder) {
+  LogCapture log;
+  Form(3, 2, 1);
+  std::vector<Key> keys = SpreadKeys(2048);
+  PushOnes(keys, 2);
+  std::atomic<bool> stop{false};
+  std::atomic<int> extra{0};
+  std::thread pusher([&] {
+    std::vector<float> ones(keys.size(), 1.0f);
+    while (!stop.load()) {
+      Status st = workers_[1]->WaitStatus(workers_[1]->Push(keys, ones));
+      ASSERT_TRUE(st.ok()) << st;
+      extra.fetch_add(1);
+    }
+  });
+  Kill(1);
+  ASSERT_TRUE(
+      WaitUntil([&] { return log.Find("copies restored").size() == 2; }));
+  const int before = extra.load();
+  ASSERT_TRUE(WaitUntil([&] { return extra.load() > before + 2; }));
+  stop.store(true);
+  pusher.join();
+  Kill(2);
+  ExpectAll(keys, 2 * 2 + extra.load());
+}
+
+// A handle whose state cannot be copied keeps working; the log says that
+// no new copy can be made, and a second death ends the run.
+TEST_F(ReplicationTest, WithoutAStateHandleTheLogSaysNoCopyCanBeMade) {
+  LogCapture log;
+  Form(3, 1, 1, /*copyable=*/false);
+  std::vector<Key> keys = SpreadKeys(300);
+  PushOnes(keys, 1);
+  Kill(1);
+  ASSERT_TRUE(
+      WaitUntil([&] { return log.Find("has no state handle").size() == 2; }));
+  PushOnes(keys, 1);
+  ExpectAll(keys, 2);
+  EXPECT_TRUE(log.Find("copies restored").empty());
+}
+
+TEST(StoreChunk, DefaultHandleStateRoundTripsInChunks) {
+  KVServerDefaultHandle<float> a;
+  for (Key k = 0; k < 1000; ++k) {
+    a.store[k] = std::vector<float>(1 + k % 3, static_cast<float>(k));
+  }
+  std::vector<std::string> chunks;
+  ASSERT_TRUE(
+      a.DumpState([](Key k) { return k % 2 == 0; }, 4096, &chunks).ok());
+  EXPECT_GT(chunks.size(), 2u);
+  KVServerDefaultHandle<float> b;
+  b.store[2] = {99};  // Replaced by the copy.
+  for (const std::string& c : chunks) {
+    ASSERT_TRUE(b.LoadState(c.data(), c.size()).ok());
+  }
+  ASSERT_EQ(b.store.size(), 500u);
+  for (const auto& kv : b.store) EXPECT_EQ(kv.second, a.store.at(kv.first));
+}
+
+TEST(StoreChunk, MalformedChunksAreRefused) {
+  KVServerDefaultHandle<float> a;
+  a.store[5] = {1, 2};
+  a.store[7] = {3};
+  std::vector<std::string> chunks;
+  ASSERT_TRUE(a.DumpState([](Key) { return true; }, 1 << 20, &chunks).ok());
+  ASSERT_EQ(chunks.size(), 1u);
+  const std::string good = chunks[0];
+  KVServerDefaultHandle<float> b;
+  // Cut short, a bad magic, a count beyond the bytes, a value count off.
+  std::string bad = good.substr(0, good.size() - 1);
+  EXPECT_EQ(b.LoadState(bad.data(), bad.size()).code(),
+            Status::Code::kCorruption);
+  bad = good;
+  bad[0] ^= 1;
+  EXPECT_EQ(b.LoadState(bad.data(), bad.size()).code(),
+            Status::Code::kCorruption);
+  bad = good;
+  bad[15] = 0x7f;
+  EXPECT_EQ(b.LoadState(bad.data(), bad.size()).code(),
+            Status::Code::kCorruption);
+  bad = good;
+  bad[16 + 2 * 8] = 3;  // The first key's count: 3 values, not 2.
+  EXPECT_EQ(b.LoadState(bad.data(), bad.size()).code(),
+            Status::Code::kCorruption);
+  KVServerDefaultHandle<double> d;  // Another value size.
+  EXPECT_EQ(d.LoadState(good.data(), good.size()).code(),
+            Status::Code::kCorruption);
+  EXPECT_TRUE(b.store.empty());
+  ASSERT_TRUE(b.LoadState(good.data(), good.size()).ok());
+  EXPECT_EQ(b.store[5], (std::vector<float>{1, 2}));
 }
 
 }  // namespace

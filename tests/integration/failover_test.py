@@ -7,6 +7,10 @@ Modes:
            detection (kill -> the scheduler declares the death), takeover
            (declaration -> the end of the longest stall a worker saw) and
            the longest stall itself.
+  twice    kill one server, wait until the scheduler has every copy of the
+           survivors' data restored, then kill a second one: as survive
+           (exact sums, every other process exits 0); the time from the
+           first death to the last copy restored is reported.
   lost     kill two servers that hold the same data at once: every survivor
            must exit non-zero within --limit seconds and the scheduler must
            name the lost data; never a wrong answer.
@@ -15,7 +19,7 @@ The cluster is started by hand, not through ember-launch, because the
 launcher ends the job as soon as one process dies. Every process's log is
 printed on failure. Bounded everywhere: no wait without a deadline.
 
-usage: failover_test.py PROGRAM SCHEDULER [--mode survive|lost] [...]
+usage: failover_test.py PROGRAM SCHEDULER [--mode survive|twice|lost] [...]
 """
 
 import argparse
@@ -33,7 +37,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser()
     p.add_argument("program")
     p.add_argument("scheduler")
-    p.add_argument("--mode", choices=("survive", "lost"), default="survive")
+    p.add_argument("--mode", choices=("survive", "twice", "lost"), default="survive")
     p.add_argument("--servers", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--iterations", type=int, default=3000)
@@ -127,7 +131,8 @@ class Cluster:
             if done == self.args.workers:
                 return
             for name, p in self.procs.items():
-                if p.poll() is not None:
+                # A server this test killed is expected to be gone.
+                if p.poll() is not None and p.returncode != -signal.SIGKILL:
                     raise self.fail("%s exited (%d) before the kill"
                                     % (name, p.returncode))
             time.sleep(0.02)
@@ -194,6 +199,26 @@ def run(args, cluster):
     for v in victims:
         cluster.procs[v].wait()
     print("failover_test: killed %s" % ", ".join(victims))
+    if args.mode == "twice":
+        # Each survivor whose copies were on the victim, or whose data grew
+        # by the victim's, copies its state: with k = 1 every survivor.
+        want = args.servers - 1
+        deadline = time.monotonic() + 60
+        while cluster.log("scheduler").count("copies restored") < want:
+            if time.monotonic() > deadline:
+                raise Failure("copies not restored within 60 s")
+            time.sleep(0.02)
+        sched = cluster.log("scheduler")
+        restored = [glog_unix_ms(l) for l in sched.splitlines()
+                    if "copies restored" in l]
+        dead_ms = first_line_time(sched, " is dead: ")
+        print("RESULT restore copies=%d restore_ms=%.0f (first death -> last "
+              "copy restored)" % (len(restored), max(restored) - dead_ms))
+        second = "server-%d" % ((args.victim + 1) % args.servers)
+        os.kill(cluster.procs[second].pid, signal.SIGKILL)
+        cluster.procs[second].wait()
+        print("failover_test: killed %s" % second)
+        victims.append(second)
     survivors = [n for n in cluster.procs if n not in victims]
     cluster.wait_all(survivors, args.limit)
     sched = cluster.log("scheduler")

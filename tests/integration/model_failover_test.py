@@ -13,6 +13,11 @@ worker 0 writes must be bitwise equal to the undisturbed run's.
        --sign_grads and sgd: sums of powers of two, exact in any order. What
        is checked is that every push is applied exactly once.
 
+With --second-kill-at N, each killed run then waits until the scheduler
+has every copy of the survivors' data restored, and kills the next server
+(rank victim + 1) once every worker has ended N iterations: two of three
+servers die, one after the other, and the result must still be the same.
+
 Each run's worker 0 also checks its parameters against a one-process replay
 (cluster_model --replay). The clusters are started by hand, not through
 ember-launch, because the launcher ends the job as soon as one process
@@ -47,6 +52,9 @@ def parse_args(argv):
     p.add_argument("--iterations", type=int, default=120)
     p.add_argument("--kill-at", type=int, default=40,
                    help="iterations every worker has ended at the kill")
+    p.add_argument("--second-kill-at", type=int, default=0,
+                   help="iterations at which a second server is killed, "
+                        "after the copies are restored (0: none)")
     p.add_argument("--pace-ms", type=int, default=0)
     p.add_argument("--victims", default="0,1,2",
                    help="ranks of the servers to kill, one run each")
@@ -106,6 +114,8 @@ def run_cluster(args, cluster, victim):
         print("model_failover_test: killed %s at worker iterations %s"
               % (victim, [int(p[-1]) if p else 0 for p in progress]))
         survivors.remove(victim)
+        if args.second_kill_at:
+            survivors.remove(second_kill(args, cluster, victim))
     cluster.wait_all(survivors, args.limit)
     elapsed = time.monotonic() - started
     bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in survivors
@@ -133,6 +143,24 @@ def run_cluster(args, cluster, victim):
     return values
 
 
+def second_kill(args, cluster, victim):
+    """Once every survivor's copies are restored and the workers have ended
+    --second-kill-at iterations, kills the server after `victim`."""
+    deadline = time.monotonic() + args.limit
+    while cluster.log("scheduler").count("copies restored") < \
+            args.servers - 1:
+        if time.monotonic() > deadline:
+            raise Failure("%s: copies not restored" % cluster.name)
+        time.sleep(0.02)
+    cluster.wait_progress(args.second_kill_at, args.limit)
+    second = "server-%d" % ((int(victim.split("-")[1]) + 1) % args.servers)
+    os.kill(cluster.procs[second].pid, signal.SIGKILL)
+    cluster.procs[second].wait()
+    print("model_failover_test: killed %s after the copies were restored"
+          % second)
+    return second
+
+
 def compare(args, name, undisturbed, killed):
     if len(undisturbed) != len(killed):
         raise Failure("the runs wrote %d and %d values"
@@ -155,6 +183,11 @@ def main(argv):
     args = parse_args(argv)
     if not 0 < args.kill_at < args.iterations:
         print("model_failover_test: --kill-at must lie inside the run")
+        return 2
+    if args.second_kill_at and not \
+            args.kill_at < args.second_kill_at < args.iterations:
+        print("model_failover_test: --second-kill-at must lie after "
+              "--kill-at, inside the run")
         return 2
     victims = [int(v) for v in args.victims.split(",") if v]
     if not victims or not all(0 <= v < args.servers for v in victims):

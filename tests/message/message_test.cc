@@ -293,7 +293,7 @@ TEST(MessageCodecTest, RejectsTruncatedHeader) {
 }
 
 TEST(MessageCodecTest, RejectsUnknownControlCommand) {
-  for (int cmd : {static_cast<int>(Control::kLeave) + 1, 99, -1,
+  for (int cmd : {static_cast<int>(Control::kReplicaReady) + 1, 99, -1,
                   std::numeric_limits<int>::min()}) {
     Meta in;
     in.control = static_cast<Control>(cmd);
@@ -735,7 +735,8 @@ TEST(NamesTest, EveryRoleAndControlHasItsNameAndOthersAreUnknown) {
   EXPECT_STREQ(ControlName(Control::kNodeFailed), "node_failed");
   EXPECT_STREQ(ControlName(Control::kAbort), "abort");
   EXPECT_STREQ(ControlName(Control::kLeave), "leave");
-  EXPECT_STREQ(ControlName(static_cast<Control>(8)), "unknown");
+  EXPECT_STREQ(ControlName(Control::kReplicaReady), "replica_ready");
+  EXPECT_STREQ(ControlName(static_cast<Control>(9)), "unknown");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -101,11 +102,13 @@ class InProcCluster {
   // Declares `victim` dead the way the scheduler would after missed
   // heartbeats: time passes, every other node beats (and we wait for the
   // echo, so the scheduler has recorded it), then the scheduler checks.
+  // Nodes killed before stay dead.
   void KillByHeartbeat(Postoffice* victim) {
     network_.Sever(Address(victim));
+    killed_.insert(victim);
     clock_.Advance(kTimeoutMs + 1);
     for (Postoffice* p : all()) {
-      if (p == victim || p == scheduler()) continue;
+      if (killed_.count(p) || p == scheduler()) continue;
       Beat(p);
     }
     scheduler()->node()->CheckLiveness();
@@ -155,6 +158,7 @@ class InProcCluster {
   std::unique_ptr<Postoffice> scheduler_;
   std::vector<std::unique_ptr<Postoffice>> servers_;
   std::vector<std::unique_ptr<Postoffice>> workers_;
+  std::set<Postoffice*> killed_;
 };
 
 }  // namespace ps

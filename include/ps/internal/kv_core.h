@@ -74,6 +74,52 @@ class KVWorkerCore {
   std::unique_ptr<Impl> impl_;
 };
 
+// The state of a server's keys as it is copied to another server, so that
+// a copy of the server's data can be restored after a failover
+// (docs/replication.md, "Restoring copies"). `dump(want, max_bytes,
+// chunks)` appends the state of every key for which want(key) holds, as
+// chunks of about max_bytes (at least one key each); `load(data, size)`
+// applies one chunk made by dump on another server, replacing what it holds
+// for those keys, and refuses a malformed one (bytes from the network).
+// Both run on the server app's thread, between requests.
+struct StateHooks {
+  std::function<Status(const std::function<bool(Key)>& want, size_t max_bytes,
+                       std::vector<std::string>* chunks)>
+      dump;
+  std::function<Status(const char* data, size_t size)> load;
+};
+
+namespace internal {
+
+// The chunk format of KVServerDefaultHandle's state: a header (magic,
+// value size, key count), the keys, each key's value count, the values
+// (host byte order: the servers of a cluster share one architecture).
+class StoreChunkWriter {
+ public:
+  explicit StoreChunkWriter(size_t value_bytes) : value_bytes_(value_bytes) {}
+  void Add(Key key, const void* values, uint32_t count);
+  size_t keys() const { return keys_.size(); }
+  size_t bytes() const;
+  // The chunk; the writer is empty afterwards.
+  std::string Finish();
+
+ private:
+  size_t value_bytes_;
+  std::vector<Key> keys_;
+  std::vector<uint32_t> counts_;
+  std::string values_;
+};
+
+// A chunk made by StoreChunkWriter, validated: kCorruption unless the
+// header, the counts and the size agree and the value size is
+// `value_bytes`. On success, key i has counts[i] values, stored
+// consecutively from *values.
+Status ParseStoreChunk(const char* data, size_t size, size_t value_bytes,
+                       std::vector<Key>* keys, std::vector<uint32_t>* counts,
+                       const char** values);
+
+}  // namespace internal
+
 class KVServerCore {
  public:
   // Runs on the app's customer thread for every valid request.
@@ -93,6 +139,10 @@ class KVServerCore {
   // "bsp"); kInvalidArgument for a bad spec or once requests have arrived.
   [[nodiscard]] Status SetConsistency(const std::string& spec);
   ConsistencyStats consistency_stats() const;
+
+  // How the handle's state is copied (see StateHooks); without them a copy
+  // of this server's data cannot be restored after a failover.
+  void set_state_hooks(StateHooks hooks);
 
  private:
   class Impl;

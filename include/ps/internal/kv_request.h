@@ -31,6 +31,9 @@ struct RawRequest {
   // A copy of another server's data (docs/replication.md): that server's
   // id; 0 for this server's own.
   int replica_of = 0;
+  // Under replication the handle sees a local timestamp (negative); this
+  // is the worker's (0 otherwise).
+  int origin_timestamp = 0;
   RawKVs kvs;
 };
 
