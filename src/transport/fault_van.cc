@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
+#include "util/erase_if.h"
 #include "util/mix.h"
 
 namespace ps {
@@ -195,15 +197,8 @@ void FaultInjector::Register(FaultVan* van) {
 void FaultInjector::Unregister(FaultVan* van) {
   MutexLock lock(&send_mu_);
   if (!vans_.erase(van)) return;
-  uint64_t lost = 0;
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (it->from == van) {
-      it = held_.erase(it);
-      ++lost;
-    } else {
-      ++it;
-    }
-  }
+  const uint64_t lost =
+      EraseIf(&held_, [van](const Held& h) { return h.from == van; });
   MutexLock state(&state_mu_);
   counters_.lost_at_stop += lost;
   counters_.held = held_.size();
