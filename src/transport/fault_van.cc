@@ -82,22 +82,31 @@ std::string FaultPlan::DebugString() const {
   return out.str();
 }
 
+namespace {
+
+// Per FaultEvent::Kind, in the enum's order: its name, and the counter in
+// FaultCounters that counts it.
+struct KindInfo {
+  const char* name;
+  uint64_t FaultCounters::*counter;
+};
+constexpr KindInfo kKinds[] = {
+    {"drop", &FaultCounters::dropped},
+    {"duplicate", &FaultCounters::duplicated},
+    {"delay", &FaultCounters::delayed},
+    {"reorder", &FaultCounters::reordered},
+    {"partitioned", &FaultCounters::partitioned},
+    {"killed", &FaultCounters::killed},
+};
+static_assert(std::size(kKinds) ==
+                  static_cast<size_t>(FaultEvent::Kind::kKilled) + 1,
+              "kKinds has a row for each kind");
+
+}  // namespace
+
 const char* FaultKindName(FaultEvent::Kind kind) {
-  switch (kind) {
-    case FaultEvent::Kind::kDrop:
-      return "drop";
-    case FaultEvent::Kind::kDuplicate:
-      return "duplicate";
-    case FaultEvent::Kind::kDelay:
-      return "delay";
-    case FaultEvent::Kind::kReorder:
-      return "reorder";
-    case FaultEvent::Kind::kPartitioned:
-      return "partitioned";
-    case FaultEvent::Kind::kKilled:
-      return "killed";
-  }
-  return "?";
+  const auto i = static_cast<size_t>(kind);
+  return i < std::size(kKinds) ? kKinds[i].name : "?";
 }
 
 std::string FaultEvent::DebugString() const {
@@ -222,26 +231,7 @@ bool FaultInjector::ForcedDropLocked(const Meta& meta, bool in_flight,
 }
 
 void FaultInjector::RecordLocked(FaultEvent::Kind kind, const Meta& meta) {
-  switch (kind) {
-    case FaultEvent::Kind::kDrop:
-      counters_.dropped++;
-      break;
-    case FaultEvent::Kind::kDuplicate:
-      counters_.duplicated++;
-      break;
-    case FaultEvent::Kind::kDelay:
-      counters_.delayed++;
-      break;
-    case FaultEvent::Kind::kReorder:
-      counters_.reordered++;
-      break;
-    case FaultEvent::Kind::kPartitioned:
-      counters_.partitioned++;
-      break;
-    case FaultEvent::Kind::kKilled:
-      counters_.killed++;
-      break;
-  }
+  counters_.*kKinds[static_cast<size_t>(kind)].counter += 1;
   if (events_.size() < kMaxEvents) {
     FaultEvent event;
     event.kind = kind;
