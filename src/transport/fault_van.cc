@@ -442,45 +442,14 @@ StatusOr<int> FaultVan::Start(const std::string& host, int port,
                        });
 }
 
-Status FaultVan::Connect(int id, const std::string& host, int port,
-                         const std::string& local) {
-  return inner_->Connect(id, host, port, local);
-}
-
-std::string FaultVan::local_endpoint() const {
-  return inner_->local_endpoint();
-}
-
 Status FaultVan::Send(Message&& msg) {
   return injector_->OnSend(this, std::move(msg));
 }
-
-void FaultVan::Disconnect(int id) { inner_->Disconnect(id); }
-
-size_t FaultVan::num_routes() const { return inner_->num_routes(); }
 
 void FaultVan::Stop() {
   // After Unregister no release sends through this van; then it may stop.
   injector_->Unregister(this);
   inner_->Stop();
-}
-
-ReceiveGate::Result FaultVan::CoReceive(int wake_fd,
-                                        const std::function<bool()>& done) {
-  return inner_->CoReceive(wake_fd, done);
-}
-
-void FaultVan::set_spin(std::chrono::microseconds spin) {
-  inner_->set_spin(spin);
-}
-
-void FaultVan::set_limits(const VanLimits& limits) {
-  Van::set_limits(limits);
-  inner_->set_limits(limits);
-}
-
-Status FaultVan::set_security(const VanSecurity& security) {
-  return inner_->set_security(security);
 }
 
 }  // namespace ps
