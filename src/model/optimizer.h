@@ -91,7 +91,10 @@ class Optimizer {
   // The canonical spec, which Parse() maps back to an equal optimizer: the
   // name with every argument named, e.g.
   // "adam(lr=0.001,beta1=0.9,beta2=0.999,eps=1e-08)".
-  virtual std::string ToString() const = 0;
+  std::string ToString() const { return spec_; }
+
+ private:
+  std::string spec_;  // Set by Parse.
 };
 
 // For what holds an optimizer (an embedding table, a dense parameter), at
