@@ -119,22 +119,25 @@ class KVServerCore::Impl {
     const KVRequestCounters counters = GetKVRequestCounters(r, app_->app_id());
     std::copy(counters.requests, counters.requests + 3, requests_);
     std::copy(counters.keys, counters.keys + 3, keys_);
-    rejected_metric_ =
-        r->GetCounter("ember_rejected_requests_total",
-                      "Requests refused as malformed or too large", app);
-    copies_sent_ = r->GetCounter(
-        "ember_replica_copies_sent_total",
-        "Copies of pushes forwarded to the servers that replicate this "
-        "server's data",
-        app);
-    copies_applied_ =
-        r->GetCounter("ember_replica_copies_applied_total",
-                      "Copies of other servers' pushes applied here", app);
-    duplicates_ = r->GetCounter(
-        "ember_duplicate_pushes_total",
-        "Pushes received again (resent after failover, or delivered twice) "
-        "and answered without being applied",
-        app);
+    const struct {
+      metrics::Counter** counter;
+      const char* name;
+      const char* help;
+    } counter_table[] = {
+        {&rejected_metric_, "ember_rejected_requests_total",
+         "Requests refused as malformed or too large"},
+        {&copies_sent_, "ember_replica_copies_sent_total",
+         "Copies of pushes forwarded to the servers that replicate this "
+         "server's data"},
+        {&copies_applied_, "ember_replica_copies_applied_total",
+         "Copies of other servers' pushes applied here"},
+        {&duplicates_, "ember_duplicate_pushes_total",
+         "Pushes received again (resent after failover, or delivered twice) "
+         "and answered without being applied"},
+    };
+    for (const auto& c : counter_table) {
+      *c.counter = r->GetCounter(c.name, c.help, app);
+    }
     pull_wait_ = r->GetHistogram(
         "ember_server_pull_wait_seconds",
         "From a pull's arrival to its answer leaving (includes waits for "

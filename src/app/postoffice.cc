@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "node/node.h"
@@ -43,6 +44,21 @@ void InitLogging(const char* argv0, int verbose) {
   std::fflush(stderr);
   _exit(1);
 }
+
+namespace {
+
+// FailStop unless `status` is OK.
+void FailStopIfError(const char* what, const Status& status) {
+  if (!status.ok()) FailStop(what, status);
+}
+
+// kAborted naming `call` unless the node `n` has been created by Start.
+Status RequireStarted(const Node* n, const char* call) {
+  if (n != nullptr) return Status::OK();
+  return Status::Aborted(std::string(call) + " before Start");
+}
+
+}  // namespace
 
 Postoffice* Postoffice::Get() {
   // Never destroyed: the default node may still be in use while static
@@ -96,35 +112,32 @@ Status Postoffice::StartStatus(int customer_id, bool do_barrier) {
 void Postoffice::Start(int customer_id, const char* argv0,
                        const bool do_barrier) {
   InitLogging(argv0, verbose());
-  Status s = StartStatus(customer_id, do_barrier);
-  if (!s.ok()) FailStop("ps::Start", s);
+  FailStopIfError("ps::Start", StartStatus(customer_id, do_barrier));
 }
 
 Status Postoffice::FinalizeStatus(int customer_id, bool do_barrier) {
   Node* n = node();
-  if (n == nullptr) return Status::Aborted("Finalize before Start");
+  PS_RETURN_IF_ERROR(RequireStarted(n, "Finalize"));
   return n->Finalize(customer_id, do_barrier);
 }
 
 void Postoffice::Finalize(const int customer_id, const bool do_barrier) {
-  Status s = FinalizeStatus(customer_id, do_barrier);
-  if (!s.ok()) FailStop("ps::Finalize", s);
+  FailStopIfError("ps::Finalize", FinalizeStatus(customer_id, do_barrier));
 }
 
 Status Postoffice::BarrierStatus(int customer_id, int node_group) {
   Node* n = node();
-  if (n == nullptr) return Status::Aborted("Barrier before Start");
+  PS_RETURN_IF_ERROR(RequireStarted(n, "Barrier"));
   return n->Barrier(customer_id, node_group);
 }
 
 void Postoffice::Barrier(int customer_id, int node_group) {
-  Status s = BarrierStatus(customer_id, node_group);
-  if (!s.ok()) FailStop("ps::Postoffice::Barrier", s);
+  FailStopIfError("ps::Postoffice::Barrier",
+                  BarrierStatus(customer_id, node_group));
 }
 
 void Postoffice::RegisterExitCallback(const std::function<void()>& cb) {
-  Status s = EnsureNode();
-  if (!s.ok()) FailStop("ps::RegisterExitCallback", s);
+  FailStopIfError("ps::RegisterExitCallback", EnsureNode());
   node()->RegisterExitCallback(cb);
 }
 

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "util/erase_if.h"
 #include "util/mutex.h"
 #include "util/wait_log.h"
 
@@ -163,19 +164,9 @@ void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
     MutexLock lock(&stats_mu_);
     stats_.live_workers = live_count_;
   }
-  size_t dropped = 0;
-  for (auto it = pushes_.begin(); it != pushes_.end();) {
-    if (it->worker == w) {
-      it = pushes_.erase(it);
-      ++dropped;
-    } else {
-      ++it;
-    }
-  }
-  pulls_.erase(
-      std::remove_if(pulls_.begin(), pulls_.end(),
-                     [w](const PendingPull& p) { return p.worker == w; }),
-      pulls_.end());
+  const size_t dropped =
+      EraseIf(&pushes_, [w](const PendingPush& p) { return p.worker == w; });
+  EraseIf(&pulls_, [w](const PendingPull& p) { return p.worker == w; });
   {
     MutexLock lock(&stats_mu_);
     stats_.pushes_dropped += dropped;

@@ -74,16 +74,19 @@ std::string Meta::DebugString() const {
 
 namespace {
 
+// The fields that NodeInfo and NodePb share under one name, which ToPb and
+// FromPb copy as they are: X(name) for each.
+// clang-format off
+#define PS_NODE_SAME_FIELDS(X)                                              \
+  X(id) X(host) X(port) X(customer_id) X(rank_hint) X(rank) X(incarnation)  \
+  X(local_endpoint)
+// clang-format on
+
 void ToPb(const NodeInfo& n, pb::NodePb* p) {
-  p->set_id(n.id);
+#define PS_SET_FIELD(field) p->set_##field(n.field);
+  PS_NODE_SAME_FIELDS(PS_SET_FIELD)
+#undef PS_SET_FIELD
   p->set_role(static_cast<int>(n.role));
-  p->set_host(n.host);
-  p->set_port(n.port);
-  p->set_customer_id(n.customer_id);
-  p->set_rank_hint(n.rank_hint);
-  p->set_rank(n.rank);
-  p->set_incarnation(n.incarnation);
-  p->set_local_endpoint(n.local_endpoint);
   if (n.metrics_port >= 0) p->set_metrics_port_plus_one(n.metrics_port + 1);
 }
 
@@ -114,54 +117,39 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   if (!IsLocalEndpoint(p.local_endpoint())) {
     return Status::Corruption("node with a malformed same-host endpoint");
   }
-  n->id = p.id();
+#define PS_GET_FIELD(field) n->field = p.field();
+  PS_NODE_SAME_FIELDS(PS_GET_FIELD)
+#undef PS_GET_FIELD
+#undef PS_NODE_SAME_FIELDS
   n->role = static_cast<Role>(p.role());
-  n->host = p.host();
-  n->port = p.port();
-  n->customer_id = p.customer_id();
-  n->rank_hint = p.rank_hint();
-  n->rank = p.rank();
-  n->incarnation = p.incarnation();
-  n->local_endpoint = p.local_endpoint();
   n->metrics_port = p.metrics_port_plus_one() - 1;
   return Status::OK();
 }
+
+// The header fields that Meta and MetaPb share under one name, which
+// EncodeMeta and DecodeMeta copy as they are (an empty string is not sent,
+// as proto3 sends no field at its default): X(name) for each. The others
+// are mapped by hand.
+// clang-format off
+#define PS_META_SAME_FIELDS(X)                                              \
+  X(sender) X(recipient) X(app_id) X(customer_id) X(timestamp) X(request)   \
+  X(push) X(pull) X(simple_app) X(cmd) X(priority) X(body) X(epoch)         \
+  X(clock) X(clock_tick) X(keys_as_requested) X(value_bytes)                \
+  X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
+  X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
+  X(state_copy)
+// clang-format on
 
 }  // namespace
 
 void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
                 std::string* out) {
   pb::MetaPb p;
-  p.set_sender(meta.sender);
-  p.set_recipient(meta.recipient);
-  p.set_app_id(meta.app_id);
-  p.set_customer_id(meta.customer_id);
-  p.set_timestamp(meta.timestamp);
-  p.set_request(meta.request);
-  p.set_push(meta.push);
-  p.set_pull(meta.pull);
-  p.set_simple_app(meta.simple_app);
-  p.set_cmd(meta.cmd);
-  p.set_priority(meta.priority);
-  if (!meta.body.empty()) p.set_body(meta.body);
-  p.set_epoch(meta.epoch);
-  p.set_clock(meta.clock);
-  p.set_clock_tick(meta.clock_tick);
-  p.set_keys_as_requested(meta.keys_as_requested);
-  p.set_value_bytes(meta.value_bytes);
-  p.set_status_code(meta.status_code);
+#define PS_SET_FIELD(field) p.set_##field(meta.field);
+  PS_META_SAME_FIELDS(PS_SET_FIELD)
+#undef PS_SET_FIELD
   p.set_auth_lo(meta.auth.lo);
   p.set_auth_hi(meta.auth.hi);
-  p.set_replica_of(meta.replica_of);
-  p.set_origin_sender(meta.origin_sender);
-  p.set_origin_customer(meta.origin_customer);
-  p.set_origin_timestamp(meta.origin_timestamp);
-  p.set_resend_for(meta.resend_for);
-  p.set_done_below(meta.done_below);
-  p.set_state_copy(meta.state_copy);
-  if (!meta.status_message.empty()) {
-    p.set_status_message(meta.status_message);
-  }
   if (meta.control != Control::kNone) {
     pb::ControlPb* c = p.mutable_control();
     c->set_cmd(static_cast<int>(meta.control));
@@ -197,34 +185,11 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     return Status::Corruption("undecodable message header of " +
                               std::to_string(size) + " bytes");
   }
-  meta->sender = p.sender();
-  meta->recipient = p.recipient();
-  meta->app_id = p.app_id();
-  meta->customer_id = p.customer_id();
-  meta->timestamp = p.timestamp();
-  meta->request = p.request();
-  meta->push = p.push();
-  meta->pull = p.pull();
-  meta->simple_app = p.simple_app();
-  meta->cmd = p.cmd();
-  meta->priority = p.priority();
-  meta->body = p.body();
-  meta->epoch = p.epoch();
-  meta->clock = p.clock();
-  meta->clock_tick = p.clock_tick();
-  meta->keys_as_requested = p.keys_as_requested();
-  meta->value_bytes = p.value_bytes();
-  meta->status_code = p.status_code();
-  meta->status_message = p.status_message();
+#define PS_GET_FIELD(field) meta->field = p.field();
+  PS_META_SAME_FIELDS(PS_GET_FIELD)
+#undef PS_GET_FIELD
   meta->auth.lo = p.auth_lo();
   meta->auth.hi = p.auth_hi();
-  meta->replica_of = p.replica_of();
-  meta->origin_sender = p.origin_sender();
-  meta->origin_customer = p.origin_customer();
-  meta->origin_timestamp = p.origin_timestamp();
-  meta->resend_for = p.resend_for();
-  meta->done_below = p.done_below();
-  meta->state_copy = p.state_copy();
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
       meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
@@ -281,6 +246,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   frame_bytes->assign(p.frame_bytes().begin(), p.frame_bytes().end());
   return Status::OK();
 }
+
+#undef PS_META_SAME_FIELDS
 
 Status CheckFrames(const std::vector<uint64_t>& frame_bytes,
                    const std::vector<SArray<char>>& data) {

@@ -20,15 +20,8 @@ Status CheckSize(const std::string& name, const char* what, size_t got,
 
 StatusOr<std::unique_ptr<DenseChunk>> DenseChunk::Create(
     std::string name, size_t n, std::shared_ptr<const Optimizer> optimizer) {
-  if (n == 0 || n > kMaxSize) {
-    return Status::InvalidArgument("dense parameter '" + name + "': size " +
-                                   std::to_string(n) + " is not in [1, " +
-                                   std::to_string(kMaxSize) + "]");
-  }
-  if (optimizer == nullptr) {
-    return Status::InvalidArgument("dense parameter '" + name +
-                                   "': no optimizer");
-  }
+  PS_RETURN_IF_ERROR(CheckParameterArguments(
+      "dense parameter '" + name + "'", "size", n, kMaxSize, optimizer.get()));
   return std::unique_ptr<DenseChunk>(
       new DenseChunk(std::move(name), n, std::move(optimizer)));
 }

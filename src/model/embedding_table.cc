@@ -66,15 +66,8 @@ inline bool FitsIndex(size_t rows, size_t capacity) {
 StatusOr<std::unique_ptr<EmbeddingTable>> EmbeddingTable::Create(
     std::string name, uint32_t table_id, int dim, Initializer initializer,
     std::unique_ptr<Optimizer> optimizer) {
-  if (dim < 1 || dim > kMaxDim) {
-    return Status::InvalidArgument("embedding table '" + name + "': dim " +
-                                   std::to_string(dim) + " is not in [1, " +
-                                   std::to_string(kMaxDim) + "]");
-  }
-  if (optimizer == nullptr) {
-    return Status::InvalidArgument("embedding table '" + name +
-                                   "': no optimizer");
-  }
+  PS_RETURN_IF_ERROR(CheckParameterArguments(
+      "embedding table '" + name + "'", "dim", dim, kMaxDim, optimizer.get()));
   return std::unique_ptr<EmbeddingTable>(
       new EmbeddingTable(std::move(name), table_id, dim, std::move(initializer),
                          std::move(optimizer)));

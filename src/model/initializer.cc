@@ -227,6 +227,29 @@ Status BindSpecArguments(const ParsedSpec& parsed,
   return Status::OK();
 }
 
+StatusOr<BoundSpec> ParseSpec(const std::string& spec, const char* what,
+                              const std::vector<SpecForm>& forms) {
+  StatusOr<ParsedSpec> parsed_or = ParseSpecSyntax(spec, what);
+  if (!parsed_or.ok()) return parsed_or.status();
+  const ParsedSpec& parsed = parsed_or.value();
+  BoundSpec bound;
+  bound.context = std::string(what) + " spec '" + spec + "'";
+  bound.form = forms.size();
+  std::string names;  // "a, b or c"
+  for (size_t i = 0; i < forms.size(); ++i) {
+    if (parsed.name == forms[i].name) bound.form = i;
+    if (i > 0) names += i + 1 < forms.size() ? ", " : " or ";
+    names += forms[i].name;
+  }
+  if (bound.form == forms.size()) {
+    return Status::InvalidArgument(bound.context + ": unknown " + what + " '" +
+                                   parsed.name + "' (expected " + names + ")");
+  }
+  PS_RETURN_IF_ERROR(BindSpecArguments(parsed, forms[bound.form].parameters,
+                                       bound.context, &bound.values));
+  return bound;
+}
+
 namespace {
 
 // The shortest text that reads back as `v` (std::to_chars).
@@ -298,36 +321,26 @@ constexpr uint32_t kMaxTruncatedDraws = 1000;
 }  // namespace
 
 StatusOr<Initializer> Initializer::Parse(const std::string& spec) {
-  StatusOr<spec_internal::ParsedSpec> parsed_or =
-      spec_internal::ParseSpecSyntax(spec, "initializer");
-  if (!parsed_or.ok()) return parsed_or.status();
-  const spec_internal::ParsedSpec& parsed = parsed_or.value();
-  const std::string context = "initializer spec '" + spec + "'";
   constexpr auto kNumber = SpecParameter::Type::kNumber;
-
-  Kind kind;
-  std::vector<SpecParameter> parameters;
-  if (parsed.name == "zeros") {
-    kind = Kind::kZeros;
-  } else if (parsed.name == "constant") {
-    kind = Kind::kConstant;
-    parameters = {{"value", nullptr, kNumber, true, 0}};
-  } else if (parsed.name == "uniform") {
-    kind = Kind::kUniform;
-    parameters = {{"lo", nullptr, kNumber, true, 0},
-                  {"hi", nullptr, kNumber, true, 0}};
-  } else if (parsed.name == "normal" || parsed.name == "truncated_normal") {
-    kind = parsed.name == "normal" ? Kind::kNormal : Kind::kTruncatedNormal;
-    parameters = {{"mean", nullptr, kNumber, true, 0},
-                  {"std", nullptr, kNumber, true, 0}};
-  } else {
-    return Status::InvalidArgument(
-        context + ": unknown initializer '" + parsed.name +
-        "' (expected zeros, constant, uniform, normal or truncated_normal)");
-  }
-  std::vector<double> values;
-  PS_RETURN_IF_ERROR(
-      spec_internal::BindSpecArguments(parsed, parameters, context, &values));
+  // In the order of Kind.
+  const std::vector<spec_internal::SpecForm> forms = {
+      {"zeros", {}},
+      {"constant", {{"value", nullptr, kNumber, true, 0}}},
+      {"uniform",
+       {{"lo", nullptr, kNumber, true, 0}, {"hi", nullptr, kNumber, true, 0}}},
+      {"normal",
+       {{"mean", nullptr, kNumber, true, 0},
+        {"std", nullptr, kNumber, true, 0}}},
+      {"truncated_normal",
+       {{"mean", nullptr, kNumber, true, 0},
+        {"std", nullptr, kNumber, true, 0}}},
+  };
+  StatusOr<spec_internal::BoundSpec> bound =
+      spec_internal::ParseSpec(spec, "initializer", forms);
+  if (!bound.ok()) return bound.status();
+  const Kind kind = static_cast<Kind>(bound.value().form);
+  const std::string& context = bound.value().context;
+  std::vector<double> values = std::move(bound.value().values);
   values.resize(2, 0);
   if (kind == Kind::kUniform && values[0] > values[1]) {
     return Status::InvalidArgument(

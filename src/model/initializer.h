@@ -124,6 +124,25 @@ Status BindSpecArguments(const ParsedSpec& parsed,
                          const std::string& context,
                          std::vector<double>* values);
 
+// One name a spec may have, and the parameters it takes.
+struct SpecForm {
+  const char* name;
+  std::vector<SpecParameter> parameters;
+};
+
+// A spec matched to one of its forms, with its arguments bound.
+struct BoundSpec {
+  size_t form = 0;             // The index of the form it names.
+  std::vector<double> values;  // As BindSpecArguments gives them.
+  std::string context;         // "<what> spec '<spec>'", for messages.
+};
+
+// ParseSpecSyntax, then the form of `forms` the spec names, then
+// BindSpecArguments. Returns kInvalidArgument as those do, or for a name no
+// form has (the message lists the forms' names).
+StatusOr<BoundSpec> ParseSpec(const std::string& spec, const char* what,
+                              const std::vector<SpecForm>& forms);
+
 // The shortest decimal text that reads back as exactly `v`.
 std::string FormatDouble(double v);
 std::string FormatFloat(float v);

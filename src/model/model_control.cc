@@ -1,5 +1,7 @@
 #include "model/model_control.h"
 
+#include <iterator>
+
 #include "model_control.pb.h"
 
 namespace ps {
@@ -8,23 +10,12 @@ namespace model {
 namespace pb = ::ember::model;
 
 const char* OpName(ControlOp op) {
-  switch (op) {
-    case ControlOp::kRegisterTable:
-      return "RegisterTable";
-    case ControlOp::kRegisterDense:
-      return "RegisterDense";
-    case ControlOp::kSave:
-      return "Save";
-    case ControlOp::kLoad:
-      return "Load";
-    case ControlOp::kVersion:
-      return "version";
-    case ControlOp::kLoadCommit:
-      return "Load (commit)";
-    case ControlOp::kLoadAbort:
-      return "Load (abort)";
-  }
-  return "control";
+  // By the op's value, 1 to 7 (0 is none).
+  static const char* const kNames[] = {
+      "control", "RegisterTable", "RegisterDense", "Save",
+      "Load",    "version",       "Load (commit)", "Load (abort)"};
+  const auto i = static_cast<size_t>(op);
+  return i < std::size(kNames) ? kNames[i] : "control";
 }
 
 namespace {

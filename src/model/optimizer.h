@@ -91,8 +91,30 @@ class Optimizer {
   // The canonical spec, which Parse() maps back to an equal optimizer: the
   // name with every argument named, e.g.
   // "adam(lr=0.001,beta1=0.9,beta2=0.999,eps=1e-08)".
-  virtual std::string ToString() const = 0;
+  std::string ToString() const { return spec_; }
+
+ private:
+  std::string spec_;  // Set by Parse.
 };
+
+// For what holds an optimizer (an embedding table, a dense parameter), at
+// its creation: kInvalidArgument, starting with `subject` ("embedding table
+// 'x'"), unless `size` (named `size_name`) is in [1, max] and `optimizer` is
+// set.
+template <typename N>
+Status CheckParameterArguments(const std::string& subject,
+                               const char* size_name, N size, N max,
+                               const Optimizer* optimizer) {
+  if (size < 1 || size > max) {
+    return Status::InvalidArgument(subject + ": " + size_name + " " +
+                                   std::to_string(size) + " is not in [1, " +
+                                   std::to_string(max) + "]");
+  }
+  if (optimizer == nullptr) {
+    return Status::InvalidArgument(subject + ": no optimizer");
+  }
+  return Status::OK();
+}
 
 }  // namespace model
 }  // namespace ps

@@ -50,23 +50,19 @@ void Customer::Stop() {
 }
 
 void Customer::set_failure_handler(FailureHandler handler) {
-  MutexLock lock(&mu_);
-  failure_handler_ = std::move(handler);
+  SetHandler(&failure_handler_, std::move(handler));
 }
 
 void Customer::set_peer_failure_handler(PeerFailureHandler handler) {
-  MutexLock lock(&mu_);
-  peer_failure_handler_ = std::move(handler);
+  SetHandler(&peer_failure_handler_, std::move(handler));
 }
 
 void Customer::set_failover_handler(FailoverHandler handler) {
-  MutexLock lock(&mu_);
-  failover_handler_ = std::move(handler);
+  SetHandler(&failover_handler_, std::move(handler));
 }
 
 void Customer::set_watch_handler(WatchHandler handler) {
-  MutexLock lock(&mu_);
-  watch_handler_ = std::move(handler);
+  SetHandler(&watch_handler_, std::move(handler));
 }
 
 void Customer::Watch(int64_t older_than_ms) {

@@ -24,6 +24,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "message/message.h"
 #include "node/request_tracker.h"
@@ -167,6 +168,12 @@ class Customer {
   void Handle(Event& e);
   // Handle, then clear busy_ and count the event (busy_ is set).
   void HandleBusy(Event* e);
+  // Replaces `*slot`, one of the handlers guarded by mu_, under mu_.
+  template <typename H>
+  void SetHandler(H* slot, H handler) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    *slot = std::move(handler);
+  }
 
   const int app_id_;
   const int customer_id_;

@@ -71,6 +71,32 @@ void TuneMalloc(int keep_mb) {
   });
 }
 
+// Hands `msg` to `scheduler` if it is one of the control messages addressed
+// to the scheduler's role (JOIN, a BARRIER request, HEARTBEAT, LEAVE);
+// false, leaving it to the node, if it is not.
+bool HandOverToScheduler(Scheduler* scheduler, const Message& msg) {
+  switch (msg.meta.control) {
+    case Control::kJoin:
+      scheduler->HandleJoin(msg);
+      return true;
+    case Control::kBarrier:
+      if (!msg.meta.request) return false;  // A release, for the node.
+      scheduler->HandleBarrierRequest(msg);
+      return true;
+    case Control::kHeartbeat:
+      scheduler->HandleHeartbeat(msg);
+      return true;
+    case Control::kLeave:
+      scheduler->HandleLeave(msg);
+      return true;
+    case Control::kReplicaReady:
+      scheduler->HandleReplicaReady(msg);
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
@@ -618,16 +644,15 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       return;
     }
   }
+  if (scheduler_ && HandOverToScheduler(scheduler_.get(), msg)) return;
   switch (meta.control) {
     case Control::kNone:
       DispatchData(std::move(msg), from_van);
       return;
     case Control::kJoin:
-      if (scheduler_) {
-        scheduler_->HandleJoin(msg);
-        return;
-      }
-      break;
+    case Control::kLeave:
+    case Control::kReplicaReady:
+      break;  // For the scheduler only.
     case Control::kNodeTable:
       if (options_.role != Role::kScheduler) {
         HandleNodeTable(msg);
@@ -635,23 +660,17 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       }
       break;
     case Control::kBarrier:
-      if (meta.request && scheduler_) {
-        scheduler_->HandleBarrierRequest(msg);
-        return;
-      }
       if (!meta.request) {
         HandleBarrierRelease(msg);
         return;
       }
       break;
-    case Control::kHeartbeat:
-      if (scheduler_) {
-        scheduler_->HandleHeartbeat(msg);
-      } else {
-        MutexLock lock(&mu_);
-        last_scheduler_echo_ms_ = clock_->NowMs();
-      }
+    case Control::kHeartbeat: {
+      // The scheduler's echo of this node's beat.
+      MutexLock lock(&mu_);
+      last_scheduler_echo_ms_ = clock_->NowMs();
       return;
+    }
     case Control::kNodeFailed:
       if (meta.sender == kSchedulerId) {
         HandleNodeFailed(meta.failed_node, meta.reason,
@@ -662,18 +681,6 @@ void Node::OnMessage(Message&& msg, bool from_van) {
     case Control::kAbort:
       if (meta.sender == kSchedulerId) {
         HandleAbort(meta.reason);
-        return;
-      }
-      break;
-    case Control::kLeave:
-      if (scheduler_) {
-        scheduler_->HandleLeave(msg);
-        return;
-      }
-      break;
-    case Control::kReplicaReady:
-      if (scheduler_) {
-        scheduler_->HandleReplicaReady(msg);
         return;
       }
       break;

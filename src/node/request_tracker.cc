@@ -63,13 +63,7 @@ void RequestTracker::Fail(int timestamp, const Status& status) {
 
 std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
   MutexLock lock(&mu_);
-  std::vector<int> failed;
-  for (const auto& entry : open_) {
-    const auto& p = entry.second.peers;
-    if (std::find(p.begin(), p.end(), peer) != p.end()) {
-      failed.push_back(entry.first);
-    }
-  }
+  std::vector<int> failed = OwedByLocked(peer);
   for (int ts : failed) CompleteLocked(ts, status);
   if (failed.empty()) return failed;
   NotifyAndUnlock(&lock);
@@ -184,6 +178,10 @@ Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
 
 std::vector<int> RequestTracker::OwedBy(int peer) const {
   MutexLock lock(&mu_);
+  return OwedByLocked(peer);
+}
+
+std::vector<int> RequestTracker::OwedByLocked(int peer) const {
   std::vector<int> out;
   for (const auto& e : open_) {
     const auto& peers = e.second.peers;

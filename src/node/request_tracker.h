@@ -104,6 +104,8 @@ class RequestTracker {
   // Closes the request; the caller then calls NotifyAndUnlock (a waiter
   // woken under the lock would only block on it again).
   void CompleteLocked(int timestamp, const Status& status) REQUIRES(mu_);
+  // OwedBy, under mu_.
+  std::vector<int> OwedByLocked(int peer) const REQUIRES(mu_);
   // Not analysed: clang cannot see that lock->Unlock() releases mu_; its
   // callers are checked against RELEASE(mu_).
   void NotifyAndUnlock(MutexLock* lock) RELEASE(mu_) NO_THREAD_SAFETY_ANALYSIS;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
+#include "util/erase_if.h"
 #include "util/mix.h"
 
 namespace ps {
@@ -80,22 +82,31 @@ std::string FaultPlan::DebugString() const {
   return out.str();
 }
 
+namespace {
+
+// Per FaultEvent::Kind, in the enum's order: its name, and the counter in
+// FaultCounters that counts it.
+struct KindInfo {
+  const char* name;
+  uint64_t FaultCounters::*counter;
+};
+constexpr KindInfo kKinds[] = {
+    {"drop", &FaultCounters::dropped},
+    {"duplicate", &FaultCounters::duplicated},
+    {"delay", &FaultCounters::delayed},
+    {"reorder", &FaultCounters::reordered},
+    {"partitioned", &FaultCounters::partitioned},
+    {"killed", &FaultCounters::killed},
+};
+static_assert(std::size(kKinds) ==
+                  static_cast<size_t>(FaultEvent::Kind::kKilled) + 1,
+              "kKinds has a row for each kind");
+
+}  // namespace
+
 const char* FaultKindName(FaultEvent::Kind kind) {
-  switch (kind) {
-    case FaultEvent::Kind::kDrop:
-      return "drop";
-    case FaultEvent::Kind::kDuplicate:
-      return "duplicate";
-    case FaultEvent::Kind::kDelay:
-      return "delay";
-    case FaultEvent::Kind::kReorder:
-      return "reorder";
-    case FaultEvent::Kind::kPartitioned:
-      return "partitioned";
-    case FaultEvent::Kind::kKilled:
-      return "killed";
-  }
-  return "?";
+  const auto i = static_cast<size_t>(kind);
+  return i < std::size(kKinds) ? kKinds[i].name : "?";
 }
 
 std::string FaultEvent::DebugString() const {
@@ -195,15 +206,8 @@ void FaultInjector::Register(FaultVan* van) {
 void FaultInjector::Unregister(FaultVan* van) {
   MutexLock lock(&send_mu_);
   if (!vans_.erase(van)) return;
-  uint64_t lost = 0;
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (it->from == van) {
-      it = held_.erase(it);
-      ++lost;
-    } else {
-      ++it;
-    }
-  }
+  const uint64_t lost =
+      EraseIf(&held_, [van](const Held& h) { return h.from == van; });
   MutexLock state(&state_mu_);
   counters_.lost_at_stop += lost;
   counters_.held = held_.size();
@@ -227,26 +231,7 @@ bool FaultInjector::ForcedDropLocked(const Meta& meta, bool in_flight,
 }
 
 void FaultInjector::RecordLocked(FaultEvent::Kind kind, const Meta& meta) {
-  switch (kind) {
-    case FaultEvent::Kind::kDrop:
-      counters_.dropped++;
-      break;
-    case FaultEvent::Kind::kDuplicate:
-      counters_.duplicated++;
-      break;
-    case FaultEvent::Kind::kDelay:
-      counters_.delayed++;
-      break;
-    case FaultEvent::Kind::kReorder:
-      counters_.reordered++;
-      break;
-    case FaultEvent::Kind::kPartitioned:
-      counters_.partitioned++;
-      break;
-    case FaultEvent::Kind::kKilled:
-      counters_.killed++;
-      break;
-  }
+  counters_.*kKinds[static_cast<size_t>(kind)].counter += 1;
   if (events_.size() < kMaxEvents) {
     FaultEvent event;
     event.kind = kind;
@@ -457,45 +442,14 @@ StatusOr<int> FaultVan::Start(const std::string& host, int port,
                        });
 }
 
-Status FaultVan::Connect(int id, const std::string& host, int port,
-                         const std::string& local) {
-  return inner_->Connect(id, host, port, local);
-}
-
-std::string FaultVan::local_endpoint() const {
-  return inner_->local_endpoint();
-}
-
 Status FaultVan::Send(Message&& msg) {
   return injector_->OnSend(this, std::move(msg));
 }
-
-void FaultVan::Disconnect(int id) { inner_->Disconnect(id); }
-
-size_t FaultVan::num_routes() const { return inner_->num_routes(); }
 
 void FaultVan::Stop() {
   // After Unregister no release sends through this van; then it may stop.
   injector_->Unregister(this);
   inner_->Stop();
-}
-
-ReceiveGate::Result FaultVan::CoReceive(int wake_fd,
-                                        const std::function<bool()>& done) {
-  return inner_->CoReceive(wake_fd, done);
-}
-
-void FaultVan::set_spin(std::chrono::microseconds spin) {
-  inner_->set_spin(spin);
-}
-
-void FaultVan::set_limits(const VanLimits& limits) {
-  Van::set_limits(limits);
-  inner_->set_limits(limits);
-}
-
-Status FaultVan::set_security(const VanSecurity& security) {
-  return inner_->set_security(security);
 }
 
 }  // namespace ps

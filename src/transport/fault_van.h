@@ -232,21 +232,37 @@ class FaultVan final : public Van {
   FaultVan(std::unique_ptr<Van> inner, FaultInjector* injector);
   ~FaultVan() override;
 
+  // What the injector sees: messages received pass it before the handler.
   StatusOr<int> Start(const std::string& host, int port,
                       Handler handler) override;
-  Status Connect(int id, const std::string& host, int port,
-                 const std::string& local) override;
-  std::string local_endpoint() const override;
   // Returns OK for a message the injector drops, as the network would.
   Status Send(Message&& msg) override;
-  void Disconnect(int id) override;
-  size_t num_routes() const override;
   void Stop() override;
+
+  // The rest is the wrapped van's.
+  Status Connect(int id, const std::string& host, int port,
+                 const std::string& local) override {
+    return inner_->Connect(id, host, port, local);
+  }
+  std::string local_endpoint() const override {
+    return inner_->local_endpoint();
+  }
+  void Disconnect(int id) override { inner_->Disconnect(id); }
+  size_t num_routes() const override { return inner_->num_routes(); }
   ReceiveGate::Result CoReceive(int wake_fd,
-                                const std::function<bool()>& done) override;
-  void set_spin(std::chrono::microseconds spin) override;
-  void set_limits(const VanLimits& limits) override;
-  Status set_security(const VanSecurity& security) override;
+                                const std::function<bool()>& done) override {
+    return inner_->CoReceive(wake_fd, done);
+  }
+  void set_spin(std::chrono::microseconds spin) override {
+    inner_->set_spin(spin);
+  }
+  void set_limits(const VanLimits& limits) override {
+    Van::set_limits(limits);
+    inner_->set_limits(limits);
+  }
+  Status set_security(const VanSecurity& security) override {
+    return inner_->set_security(security);
+  }
 
   // counters() counts what passed the injector (sent: handed to the wrapped
   // van; received: handed to the node); the wrapped van's are inner()'s.

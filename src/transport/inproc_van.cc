@@ -101,16 +101,11 @@ void InProcVan::Disconnect(int id) {
   routes_.erase(id);
 }
 
-size_t InProcVan::num_routes() const {
-  MutexLock lock(&mu_);
-  return routes_.size();
-}
-
 Status InProcVan::Send(Message&& msg) {
   std::string address;
   {
     MutexLock lock(&mu_);
-    PS_RETURN_IF_ERROR(FindRoute(started_ && !stopped_, routes_,
+    PS_RETURN_IF_ERROR(FindRoute(started_ && !stopping_, routes_,
                                  msg.meta.recipient, &address));
   }
   std::string header;
@@ -129,15 +124,6 @@ void InProcVan::Enqueue(Packet packet) {
   uint64_t one = 1;
   ssize_t n = write(ready_fd_, &one, sizeof(one));
   (void)n;
-}
-
-ReceiveGate::Result InProcVan::CoReceive(int wake_fd,
-                                         const std::function<bool()>& done) {
-  {
-    MutexLock lock(&mu_);
-    if (!started_ || stopped_) return ReceiveGate::Result::kStopped;
-  }
-  return gate_.Visit(wake_fd, done);
 }
 
 void InProcVan::ReceiveAll() {
@@ -181,8 +167,8 @@ void InProcVan::ReceiveAll() {
 void InProcVan::Stop() {
   {
     MutexLock lock(&mu_);
-    if (!started_ || stopped_) return;
-    stopped_ = true;
+    if (!started_ || stopping_) return;
+    stopping_ = true;
   }
   network_->Unbind(address_);
   inbox_.Close();

@@ -17,7 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "transport/van.h"
+#include "transport/gated_van.h"
 #include "util/blocking_queue.h"
 #include "util/mutex.h"
 
@@ -58,7 +58,7 @@ class InProcNetwork {
   int next_port_ GUARDED_BY(mu_) = 1;
 };
 
-class InProcVan final : public Van {
+class InProcVan final : public GatedVan {
  public:
   // `network` is borrowed and must outlive this van.
   explicit InProcVan(InProcNetwork* network);
@@ -71,14 +71,7 @@ class InProcVan final : public Van {
                  const std::string& local) override;
   Status Send(Message&& msg) override;
   void Disconnect(int id) override;
-  size_t num_routes() const override;
   void Stop() override;
-  ReceiveGate::Result CoReceive(int wake_fd,
-                                const std::function<bool()>& done) override;
-  void set_spin(std::chrono::microseconds spin) override {
-    gate_.set_spin(spin);
-    gate_.set_contention(&CpuContention::Get());
-  }
 
  private:
   friend class InProcNetwork;
@@ -88,19 +81,12 @@ class InProcVan final : public Van {
   void ReceiveAll();
 
   InProcNetwork* const network_;
-  Handler handler_;
   std::string address_;
   BlockingQueue<Packet> inbox_;
   // An eventfd written after every Enqueue: the inbox's descriptor for
   // gate_, so application threads can wait on it as they do on a socket.
   int ready_fd_ = -1;
-  ReceiveGate gate_;
   std::thread receiver_;
-
-  mutable Mutex mu_;
-  std::unordered_map<int, std::string> routes_ GUARDED_BY(mu_);
-  bool started_ GUARDED_BY(mu_) = false;
-  bool stopped_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ps

@@ -400,11 +400,6 @@ std::string ZmqVan::local_endpoint() const {
   return local_endpoint_;
 }
 
-size_t ZmqVan::num_routes() const {
-  MutexLock lock(&mu_);
-  return routes_.size();
-}
-
 Status ZmqVan::Send(Message&& msg) {
   PeerCounters* peer = counters_.peers.For(msg.meta.recipient);
   std::string address;
@@ -424,15 +419,6 @@ Status ZmqVan::Send(Message&& msg) {
   }
   DoSend(socket, address, peer, &msg);
   return Status::OK();
-}
-
-ReceiveGate::Result ZmqVan::CoReceive(int wake_fd,
-                                      const std::function<bool()>& done) {
-  {
-    MutexLock lock(&mu_);
-    if (!started_ || stopping_) return ReceiveGate::Result::kStopped;
-  }
-  return gate_.Visit(wake_fd, done);
 }
 
 void* ZmqVan::SocketFor(const std::string& address) {

@@ -21,14 +21,14 @@
 #include <thread>
 #include <unordered_map>
 
+#include "transport/gated_van.h"
 #include "transport/receive_gate.h"
-#include "transport/van.h"
 #include "util/log_limiter.h"
 #include "util/mutex.h"
 
 namespace ps {
 
-class ZmqVan final : public Van {
+class ZmqVan final : public GatedVan {
  public:
   ZmqVan();
   ~ZmqVan() override;
@@ -42,14 +42,7 @@ class ZmqVan final : public Van {
   std::string local_endpoint() const override;
   Status Send(Message&& msg) override;
   void Disconnect(int id) override;
-  size_t num_routes() const override;
   void Stop() override;
-  ReceiveGate::Result CoReceive(int wake_fd,
-                                const std::function<bool()>& done) override;
-  void set_spin(std::chrono::microseconds spin) override {
-    gate_.set_spin(spin);
-    gate_.set_contention(&CpuContention::Get());
-  }
   [[nodiscard]] Status set_security(const VanSecurity& security) override;
 
   // Writes a new CURVE key pair to `path` (mode 0600): the public key, then
@@ -74,11 +67,9 @@ class ZmqVan final : public Van {
   std::thread zap_thread_;
   std::atomic<bool> zap_stop_{false};
 
-  Handler handler_;
   void* context_ = nullptr;
   // Received from only under gate_ (by the I/O thread or a guest).
   void* router_ = nullptr;
-  ReceiveGate gate_;
   LogLimiter reject_log_;
   std::thread io_thread_;
 
@@ -87,11 +78,7 @@ class ZmqVan final : public Van {
   std::unordered_map<std::string, void*> dealers_ GUARDED_BY(send_mu_);
   bool closed_ GUARDED_BY(send_mu_) = false;
 
-  mutable Mutex mu_;
-  std::unordered_map<int, std::string> routes_ GUARDED_BY(mu_);
-  std::string local_endpoint_ GUARDED_BY(mu_);
-  bool started_ GUARDED_BY(mu_) = false;
-  bool stopping_ GUARDED_BY(mu_) = false;
+  std::string local_endpoint_ GUARDED_BY(mu_);  // GatedVan::mu_
 };
 
 }  // namespace ps
