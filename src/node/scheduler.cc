@@ -426,7 +426,7 @@ void Scheduler::HandleReplicaReady(const Message& msg) {
   MutexLock lock(&mu_);
   const int from = msg.meta.sender;
   const int holder = msg.meta.holder;
-  auto gone = [&](int id) {
+  auto gone = [&](int id) REQUIRES(mu_) {
     return !table_.count(id) || dead_.count(id) || left_.count(id);
   };
   if (!ring_ || ring_->IndexOf(from) < 0 || gone(from) || gone(holder)) {
