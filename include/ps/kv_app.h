@@ -501,7 +501,7 @@ struct KVServerDefaultHandle {
       if (want(kv.first)) keys.push_back(kv.first);
     }
     std::sort(keys.begin(), keys.end());
-    internal::StoreChunkWriter writer(sizeof(Val));
+    internal::StoreChunkWriter writer(sizeof(Val), max_bytes + 4096);
     for (Key key : keys) {
       const std::vector<Val>& v = store.at(key);
       writer.Add(key, v.data(), static_cast<uint32_t>(v.size()));
@@ -511,18 +511,13 @@ struct KVServerDefaultHandle {
     return Status::OK();
   }
   Status LoadState(const char* data, size_t size) {
-    std::vector<Key> keys;
-    std::vector<uint32_t> counts;
-    const char* values = nullptr;
-    PS_RETURN_IF_ERROR(internal::ParseStoreChunk(data, size, sizeof(Val), &keys,
-                                                 &counts, &values));
-    for (size_t i = 0; i < keys.size(); ++i) {
-      std::vector<Val>& v = store[keys[i]];
-      v.resize(counts[i]);
-      if (counts[i] > 0) std::memcpy(v.data(), values, counts[i] * sizeof(Val));
-      values += counts[i] * sizeof(Val);
-    }
-    return Status::OK();
+    return internal::ForEachStoreChunkKey(
+        data, size, sizeof(Val),
+        [this](Key key, uint32_t count, const char* values) {
+          std::vector<Val>& v = store[key];
+          v.resize(count);
+          if (count > 0) std::memcpy(v.data(), values, count * sizeof(Val));
+        });
   }
 
   std::unordered_map<Key, std::vector<Val>> store;

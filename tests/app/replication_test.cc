@@ -394,7 +394,7 @@ TEST(StoreChunk, MalformedChunksAreRefused) {
   EXPECT_EQ(b.LoadState(bad.data(), bad.size()).code(),
             Status::Code::kCorruption);
   bad = good;
-  bad[16 + 2 * 8] = 3;  // The first key's count: 3 values, not 2.
+  bad[16 + 8] = 3;  // The first key's count: 3 values, not 2.
   EXPECT_EQ(b.LoadState(bad.data(), bad.size()).code(),
             Status::Code::kCorruption);
   KVServerDefaultHandle<double> d;  // Another value size.

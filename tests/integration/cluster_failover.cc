@@ -12,6 +12,7 @@
 
 #include <gflags/gflags.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -20,6 +21,9 @@
 
 DEFINE_int32(iterations, 4000, "pushes per worker");
 DEFINE_int32(keys, 4096, "keys per push, spread over the key space");
+DEFINE_int32(ballast_mb, 0,
+             "MB of state worker 0 pushes first (4 KB per key, spread over "
+             "the key space), so that copies of a server's data are large");
 
 namespace {
 
@@ -35,6 +39,26 @@ int RunWorker() {
   std::vector<ps::Key> keys(n);
   for (size_t i = 0; i < n; ++i) keys[i] = i * (ps::kMaxKey / n) + 3;
   std::vector<float> ones(n, 1.0f);
+  if (ps::MyRank() == 0 && FLAGS_ballast_mb > 0) {
+    // Keys between the counted ones; 1024 values each, sent 16 MB at a time.
+    const size_t total = static_cast<size_t>(FLAGS_ballast_mb) * 256;
+    const size_t per_push = 4096;
+    for (size_t first = 0; first < total; first += per_push) {
+      std::vector<ps::Key> bk;
+      for (size_t i = first; i < std::min(total, first + per_push); ++i) {
+        bk.push_back(i * (ps::kMaxKey / total) + 5);
+      }
+      std::vector<float> vals(bk.size() * 1024, 0.5f);
+      ps::Status s = kv.WaitStatus(kv.Push(bk, vals));
+      if (!s.ok()) {
+        std::printf("cluster_failover: FAIL ballast: %s\n",
+                    s.ToString().c_str());
+        return 1;
+      }
+    }
+    std::printf("cluster_failover: ballast of %d MB pushed\n",
+                FLAGS_ballast_mb);
+  }
   double max_stall_ms = 0;
   int64_t stall_end = 0;
   for (int it = 0; it < FLAGS_iterations; ++it) {

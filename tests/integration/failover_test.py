@@ -43,6 +43,8 @@ def parse_args(argv):
     p.add_argument("--iterations", type=int, default=3000)
     p.add_argument("--victim", type=int, default=1,
                    help="rank of the server to kill (lost: it and the next)")
+    p.add_argument("--ballast-mb", type=int, default=0,
+                   help="MB of extra state spread over the servers first")
     p.add_argument("--heartbeat-ms", type=int, default=100)
     p.add_argument("--timeout-ms", type=int, default=600)
     p.add_argument("--limit", type=float, default=120.0,
@@ -70,7 +72,8 @@ class Cluster:
 
     def program_args(self, role):
         del role  # The same for every role.
-        return ["--iterations=%d" % self.args.iterations]
+        return ["--iterations=%d" % self.args.iterations,
+                "--ballast_mb=%d" % getattr(self.args, "ballast_mb", 0)]
 
     def fail(self, what):
         return Failure("%s: %s" % (self.name, what) if self.name else what)

@@ -92,31 +92,32 @@ struct StateHooks {
 namespace internal {
 
 // The chunk format of KVServerDefaultHandle's state: a header (magic,
-// value size, key count), the keys, each key's value count, the values
-// (host byte order: the servers of a cluster share one architecture).
+// value size, key count), then per key its key, its value count and its
+// values (host byte order: the servers of a cluster share one
+// architecture). Written in one pass into one buffer.
 class StoreChunkWriter {
  public:
-  explicit StoreChunkWriter(size_t value_bytes) : value_bytes_(value_bytes) {}
+  StoreChunkWriter(size_t value_bytes, size_t reserve_bytes);
   void Add(Key key, const void* values, uint32_t count);
-  size_t keys() const { return keys_.size(); }
-  size_t bytes() const;
-  // The chunk; the writer is empty afterwards.
+  size_t keys() const { return keys_; }
+  size_t bytes() const { return out_.size(); }
+  // The chunk; the writer starts a new one afterwards.
   std::string Finish();
 
  private:
   size_t value_bytes_;
-  std::vector<Key> keys_;
-  std::vector<uint32_t> counts_;
-  std::string values_;
+  size_t reserve_;
+  size_t keys_ = 0;
+  std::string out_;
 };
 
-// A chunk made by StoreChunkWriter, validated: kCorruption unless the
-// header, the counts and the size agree and the value size is
-// `value_bytes`. On success, key i has counts[i] values, stored
-// consecutively from *values.
-Status ParseStoreChunk(const char* data, size_t size, size_t value_bytes,
-                       std::vector<Key>* keys, std::vector<uint32_t>* counts,
-                       const char** values);
+// Calls fn(key, count, values) for each key of a chunk made by
+// StoreChunkWriter, after validating the whole chunk: kCorruption (and no
+// call) unless the header, the counts and the size agree and the value size
+// is `value_bytes`.
+Status ForEachStoreChunkKey(
+    const char* data, size_t size, size_t value_bytes,
+    const std::function<void(Key key, uint32_t count, const char* values)>& fn);
 
 }  // namespace internal
 
