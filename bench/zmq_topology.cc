@@ -23,9 +23,16 @@
 // Ember does between nodes of one network namespace (EMBER_LOCAL_IPC);
 // tcp (the default) through loopback TCP.
 //
+// --curve encrypts every connection with ZeroMQ's CURVE, as EMBER_CURVE=1
+// does (one key pair for all, made before the forks; every ROUTER a CURVE
+// server, every DEALER a client): the ceiling of Ember's CURVE figures.
+// --io_threads sets ZMQ_IO_THREADS of every process (ZeroMQ's default, 1,
+// is what Ember uses); CURVE encrypts and decrypts on those threads.
+//
 // Output, one line:
 //   RESULT baseline=zmq_topology servers=2 clients=2 keys=1000 mode=push
 //          window=8 req_s=... keys_s=... replies=separate transport=tcp
+//          curve=0 io_threads=1
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -59,15 +66,35 @@ DEFINE_int32(malloc_keep_mb, 256,
              "malloc settings as an Ember node's (EMBER_MALLOC_KEEP_MB; 0 "
              "leaves malloc alone)");
 DEFINE_int32(rcvbuf, -1, "ZMQ_RCVBUF of every socket (-1: the OS default)");
+DEFINE_bool(curve, false, "encrypt every connection with ZeroMQ's CURVE");
+DEFINE_int32(io_threads, 1, "ZMQ_IO_THREADS of every process");
 
 namespace {
 
 void NoFree(void*, void*) {}
 
+// --curve: the one key pair of the run, made before the forks.
+char g_public[41], g_secret[41];
+
+void* NewContext() {
+  void* ctx = zmq_ctx_new();
+  zmq_ctx_set(ctx, ZMQ_IO_THREADS, FLAGS_io_threads);
+  return ctx;
+}
+
 void* NewSocket(void* ctx, int type) {
   void* s = zmq_socket(ctx, type);
   zmq_setsockopt(s, ZMQ_SNDBUF, &FLAGS_sndbuf, sizeof(int));
   zmq_setsockopt(s, ZMQ_RCVBUF, &FLAGS_rcvbuf, sizeof(int));
+  if (FLAGS_curve && type == ZMQ_ROUTER) {
+    const int server = 1;
+    zmq_setsockopt(s, ZMQ_CURVE_SERVER, &server, sizeof(server));
+    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, g_secret, 41);
+  } else if (FLAGS_curve) {
+    zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, g_public, 41);
+    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, g_public, 41);
+    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, g_secret, 41);
+  }
   return s;
 }
 
@@ -151,7 +178,7 @@ size_t ShareOf(int server) {
 // A server: receives on its ROUTER and answers, either back through it
 // (same) or through a DEALER to the client's ROUTER (separate).
 void RunServer(int index, int port_pipe, int client_ports_pipe) {
-  void* ctx = zmq_ctx_new();
+  void* ctx = NewContext();
   void* router = NewSocket(ctx, ZMQ_ROUTER);
   int port = BindEndpoint(router);
   int msg[2] = {index, port};
@@ -200,7 +227,7 @@ void RunServer(int index, int port_pipe, int client_ports_pipe) {
 
 void RunClient(int index, const std::vector<int>& server_ports,
                const std::vector<int>& port_pipes, int result_pipe) {
-  void* ctx = zmq_ctx_new();
+  void* ctx = NewContext();
   const bool same = FLAGS_replies == "same";
   void* router = nullptr;
   if (!same) {
@@ -322,8 +349,13 @@ int main(int argc, char** argv) {
   if (FLAGS_servers < 1 || FLAGS_clients < 1 || FLAGS_keys < FLAGS_servers ||
       FLAGS_window < 1 || (FLAGS_mode != "push" && FLAGS_mode != "pull") ||
       (FLAGS_replies != "same" && FLAGS_replies != "separate") ||
-      (FLAGS_transport != "tcp" && FLAGS_transport != "ipc")) {
+      (FLAGS_transport != "tcp" && FLAGS_transport != "ipc") ||
+      FLAGS_io_threads < 1) {
     std::fprintf(stderr, "zmq_topology: bad flags\n");
+    return 1;
+  }
+  if (FLAGS_curve && zmq_curve_keypair(g_public, g_secret) != 0) {
+    std::fprintf(stderr, "zmq_topology: no CURVE in this libzmq\n");
     return 1;
   }
   // Before the forks: every process allocates as an Ember node does.
@@ -370,9 +402,11 @@ int main(int argc, char** argv) {
   for (pid_t p : pids) waitpid(p, nullptr, 0);
   std::printf(
       "RESULT baseline=zmq_topology servers=%d clients=%d keys=%lld mode=%s "
-      "window=%d req_s=%.1f keys_s=%.0f replies=%s transport=%s\n",
+      "window=%d req_s=%.1f keys_s=%.0f replies=%s transport=%s curve=%d "
+      "io_threads=%d\n",
       FLAGS_servers, FLAGS_clients, static_cast<long long>(FLAGS_keys),
       FLAGS_mode.c_str(), FLAGS_window, total, total * FLAGS_keys,
-      FLAGS_replies.c_str(), FLAGS_transport.c_str());
+      FLAGS_replies.c_str(), FLAGS_transport.c_str(), FLAGS_curve ? 1 : 0,
+      FLAGS_io_threads);
   return 0;
 }

@@ -21,6 +21,12 @@ per request, at 1 and 4 servers, Ember beside raw ZeroMQ), and, if valgrind
 is installed, the worker's instructions per 1000-key push at 1 and 4
 servers (callgrind, the difference of two runs of N1 and N2 requests).
 
+Part "curve" runs Ember with EMBER_CURVE=1 against without (dense 4 MB
+pushes at 1x1 and 2x2, sparse 1000-key pushes and pulls at 2x2), then one
+core's cipher rates (bench/cipher_bench, when built) and the dense cases in
+raw ZeroMQ with CURVE against without (bench/zmq_topology --curve): the
+ceiling of Ember's ratio.
+
 With --pslite DIR, DIR/pslite_api_bench (the same source file, built by the
 user against ps-lite outside this repository; docs/performance.md says how)
 runs beside Ember in every round of the sparse and 1 M-key cases, launched
@@ -120,7 +126,8 @@ class Runner(bl.Runner):
             raise BenchError("%d of %d workers reported" % (n, workers))
         return total
 
-    def zmq(self, servers, clients, mode, keys, window, seconds=None):
+    def zmq(self, servers, clients, mode, keys, window, seconds=None,
+            extra_args=()):
         # The same transport as Ember's nodes use between each other.
         transport = ("tcp" if os.environ.get("EMBER_LOCAL_IPC") == "0"
                      else "ipc")
@@ -129,7 +136,8 @@ class Runner(bl.Runner):
                         "--servers=%d" % servers, "--clients=%d" % clients,
                         "--mode=" + mode, "--keys=%d" % keys,
                         "--window=%d" % window,
-                        "--seconds=%g" % (seconds or self.seconds)])
+                        "--seconds=%g" % (seconds or self.seconds)] +
+                       list(extra_args))
         return parse_topology_rate(out)
 
 
@@ -246,10 +254,18 @@ CURVE_CASES = [("dense 4 MB push", 1, 1, "push", 1000000, 2),
 NO_REPLICAS = {"EMBER_REPLICAS": "0"}
 
 
-def on_off(runner, rounds, title, tag, cases, on_env, off_env):
+def on_off(runner, rounds, title, tag, cases, on_env, off_env, measure=None):
     """Ember with `on_env` against Ember with `off_env`, interleaved, on
-    the same cases; prints and emits on/off per case."""
-    ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+    the same cases; prints and emits on/off per case. `measure(which,
+    servers, workers, mode, keys, window)`, if given, measures instead
+    (which: "on" or "off"), and the envs are unused."""
+    if measure is None:
+        ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+
+        def measure(which, s, w, mode, keys, window):
+            return runner.ps_api(
+                ember_bin, s, w, mode, keys, window,
+                env_extra=on_env if which == "on" else off_env)
     print("\n%s (req/s, all workers; median of %d rounds)" % (title, rounds),
           flush=True)
     print("%-28s %12s %12s %8s" % ("case", "off", "on", "on/off"), flush=True)
@@ -257,9 +273,7 @@ def on_off(runner, rounds, title, tag, cases, on_env, off_env):
         got = {"off": [], "on": []}
         for r in range(rounds):
             for which in (["off", "on"] if r % 2 == 0 else ["on", "off"]):
-                got[which].append(runner.ps_api(
-                    ember_bin, s, w, mode, keys, window,
-                    env_extra=on_env if which == "on" else off_env))
+                got[which].append(measure(which, s, w, mode, keys, window))
         off_m = statistics.median(got["off"])
         on_m = statistics.median(got["on"])
         ratio = statistics.median(ratios(got["on"], got["off"]))
@@ -277,7 +291,9 @@ def on_off(runner, rounds, title, tag, cases, on_env, off_env):
 
 def curve(runner, rounds):
     """Ember with EMBER_CURVE=1 against Ember without (both without
-    replicas, so that only encryption differs)."""
+    replicas, so that only encryption differs), then raw ZeroMQ with CURVE
+    against without in the same topology: the ceiling of Ember's ratio
+    (docs/performance.md, "CURVE's ceiling")."""
     keygen = os.path.join(runner.build, "scheduler", "ember_scheduler")
     with tempfile.TemporaryDirectory() as tmp:
         key = os.path.join(tmp, "cluster.key")
@@ -285,6 +301,23 @@ def curve(runner, rounds):
         on = dict(NO_REPLICAS, EMBER_CURVE="1", EMBER_CURVE_KEY_FILE=key)
         on_off(runner, rounds, "CURVE encryption", "curve", CURVE_CASES, on,
                NO_REPLICAS)
+
+    # One core's rate with CURVE's cipher and the others libsodium has.
+    cipher_bench = os.path.join(runner.build, "bench", "cipher_bench")
+    if os.access(cipher_bench, os.X_OK):
+        print("\nOne core's cipher rates (GB/s; bench/cipher_bench)",
+              flush=True)
+        out = runner.run([cipher_bench, "--rounds=3"])
+        for line in out.splitlines():
+            if line.startswith("RESULT ") or "not available" in line:
+                print(line, flush=True)
+
+    def raw(which, s, w, mode, keys, window):
+        return runner.zmq(s, w, mode, keys, window,
+                          extra_args=["--curve"] if which == "on" else [])
+    on_off(runner, rounds, "CURVE in raw ZeroMQ, the same topology",
+           "curve_zmq", [c for c in CURVE_CASES if c[0].startswith("dense")],
+           None, None, measure=raw)
 
 
 # The cost of safety (docs/replication.md): one copy of every server's data

@@ -2,7 +2,9 @@
 """Unit tests of scripts/bench_multi.py's parsing and statistics (no
 cluster is started: the runs themselves are exercised by running it)."""
 
+import contextlib
 import importlib.util
+import io
 import os
 import socket
 import sys
@@ -75,6 +77,30 @@ class StatsTest(unittest.TestCase):
 
     def test_ratios_pair_rounds_and_skip_zero_baselines(self):
         self.assertEqual(bm.ratios([2, 3, 8], [1, 0, 4]), [2.0, 2.0])
+
+
+class OnOffTest(unittest.TestCase):
+    def test_rounds_interleave_and_the_ratio_is_per_round(self):
+        calls = []
+        rates = {"on": iter([10.0, 30.0, 20.0]),
+                 "off": iter([100.0, 100.0, 50.0])}
+
+        def measure(which, s, w, mode, keys, window):
+            calls.append(which)
+            self.assertEqual((s, w, mode, keys, window),
+                             (2, 2, "push", 1000000, 2))
+            return next(rates[which])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            bm.on_off(None, 3, "title", "tag",
+                      [("dense", 2, 2, "push", 1000000, 2)], None, None,
+                      measure=measure)
+        # The order alternates from round to round.
+        self.assertEqual(calls, ["off", "on", "on", "off", "off", "on"])
+        # Medians: off 100, on 20; per-round ratios 0.1, 0.3, 0.4 -> 0.3.
+        self.assertIn("off_req_s=100.0", out.getvalue())
+        self.assertIn("on_req_s=20.0", out.getvalue())
+        self.assertIn("on_over_off=0.300", out.getvalue())
 
 
 class PortTest(unittest.TestCase):
