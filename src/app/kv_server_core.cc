@@ -319,6 +319,10 @@ class KVServerCore::Impl {
           "a request of " + std::to_string(req.kvs.keys.size()) +
           " keys; EMBER_MAX_KEYS_PER_REQUEST is " + std::to_string(max_keys));
     }
+    if (s.ok() && msg.meta.replica_of == 0 && msg.meta.epoch != 0 &&
+        msg.meta.epoch < app_->node()->ring_epoch()) {
+      s = CheckOwned(msg.meta.epoch, req.kvs.keys);
+    }
     if (!s.ok()) {
       ++rejected_;
       rejected_metric_->Add();
@@ -347,6 +351,25 @@ class KVServerCore::Impl {
       }
     }
     controller()->OnRequest(std::move(req));
+  }
+
+  // A request sliced by the ring of an older epoch: refused if it holds a
+  // key this server does not own under the current ring (the keys moved
+  // since), so that it is never applied where the key no longer lives.
+  Status CheckOwned(uint64_t epoch, const SArray<Key>& keys) {
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    const int me = app_->node()->my_id();
+    if (!ring) return Status::OK();
+    for (Key k : keys) {
+      if (ring->Owner(k) == me) continue;
+      return Status::Unavailable(
+          "request sliced by ring epoch " + std::to_string(epoch) +
+          " reached node " + std::to_string(me) + " at epoch " +
+          std::to_string(ring->epoch()) + ", which does not own key " +
+          std::to_string(k) + " now (node " + std::to_string(ring->Owner(k)) +
+          " does): refused, not applied");
+    }
+    return Status::OK();
   }
 
   // --- Replication (docs/replication.md).

@@ -846,6 +846,7 @@ void Node::HandleNodeTable(const Message& msg) {
       return;
     }
     ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
+    ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
     run_key_ = msg.meta.run_key;
     run_auth_ = ToKey128(run_key_);
     ApplyNodeTableLocked(msg);
@@ -929,6 +930,7 @@ void Node::HandleNodeFailed(int id, const std::string& reason,
       servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
                      servers_.end());
       ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
+      ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
       status =
           Status::Unavailable(DescribeLocked(id) + " died (" + reason +
                               "); failing over to " + ring_->DebugString());
@@ -995,6 +997,7 @@ void Node::OnMembership(const Membership& membership) {
   // every member.
   table_ = membership.nodes;
   ring_ = membership.ring;
+  ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
   member_keys_ = membership.member_keys;
   TableReadyLocked();
 }
@@ -1017,6 +1020,7 @@ void Node::OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
   servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
                  servers_.end());
   ring_ = std::move(ring);
+  ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
   // Under mu_ so no customer is destroyed meanwhile; this never blocks.
   for (const auto& c : customers_) c.second->OnFailover(id, status);
 }

@@ -113,6 +113,10 @@ class Node final : private SchedulerHost {
   // The key ring of the current epoch (null before the node table came).
   // Immutable: callers keep the pointer for as long as they route by it.
   std::shared_ptr<const KeyRing> key_ring() const;
+  // The epoch of key_ring() (0 before the node table came), without a lock.
+  uint64_t ring_epoch() const {
+    return ring_epoch_.load(std::memory_order_acquire);
+  }
   bool IsAlive(int id) const;
   // "server 1 (id 10, 127.0.0.1:4567)".
   std::string Describe(int id) const;
@@ -256,6 +260,7 @@ class Node final : private SchedulerHost {
   std::vector<int> servers_ GUARDED_BY(mu_);  // ids by rank
   std::vector<int> workers_ GUARDED_BY(mu_);  // ids by rank
   std::shared_ptr<const KeyRing> ring_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> ring_epoch_{0};  // ring_'s, written under mu_
   std::set<int> dead_ GUARDED_BY(mu_);
   std::set<int> left_ GUARDED_BY(mu_);
   // Restoring copies: the apps that copy state, and which have copied it

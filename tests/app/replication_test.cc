@@ -288,6 +288,44 @@ TEST_F(ReplicationTest, ADuplicatePushIsAppliedOnce) {
   EXPECT_TRUE(WaitUntil([&] { return servers_[1]->applied() == 1; }));
 }
 
+// A request sliced by an older ring is refused where it holds a key the
+// server does not own now, and applied where it does.
+TEST_F(ReplicationTest, AStaleEpochRequestForKeysElsewhereIsRefusedNotApplied) {
+  Form(3, 1, 1);
+  Kill(1);
+  auto ring = cluster_->worker(0)->node()->key_ring();
+  ASSERT_EQ(ring->epoch(), 2u);
+  // Server 1's keys are server 2's now; server 0's are its own still.
+  const std::vector<Key> moved = {
+      ring->RangesOf(ring->IndexOf(ServerId(2)))[0].begin()};
+  const std::vector<Key> kept = {
+      ring->RangesOf(ring->IndexOf(ServerId(0)))[0].begin()};
+  ASSERT_EQ(ring->Owner(moved[0]), ServerId(2));
+  LogCapture log;
+  Node* node = cluster_->worker(0)->node();
+  const std::vector<float> one = {1};
+  int ts = 5000;
+  for (const auto* keys : {&moved, &kept}) {
+    Message m = AppMessage(0, 0, ts++, ServerId(0), /*request=*/true);
+    m.meta.push = true;
+    m.meta.epoch = 1;
+    m.meta.value_bytes = sizeof(float);
+    RawKVs kvs;
+    kvs.keys = SArray<Key>(*keys);
+    kvs.vals = SArray<char>(SArray<float>(one));
+    AddKVFrames(kvs, &m);
+    ASSERT_TRUE(node->Send(std::move(m)).ok());
+  }
+  // The second is applied (in order, after the first was refused).
+  ASSERT_TRUE(WaitUntil([&] { return servers_[0]->applied() == 1; }));
+  EXPECT_EQ(log.Find("does not own key").size(), 1u);
+  std::vector<float> out;
+  ASSERT_TRUE(workers_[0]->WaitStatus(workers_[0]->Pull(moved, &out)).ok());
+  EXPECT_EQ(out, std::vector<float>{0});
+  ASSERT_TRUE(workers_[0]->WaitStatus(workers_[0]->Pull(kept, &out)).ok());
+  EXPECT_EQ(out, std::vector<float>{1});
+}
+
 // After a failover each server whose copies are no longer whole copies its
 // state to its new replica targets; then a second death loses nothing.
 TEST_F(ReplicationTest,
