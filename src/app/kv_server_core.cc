@@ -465,7 +465,7 @@ class KVServerCore::Impl {
     std::vector<int> unsent;
     req->origin_timestamp = origin_ts;
     for (int t : targets) {
-      Status st = ForwardCopy(t, ts, whose, *req, meta.done_below);
+      Status st = ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below);
       if (!st.ok()) {
         LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
                      << st;
@@ -478,10 +478,10 @@ class KVServerCore::Impl {
     return true;
   }
 
-  // Sends target `t` a copy of push `req` (its origin_timestamp set) of the
-  // data of server `whose`, under local timestamp `ts`.
+  // Sends target `t` a copy of push `req` (the worker's timestamp
+  // `origin_ts`) of the data of server `whose`, under local timestamp `ts`.
   Status ForwardCopy(int t, int ts, int whose, const RawRequest& req,
-                     int64_t done_below) {
+                     int origin_ts, int64_t done_below) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -491,7 +491,7 @@ class KVServerCore::Impl {
     m.meta.replica_of = whose;
     m.meta.origin_sender = req.sender;
     m.meta.origin_customer = req.customer_id;
-    m.meta.origin_timestamp = req.origin_timestamp;
+    m.meta.origin_timestamp = origin_ts;
     m.meta.done_below = done_below;
     AddKVFrames(req.kvs, &m);
     return app_->node()->Send(std::move(m));
@@ -652,6 +652,7 @@ class KVServerCore::Impl {
 
   struct Copy {
     int target = 0;
+    std::shared_ptr<const KeyRing> ring;  // the ring it was made under
     uint64_t epoch = 0;
     size_t outstanding = 0;  // chunks yet to be acknowledged
     Status status;
@@ -672,17 +673,8 @@ class KVServerCore::Impl {
     }
     if (synced == ring) return;
     std::vector<int> had;
-    bool same_ranges = false;
-    if (synced && synced->IndexOf(me) >= 0) {
-      had = synced->ReplicaTargets(me);
-      const std::vector<Range> before = synced->RangesOf(synced->IndexOf(me));
-      const std::vector<Range> now = ring->RangesOf(ring->IndexOf(me));
-      same_ranges = before.size() == now.size();
-      for (size_t i = 0; same_ranges && i < now.size(); ++i) {
-        same_ranges = before[i].begin() == now[i].begin() &&
-                      before[i].end() == now[i].end();
-      }
-    }
+    const bool same_ranges = SameRanges(synced, ring, me);
+    if (synced && synced->IndexOf(me) >= 0) had = synced->ReplicaTargets(me);
     std::vector<int> need;
     for (int t : ring->ReplicaTargets(me)) {
       if (!same_ranges || std::find(had.begin(), had.end(), t) == had.end()) {
@@ -738,6 +730,7 @@ class KVServerCore::Impl {
         ts = NewLocalTsLocked();
         Copy& c = copies_[ts];
         c.target = t;
+        c.ring = ring;
         c.epoch = ring->epoch();
         c.outstanding = frames.size() + 1;
       }
@@ -748,7 +741,9 @@ class KVServerCore::Impl {
       for (const RawRequest& r : deferred) {
         const int whose = r.replica_of != 0 ? r.replica_of : me;
         if (!st.ok() || (whose != me && ring->IndexOf(whose) >= 0)) continue;
-        st = ForwardCopy(t, ts, whose, r, 0);
+        // A replicated push runs under a local (negative) timestamp.
+        const int origin = r.timestamp >= 0 ? r.timestamp : r.origin_timestamp;
+        st = ForwardCopy(t, ts, whose, r, origin, 0);
       }
       if (st.ok()) st = SendState(t, ts, 2, dedup_frame);
       if (!st.ok()) {
@@ -775,6 +770,21 @@ class KVServerCore::Impl {
     return a;
   }
 
+  // Whether server `me` owns the same ranges under both rings.
+  static bool SameRanges(const std::shared_ptr<const KeyRing>& a,
+                         const std::shared_ptr<const KeyRing>& b, int me) {
+    if (!a || !b || a->IndexOf(me) < 0 || b->IndexOf(me) < 0) return false;
+    const std::vector<Range> x = a->RangesOf(a->IndexOf(me));
+    const std::vector<Range> y = b->RangesOf(b->IndexOf(me));
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].begin() != y[i].begin() || x[i].end() != y[i].end()) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries.
   Status SendState(int t, int ts, int kind, const SArray<char>& frame) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
@@ -795,7 +805,12 @@ class KVServerCore::Impl {
       MutexLock lock(&mu_);
       hooks = hooks_;
     }
-    if (msg.meta.state_copy == 2 && msg.data.empty()) {
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    if (!ring || ring->IndexOf(msg.meta.sender) < 0) {
+      s = Status::InvalidArgument("a copy of server state from node " +
+                                  std::to_string(msg.meta.sender) +
+                                  ", which is not a server on the ring");
+    } else if (msg.meta.state_copy == 2 && msg.data.empty()) {
       // No dedup entries (an empty frame may not travel).
     } else if (msg.data.size() != 1) {
       s = Status::Corruption("a state copy of " +
@@ -855,10 +870,25 @@ class KVServerCore::Impl {
                  << " refused the copy of this server's data: " << done.status;
       return;
     }
+    // The ring may have changed while the copy was made: it still counts if
+    // this server's ranges are the same and the target is still one (the
+    // newer ring's RestoreCopies left it to this copy).
+    std::shared_ptr<const KeyRing> now = app_->node()->key_ring();
+    const int me = app_->node()->my_id();
+    uint64_t epoch = done.epoch;
+    if (now && now->epoch() != done.epoch) {
+      const std::vector<int> targets = now->ReplicaTargets(me);
+      if (!SameRanges(done.ring, now, me) ||
+          std::find(targets.begin(), targets.end(), done.target) ==
+              targets.end()) {
+        return;  // Copied again under the newer ring.
+      }
+      epoch = now->epoch();
+    }
     LOG(INFO) << app << ": node " << done.target
               << " holds a whole copy of this server's data (ring epoch "
-              << done.epoch << ")";
-    app_->node()->StateCopied(app_->app_id(), done.target, done.epoch);
+              << epoch << ")";
+    app_->node()->StateCopied(app_->app_id(), done.target, epoch);
   }
 
   AppImpl* const app_;

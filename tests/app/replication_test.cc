@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <thread>
@@ -293,8 +294,12 @@ TEST_F(ReplicationTest, ADuplicatePushIsAppliedOnce) {
 TEST_F(ReplicationTest, AStaleEpochRequestForKeysElsewhereIsRefusedNotApplied) {
   Form(3, 1, 1);
   Kill(1);
+  // Both ends have switched to the failover's ring.
+  ASSERT_TRUE(WaitUntil([&] {
+    return cluster_->worker(0)->node()->ring_epoch() == 2 &&
+           server_po_[0]->node()->ring_epoch() == 2;
+  }));
   auto ring = cluster_->worker(0)->node()->key_ring();
-  ASSERT_EQ(ring->epoch(), 2u);
   // Server 1's keys are server 2's now; server 0's are its own still.
   const std::vector<Key> moved = {
       ring->RangesOf(ring->IndexOf(ServerId(2)))[0].begin()};
@@ -324,6 +329,31 @@ TEST_F(ReplicationTest, AStaleEpochRequestForKeysElsewhereIsRefusedNotApplied) {
   EXPECT_EQ(out, std::vector<float>{0});
   ASSERT_TRUE(workers_[0]->WaitStatus(workers_[0]->Pull(kept, &out)).ok());
   EXPECT_EQ(out, std::vector<float>{1});
+}
+
+// Only a server on the ring may send a copy of its state: a worker's is
+// refused and changes nothing.
+TEST_F(ReplicationTest, AStateCopyFromAWorkerIsRefused) {
+  Form(2, 1, 1);
+  std::vector<Key> keys = {42};
+  PushOnes(keys, 1);
+  KVServerDefaultHandle<float> forged;
+  forged.store[42] = {1000};
+  std::vector<std::string> chunks;
+  ASSERT_TRUE(
+      forged.DumpState([](Key) { return true; }, 1 << 20, &chunks).ok());
+  LogCapture log;
+  Message m = AppMessage(0, 0, -7, ServerId(0), /*request=*/true);
+  m.meta.push = true;
+  m.meta.state_copy = 1;
+  m.meta.value_bytes = sizeof(float);
+  SArray<char> frame(chunks[0].size());
+  std::memcpy(frame.data(), chunks[0].data(), chunks[0].size());
+  m.AddData(frame);
+  ASSERT_TRUE(cluster_->worker(0)->node()->Send(std::move(m)).ok());
+  ASSERT_TRUE(
+      WaitUntil([&] { return !log.Find("not a server on the ring").empty(); }));
+  ExpectAll(keys, 1);
 }
 
 // After a failover each server whose copies are no longer whole copies its
