@@ -77,8 +77,15 @@ class KVServerCore::Impl {
     return controller_ ? controller_->stats() : ConsistencyStats();
   }
 
-  void Respond(int cmd, bool push, bool pull, int sender, int timestamp,
+  // `api` is the timestamp the handle saw (ps/internal/timestamp.h).
+  void Respond(int cmd, bool push, bool pull, int sender, int api,
                int customer_id, const RawKVs& res, const Status& error) {
+    const int64_t timestamp = app_->ResolveRequest(sender, customer_id, api);
+    if (timestamp == -1 && api >= 0) {
+      LOG(WARNING) << "an answer to node " << sender << " dropped: it sent no "
+                   << "request with timestamp " << api;
+      return;
+    }
     {
       // A deferred push was acknowledged when it arrived; the handle's
       // answer when it is finally applied goes nowhere.
@@ -147,7 +154,17 @@ class KVServerCore::Impl {
       w->Gauge("ember_consistency_live_workers",
                "Live workers the consistency controller counts", app,
                s.live_workers);
+      w->Gauge("ember_dedup_entries",
+               "Pushes the dedup table remembers (those whose worker may "
+               "still resend them)",
+               app, static_cast<double>(DedupEntries()));
     });
+  }
+  size_t DedupEntries() const {
+    MutexLock lock(&mu_);
+    size_t n = 0;
+    for (const auto& seen : applied_) n += seen.second.size();
+    return n;
   }
   static int64_t NowUs() {
     return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -164,7 +181,7 @@ class KVServerCore::Impl {
     push_apply_->ObserveUs(NowUs() - start);
   }
 
-  void Send(int cmd, bool push, bool pull, int sender, int timestamp,
+  void Send(int cmd, bool push, bool pull, int sender, int64_t timestamp,
             int customer_id, const RawKVs& res, const Status& error) {
     if (timestamp < 0) {
       // A request the handle saw under a local timestamp (replication).
@@ -178,9 +195,9 @@ class KVServerCore::Impl {
   // The answer to (to, customer_id, timestamp); `handle_ts` is the
   // timestamp the handle saw (the pull's keys are held under it);
   // `resend_for` is echoed (docs/replication.md).
-  void SendTo(int cmd, bool push, bool pull, int sender, int timestamp,
+  void SendTo(int cmd, bool push, bool pull, int sender, int64_t timestamp,
               int customer_id, const RawKVs& res, const Status& error,
-              int resend_for, int handle_ts) {
+              int resend_for, int64_t handle_ts) {
     bool keys_as_requested = false;
     if (pull && !push) {
       MutexLock lock(&mu_);
@@ -342,7 +359,7 @@ class KVServerCore::Impl {
   struct Local {
     int reply_to = 0;  // the worker, or (a copy) the forwarding server
     int reply_customer = 0;
-    int reply_ts = 0;
+    int64_t reply_ts = 0;
     int resend_for = 0;     // echoed to the worker
     int replica_of = 0;     // a copy: its acknowledgement says whose data
     std::vector<int> owed;  // servers yet to acknowledge their copy
@@ -372,10 +389,7 @@ class KVServerCore::Impl {
       auto& seen = applied_[std::make_pair(req->sender, req->customer_id)];
       // The worker will never resend below done_below.
       seen.erase(seen.begin(),
-                 seen.lower_bound(std::make_pair(
-                     static_cast<int>(std::min<int64_t>(
-                         meta.done_below, std::numeric_limits<int>::max())),
-                     0)));
+                 seen.lower_bound(std::make_pair(meta.done_below, 0)));
       duplicate = !seen.emplace(req->timestamp, whose).second;
       if (seen.size() > kMaxApplied) seen.erase(seen.begin());
     }
@@ -408,8 +422,8 @@ class KVServerCore::Impl {
     local.reply_ts = copy ? meta.timestamp : req->timestamp;
     local.resend_for = copy ? 0 : meta.resend_for;
     local.replica_of = copy ? meta.replica_of : 0;
-    const int origin_ts = req->timestamp;
-    int ts = 0;
+    const int64_t origin_ts = req->timestamp;
+    int64_t ts = 0;
     {
       MutexLock lock(&mu_);
       do {
@@ -459,7 +473,7 @@ class KVServerCore::Impl {
   }
 
   // The handle answered a request it saw under local timestamp `ts`.
-  void FinishLocal(int cmd, bool push, bool pull, int ts, const RawKVs& res,
+  void FinishLocal(int cmd, bool push, bool pull, int64_t ts, const RawKVs& res,
                    const Status& error) {
     Local done;
     {
@@ -526,7 +540,7 @@ class KVServerCore::Impl {
 
   // Server `from` acknowledged (or can no longer acknowledge) its copy of
   // local request `ts`.
-  void Acknowledged(int ts, int from, const Status& status) {
+  void Acknowledged(int64_t ts, int from, const Status& status) {
     Local done;
     {
       MutexLock lock(&mu_);
@@ -552,7 +566,7 @@ class KVServerCore::Impl {
   // Server `dead` failed over: the copies it owed will never be
   // acknowledged (the scheduler knows its copies are gone).
   void OnFailover(int dead) {
-    std::vector<int> owed_by_dead;
+    std::vector<int64_t> owed_by_dead;
     {
       MutexLock lock(&mu_);
       for (const auto& l : locals_) {
@@ -562,7 +576,7 @@ class KVServerCore::Impl {
         }
       }
     }
-    for (int ts : owed_by_dead) Acknowledged(ts, dead, Status::OK());
+    for (int64_t ts : owed_by_dead) Acknowledged(ts, dead, Status::OK());
   }
 
   AppImpl* const app_;
@@ -578,7 +592,7 @@ class KVServerCore::Impl {
   std::unique_ptr<ConsistencyController> controller_ GUARDED_BY(mu_);
   // Requests acknowledged before their handle ran: (sender, customer,
   // timestamp) -> answers to swallow.
-  std::map<std::tuple<int, int, int>, int> acked_ GUARDED_BY(mu_);
+  std::map<std::tuple<int, int, int64_t>, int> acked_ GUARDED_BY(mu_);
   // Pulls not yet answered: (sender, customer, timestamp) -> their keys,
   // held so that no other array can take their address meanwhile. At most
   // kMaxPullKeys (a handle that never answers cannot grow it); a pull
@@ -588,15 +602,15 @@ class KVServerCore::Impl {
     SArray<Key> keys;
     int64_t arrived_us = 0;
   };
-  std::map<std::tuple<int, int, int>, HeldPull> pull_keys_;  // mu_.
+  std::map<std::tuple<int, int, int64_t>, HeldPull> pull_keys_;  // mu_.
 
   // Replication: requests under local timestamps, and the pushes applied,
   // by (sender, customer) -> (timestamp, server whose data). At most
   // kMaxApplied per sender; the worker's done_below trims it.
   static constexpr size_t kMaxApplied = 1 << 20;
-  std::unordered_map<int, Local> locals_ GUARDED_BY(mu_);
+  std::unordered_map<int64_t, Local> locals_ GUARDED_BY(mu_);
   int next_local_ GUARDED_BY(mu_) = 0;
-  std::map<std::pair<int, int>, std::set<std::pair<int, int>>> applied_
+  std::map<std::pair<int, int>, std::set<std::pair<int64_t, int>>> applied_
       GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
   int targets_me_ GUARDED_BY(mu_) = 0;
