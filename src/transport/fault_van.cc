@@ -489,6 +489,11 @@ void FaultVan::set_spin(std::chrono::microseconds spin) {
   inner_->set_spin(spin);
 }
 
+void FaultVan::set_peer_event_handler(PeerEventHandler handler) {
+  Van::set_peer_event_handler(handler);
+  inner_->set_peer_event_handler(std::move(handler));
+}
+
 void FaultVan::set_limits(const VanLimits& limits) {
   Van::set_limits(limits);
   inner_->set_limits(limits);

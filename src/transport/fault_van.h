@@ -247,6 +247,9 @@ class FaultVan final : public Van {
   void set_spin(std::chrono::microseconds spin) override;
   void set_limits(const VanLimits& limits) override;
   Status set_security(const VanSecurity& security) override;
+  // The wrapped van's events pass as they are; RaisePeerEvent on either
+  // van reaches `handler`.
+  void set_peer_event_handler(PeerEventHandler handler) override;
 
   // counters() counts what passed the injector (sent: handed to the wrapped
   // van; received: handed to the node); the wrapped van's are inner()'s.
