@@ -299,6 +299,88 @@ TEST_F(ReplicationTest, ADuplicatePushIsAppliedOnce) {
   EXPECT_TRUE(WaitUntil([&] { return servers_[1]->applied() == 1; }));
 }
 
+// Detection from the transport (docs/replication.md, "Detection"): the
+// scheduler's van reports that its connection to a server closed and
+// reconnecting was refused, as ZmqVan does from ZeroMQ's monitor after a
+// kill -9; the server fails over after EMBER_DISCONNECT_GRACE_MS, long
+// before the heartbeat timeout, and the run goes on.
+TEST_F(ReplicationTest, AClosedAndRefusedConnectionFailsOverBeforeTheTimeout) {
+  Form(3, 2, 1);
+  std::vector<Key> keys = SpreadKeys(999);
+  PushOnes(keys, 2);
+  Van* van = cluster_->scheduler()->node()->van();
+  PeerEvent event;
+  event.ids = {ServerId(1)};
+  event.address = cluster_->AddressOf(ServerId(1));
+  // A close that heals is no death.
+  event.kind = PeerEvent::Kind::kDisconnected;
+  van->RaisePeerEvent(event);
+  event.kind = PeerEvent::Kind::kConnected;
+  van->RaisePeerEvent(event);
+  cluster_->clock()->Advance(Options().disconnect_grace_ms + 1);
+  cluster_->scheduler()->node()->CheckLiveness();
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->epoch(), 1u);
+  // Server 1 dies: its connections close and refuse.
+  servers_[1]->Silence();
+  std::vector<float> ones(keys.size(), 1.0f);
+  std::vector<int> in_flight;
+  for (auto& w : workers_) in_flight.push_back(w->Push(keys, ones));
+  cluster_->network()->Sever(event.address);
+  LogCapture log;
+  event.kind = PeerEvent::Kind::kDisconnected;
+  van->RaisePeerEvent(event);
+  event.kind = PeerEvent::Kind::kReconnectFailed;
+  van->RaisePeerEvent(event);
+  cluster_->clock()->Advance(Options().disconnect_grace_ms);
+  ASSERT_LT(Options().disconnect_grace_ms + 1 + Options().disconnect_grace_ms,
+            InProcCluster::kTimeoutMs);
+  cluster_->scheduler()->node()->CheckLiveness();
+  EXPECT_FALSE(log.Find("reconnecting was refused").empty());
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    Status s = workers_[w]->WaitBounded(in_flight[w]);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->epoch(), 2u);
+  PushOnes(keys, 1);
+  ExpectAll(keys, 2 * 4);
+}
+
+// Two servers holding the same data killed at once, found by their closed
+// connections: the first is not handed to the second (dying too), and the
+// run ends naming the loss.
+TEST_F(ReplicationTest, TwoClosedConnectionsWithTheSameDataEndTheRun) {
+  Form(3, 1, 1);
+  std::vector<Key> keys = SpreadKeys(300);
+  PushOnes(keys, 1);
+  LogCapture log;
+  Van* van = cluster_->scheduler()->node()->van();
+  // Server r's copy is on r + 1. The scheduler looks at the one of lower
+  // address first: a pair (r, r + 1) in which r's sorts first, so that it
+  // must see r + 1 dying too (of the three pairs, one is such).
+  int first = 0;
+  while (cluster_->AddressOf(ServerId(first)) >
+         cluster_->AddressOf(ServerId((first + 1) % 3))) {
+    ++first;
+  }
+  for (int rank : {first, (first + 1) % 3}) {
+    PeerEvent event;
+    event.ids = {ServerId(rank)};
+    event.address = cluster_->AddressOf(ServerId(rank));
+    cluster_->network()->Sever(event.address);
+    event.kind = PeerEvent::Kind::kDisconnected;
+    van->RaisePeerEvent(event);
+    event.kind = PeerEvent::Kind::kReconnectFailed;
+    van->RaisePeerEvent(event);
+  }
+  cluster_->clock()->Advance(Options().disconnect_grace_ms);
+  cluster_->scheduler()->node()->CheckLiveness();
+  std::vector<float> out;
+  Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s;
+  EXPECT_FALSE(log.Find("that data is lost").empty());
+  EXPECT_FALSE(log.Find("its connection closed too").empty());
+}
+
 // Request timestamps are 64-bit and never wrap (ps/internal/timestamp.h);
 // ps-lite's API sees their low 31 bits. A worker whose requests cross
 // 2^31, with some in flight across it, gets every answer, and the servers'
