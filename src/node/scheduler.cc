@@ -515,11 +515,13 @@ void Scheduler::OnPeerEvent(const PeerEvent& event) {
   auto it = suspects_.find(address);
   if (it == suspects_.end() || it->second.refused_ms >= 0) return;
   it->second.refused_ms = now;
-  LOG(WARNING) << "the connection to " << address << " closed "
-               << now - it->second.closed_ms
-               << " ms ago and reconnecting was refused: declaring it dead "
-               << "unless it beats or leaves within "
-               << options_.disconnect_grace_ms << " ms";
+  // Also every member that finishes: it sends LEAVE, then closes its
+  // sockets, and its LEAVE may come after these events.
+  VLOG(1) << "the connection to " << address << " closed "
+          << now - it->second.closed_ms
+          << " ms ago and reconnecting was refused: declaring it dead unless "
+          << "it beats or leaves within " << options_.disconnect_grace_ms
+          << " ms";
   if (options_.disconnect_grace_ms == 0) {
     DeclareDeadLocked(address,
                       "its connection closed and reconnecting was refused");
