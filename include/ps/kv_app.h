@@ -358,7 +358,7 @@ class KVServer : public SimpleApp {
     meta.push = request.push;
     meta.pull = request.pull;
     meta.sender = request.sender;
-    meta.timestamp = request.timestamp;
+    meta.timestamp = ApiTimestamp(request.timestamp);
     meta.customer_id = request.customer_id;
     meta.clock = request.clock;
     meta.replica_of = request.replica_of;

@@ -2,6 +2,9 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <string>
+
 #include "util/mutex.h"
 
 namespace ps {
@@ -128,6 +131,12 @@ void AppImpl::set_response_handle(SimpleApp::Handle handle) {
 }
 
 void AppImpl::Process(Message& msg) {
+  if (msg.meta.request && msg.meta.timestamp >= 0) {
+    MutexLock lock(&mu_);
+    int64_t& newest =
+        newest_request_[std::make_pair(msg.meta.sender, msg.meta.customer_id)];
+    newest = std::max(newest, msg.meta.timestamp);
+  }
   if (!msg.meta.simple_app) {
     KVHandler handler;
     {
@@ -158,7 +167,7 @@ void AppImpl::Process(Message& msg) {
 int AppImpl::Request(int head, const std::string& body, int recv_id) {
   EnableDelivery();  // The answers must be handled.
   RequestTracker* tracker = customer()->tracker();
-  int ts = tracker->NewRequest();
+  const int64_t ts = tracker->NewRequest();
   std::vector<int> recipients = node_->GetNodeIds(recv_id);
   tracker->Expect(ts, recipients);
   for (int to : recipients) {
@@ -172,17 +181,46 @@ int AppImpl::Request(int head, const std::string& body, int recv_id) {
       break;
     }
   }
+  return ApiTimestamp(ts);
+}
+
+StatusOr<int64_t> AppImpl::ResolveOwn(int api) {
+  const int64_t ts = customer()->tracker()->Resolve(api);
+  if (ts < 0) {
+    return Status::InvalidArgument("no request with timestamp " +
+                                   std::to_string(api));
+  }
   return ts;
 }
 
-Status AppImpl::Wait(int timestamp) { return customer()->Wait(timestamp); }
+Status AppImpl::Wait(int timestamp) {
+  StatusOr<int64_t> ts = ResolveOwn(timestamp);
+  if (!ts.ok()) return ts.status();
+  return customer()->Wait(*ts);
+}
 
 Status AppImpl::WaitFor(int timestamp, int64_t timeout_ms) {
-  return customer()->WaitFor(timestamp, timeout_ms);
+  StatusOr<int64_t> ts = ResolveOwn(timestamp);
+  if (!ts.ok()) return ts.status();
+  return customer()->WaitFor(*ts, timeout_ms);
+}
+
+int64_t AppImpl::ResolveRequest(int sender, int customer_id, int api) {
+  if (api < 0) return api;
+  MutexLock lock(&mu_);
+  auto it = newest_request_.find(std::make_pair(sender, customer_id));
+  if (it == newest_request_.end()) return -1;
+  return ResolveApiTimestamp(api, it->second);
 }
 
 void AppImpl::Response(const SimpleData& req, const std::string& body) {
-  Message msg = AppMessage(app_id_, req.customer_id, req.timestamp, req.sender,
+  const int64_t ts = ResolveRequest(req.sender, req.customer_id, req.timestamp);
+  if (ts < 0) {
+    LOG(WARNING) << "response to " << req.sender << " dropped: it sent no "
+                 << "request with timestamp " << req.timestamp;
+    return;
+  }
+  Message msg = AppMessage(app_id_, req.customer_id, ts, req.sender,
                            /*request=*/false);
   msg.meta.simple_app = true;
   msg.meta.cmd = req.head;

@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "message/message.h"
 #include "node/customer.h"
@@ -57,13 +59,23 @@ class AppImpl {
   void set_request_handle(SimpleApp::Handle handle);
   void set_response_handle(SimpleApp::Handle handle);
 
+  // Timestamps at the API are ints (ps/internal/timestamp.h): Request
+  // returns one; Wait and WaitFor resolve one to this customer's request.
   int Request(int head, const std::string& body, int recv_id);
   Status Wait(int timestamp);
   Status WaitFor(int timestamp, int64_t timeout_ms);
   void Response(const SimpleData& req, const std::string& body);
 
+  // The 64-bit timestamp of the request of (sender, customer_id) that API
+  // timestamp `api` names, for an answer to it: the newest this app has
+  // received with those low bits; a negative `api` (a local request of
+  // this server) unchanged; -1 if none was received.
+  int64_t ResolveRequest(int sender, int customer_id, int api);
+
  private:
   void Process(Message& msg);
+  // The tracker's request for API timestamp `api`, or kInvalidArgument.
+  StatusOr<int64_t> ResolveOwn(int api);
 
   SimpleApp* const app_;
   const int app_id_;
@@ -85,6 +97,10 @@ class AppImpl {
   // holding mu_.
   std::shared_ptr<SimpleApp::Handle> request_handle_ GUARDED_BY(mu_);
   std::shared_ptr<SimpleApp::Handle> response_handle_ GUARDED_BY(mu_);
+  // The newest request timestamp received from each (sender, customer):
+  // what an answer's API timestamp resolves against. One entry per peer
+  // customer.
+  std::map<std::pair<int, int>, int64_t> newest_request_ GUARDED_BY(mu_);
 };
 
 // The key-value request counters of app `app_id` (docs/operations.md), by

@@ -87,8 +87,15 @@ class KVServerCore::Impl {
     hooks_ = std::move(hooks);
   }
 
-  void Respond(int cmd, bool push, bool pull, int sender, int timestamp,
+  // `api` is the timestamp the handle saw (ps/internal/timestamp.h).
+  void Respond(int cmd, bool push, bool pull, int sender, int api,
                int customer_id, const RawKVs& res, const Status& error) {
+    const int64_t timestamp = app_->ResolveRequest(sender, customer_id, api);
+    if (timestamp == -1 && api >= 0) {
+      LOG(WARNING) << "an answer to node " << sender << " dropped: it sent no "
+                   << "request with timestamp " << api;
+      return;
+    }
     {
       // A deferred push was acknowledged when it arrived; the handle's
       // answer when it is finally applied goes nowhere.
@@ -160,7 +167,17 @@ class KVServerCore::Impl {
       w->Gauge("ember_consistency_live_workers",
                "Live workers the consistency controller counts", app,
                s.live_workers);
+      w->Gauge("ember_dedup_entries",
+               "Pushes the dedup table remembers (those whose worker may "
+               "still resend them)",
+               app, static_cast<double>(DedupEntries()));
     });
+  }
+  size_t DedupEntries() const {
+    MutexLock lock(&mu_);
+    size_t n = 0;
+    for (const auto& seen : applied_) n += seen.second.size();
+    return n;
   }
   static int64_t NowUs() {
     return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -177,7 +194,7 @@ class KVServerCore::Impl {
     push_apply_->ObserveUs(NowUs() - start);
   }
 
-  void Send(int cmd, bool push, bool pull, int sender, int timestamp,
+  void Send(int cmd, bool push, bool pull, int sender, int64_t timestamp,
             int customer_id, const RawKVs& res, const Status& error) {
     if (timestamp < 0) {
       // A request the handle saw under a local timestamp (replication).
@@ -191,9 +208,9 @@ class KVServerCore::Impl {
   // The answer to (to, customer_id, timestamp); `handle_ts` is the
   // timestamp the handle saw (the pull's keys are held under it);
   // `resend_for` is echoed (docs/replication.md).
-  void SendTo(int cmd, bool push, bool pull, int sender, int timestamp,
+  void SendTo(int cmd, bool push, bool pull, int sender, int64_t timestamp,
               int customer_id, const RawKVs& res, const Status& error,
-              int resend_for, int handle_ts) {
+              int resend_for, int64_t handle_ts) {
     bool keys_as_requested = false;
     if (pull && !push) {
       MutexLock lock(&mu_);
@@ -386,10 +403,10 @@ class KVServerCore::Impl {
   struct Local {
     int reply_to = 0;  // the worker, or (a copy) the forwarding server
     int reply_customer = 0;
-    int reply_ts = 0;
+    int64_t reply_ts = 0;
     int resend_for = 0;     // echoed to the worker
     int replica_of = 0;     // a copy: its acknowledgement says whose data
-    int origin_ts = 0;      // the worker's timestamp
+    int64_t origin_ts = 0;  // the worker's timestamp
     std::vector<int> owed;  // servers yet to acknowledge their copy
     bool answered = false;  // the handle has answered
     // The handle's answer, held until every copy is acknowledged.
@@ -417,10 +434,7 @@ class KVServerCore::Impl {
       auto& seen = applied_[std::make_pair(req->sender, req->customer_id)];
       // The worker will never resend below done_below.
       seen.erase(seen.begin(),
-                 seen.lower_bound(std::make_pair(
-                     static_cast<int>(std::min<int64_t>(
-                         meta.done_below, std::numeric_limits<int>::max())),
-                     0)));
+                 seen.lower_bound(std::make_pair(meta.done_below, 0)));
       duplicate = !seen.emplace(req->timestamp, whose).second;
       if (seen.size() > kMaxApplied) seen.erase(seen.begin());
     }
@@ -453,9 +467,9 @@ class KVServerCore::Impl {
     local.reply_ts = copy ? meta.timestamp : req->timestamp;
     local.resend_for = copy ? 0 : meta.resend_for;
     local.replica_of = copy ? meta.replica_of : 0;
-    const int origin_ts = req->timestamp;
+    const int64_t origin_ts = req->timestamp;
     local.origin_ts = req->timestamp;
-    int ts = 0;
+    int64_t ts = 0;
     {
       MutexLock lock(&mu_);
       ts = NewLocalTsLocked();
@@ -480,8 +494,8 @@ class KVServerCore::Impl {
 
   // Sends target `t` a copy of push `req` (the worker's timestamp
   // `origin_ts`) of the data of server `whose`, under local timestamp `ts`.
-  Status ForwardCopy(int t, int ts, int whose, const RawRequest& req,
-                     int origin_ts, int64_t done_below) {
+  Status ForwardCopy(int t, int64_t ts, int whose, const RawRequest& req,
+                     int64_t origin_ts, int64_t done_below) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -498,8 +512,8 @@ class KVServerCore::Impl {
   }
 
   // A local timestamp no request in locals_ or copies_ holds.
-  int NewLocalTsLocked() REQUIRES(mu_) {
-    int ts = 0;
+  int64_t NewLocalTsLocked() REQUIRES(mu_) {
+    int64_t ts = 0;
     do {
       next_local_ = (next_local_ + 1) & 0x3fffffff;
       ts = -1 - next_local_;
@@ -520,7 +534,7 @@ class KVServerCore::Impl {
   }
 
   // The handle answered a request it saw under local timestamp `ts`.
-  void FinishLocal(int cmd, bool push, bool pull, int ts, const RawKVs& res,
+  void FinishLocal(int cmd, bool push, bool pull, int64_t ts, const RawKVs& res,
                    const Status& error) {
     Local done;
     {
@@ -588,7 +602,7 @@ class KVServerCore::Impl {
 
   // Server `from` acknowledged (or can no longer acknowledge) its copy of
   // local request `ts`.
-  void Acknowledged(int ts, int from, const Status& status) {
+  void Acknowledged(int64_t ts, int from, const Status& status) {
     Local done;
     {
       MutexLock lock(&mu_);
@@ -614,7 +628,7 @@ class KVServerCore::Impl {
   // Server `dead` failed over: the copies it owed will never be
   // acknowledged (the scheduler knows its copies are gone).
   void OnFailover(int dead) {
-    std::vector<int> owed_by_dead;
+    std::vector<int64_t> owed_by_dead;
     {
       MutexLock lock(&mu_);
       for (const auto& l : locals_) {
@@ -624,7 +638,7 @@ class KVServerCore::Impl {
         }
       }
     }
-    for (int ts : owed_by_dead) Acknowledged(ts, dead, Status::OK());
+    for (int64_t ts : owed_by_dead) Acknowledged(ts, dead, Status::OK());
     {
       // Copies of this server's state to the dead server are void.
       MutexLock lock(&mu_);
@@ -700,7 +714,7 @@ class KVServerCore::Impl {
     }
     // The dedup entries of this server's data: its own and those of the
     // dead servers it took over (no longer on the ring).
-    std::vector<int> dedup;
+    std::vector<int64_t> dedup;
     std::vector<RawRequest> deferred;
     {
       MutexLock lock(&mu_);
@@ -721,10 +735,10 @@ class KVServerCore::Impl {
       frames.push_back(Adopt(std::move(c)));
     }
     std::string dedup_bytes(reinterpret_cast<const char*>(dedup.data()),
-                            dedup.size() * sizeof(int));
+                            dedup.size() * sizeof(int64_t));
     const SArray<char> dedup_frame = Adopt(std::move(dedup_bytes));
     for (int t : need) {
-      int ts = 0;
+      int64_t ts = 0;
       {
         MutexLock lock(&mu_);
         ts = NewLocalTsLocked();
@@ -742,7 +756,8 @@ class KVServerCore::Impl {
         const int whose = r.replica_of != 0 ? r.replica_of : me;
         if (!st.ok() || (whose != me && ring->IndexOf(whose) >= 0)) continue;
         // A replicated push runs under a local (negative) timestamp.
-        const int origin = r.timestamp >= 0 ? r.timestamp : r.origin_timestamp;
+        const int64_t origin =
+            r.timestamp >= 0 ? r.timestamp : r.origin_timestamp;
         st = ForwardCopy(t, ts, whose, r, origin, 0);
       }
       if (st.ok()) st = SendState(t, ts, 2, dedup_frame);
@@ -786,7 +801,7 @@ class KVServerCore::Impl {
   }
 
   // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries.
-  Status SendState(int t, int ts, int kind, const SArray<char>& frame) {
+  Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -824,17 +839,18 @@ class KVServerCore::Impl {
       } else {
         s = hooks.load(msg.data[0].data(), msg.data[0].size());
       }
-    } else if (msg.data[0].size() % (4 * sizeof(int)) != 0) {
+    } else if (msg.data[0].size() % (4 * sizeof(int64_t)) != 0) {
       s = Status::Corruption("dedup entries of " +
                              std::to_string(msg.data[0].size()) + " bytes");
     } else {
-      const size_t n = msg.data[0].size() / sizeof(int);
-      std::vector<int> e(n);
-      if (n > 0) std::memcpy(e.data(), msg.data[0].data(), n * sizeof(int));
+      const size_t n = msg.data[0].size() / sizeof(int64_t);
+      std::vector<int64_t> e(n);
+      if (n > 0) std::memcpy(e.data(), msg.data[0].data(), n * sizeof(int64_t));
       MutexLock lock(&mu_);
       for (size_t i = 0; i + 3 < n; i += 4) {
-        auto& seen = applied_[std::make_pair(e[i], e[i + 1])];
-        seen.emplace(e[i + 2], e[i + 3]);
+        auto& seen = applied_[std::make_pair(static_cast<int>(e[i]),
+                                             static_cast<int>(e[i + 1]))];
+        seen.emplace(e[i + 2], static_cast<int>(e[i + 3]));
         if (seen.size() > kMaxApplied) seen.erase(seen.begin());
       }
     }
@@ -904,7 +920,7 @@ class KVServerCore::Impl {
   std::unique_ptr<ConsistencyController> controller_ GUARDED_BY(mu_);
   // Requests acknowledged before their handle ran: (sender, customer,
   // timestamp) -> answers to swallow.
-  std::map<std::tuple<int, int, int>, int> acked_ GUARDED_BY(mu_);
+  std::map<std::tuple<int, int, int64_t>, int> acked_ GUARDED_BY(mu_);
   // Pulls not yet answered: (sender, customer, timestamp) -> their keys,
   // held so that no other array can take their address meanwhile. At most
   // kMaxPullKeys (a handle that never answers cannot grow it); a pull
@@ -914,15 +930,15 @@ class KVServerCore::Impl {
     SArray<Key> keys;
     int64_t arrived_us = 0;
   };
-  std::map<std::tuple<int, int, int>, HeldPull> pull_keys_;  // mu_.
+  std::map<std::tuple<int, int, int64_t>, HeldPull> pull_keys_;  // mu_.
 
   // Replication: requests under local timestamps, and the pushes applied,
   // by (sender, customer) -> (timestamp, server whose data). At most
   // kMaxApplied per sender; the worker's done_below trims it.
   static constexpr size_t kMaxApplied = 1 << 20;
-  std::unordered_map<int, Local> locals_ GUARDED_BY(mu_);
+  std::unordered_map<int64_t, Local> locals_ GUARDED_BY(mu_);
   int next_local_ GUARDED_BY(mu_) = 0;
-  std::map<std::pair<int, int>, std::set<std::pair<int, int>>> applied_
+  std::map<std::pair<int, int>, std::set<std::pair<int64_t, int>>> applied_
       GUARDED_BY(mu_);
   // Restoring copies: how the handle's state is read and written, the
   // ring under which the copies of this server's data were last whole, and
@@ -930,7 +946,7 @@ class KVServerCore::Impl {
   static constexpr size_t kCopyChunkBytes = 4 << 20;
   StateHooks hooks_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> synced_ring_ GUARDED_BY(mu_);
-  std::map<int, Copy> copies_ GUARDED_BY(mu_);
+  std::map<int64_t, Copy> copies_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
   int targets_me_ GUARDED_BY(mu_) = 0;
   std::vector<int> targets_ GUARDED_BY(mu_);

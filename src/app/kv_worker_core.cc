@@ -81,7 +81,7 @@ class KVWorkerCore::Impl {
       : app_(app), value_bytes_(value_bytes) {
     InitMetrics();
     app_->set_kv_handler([this](Message& msg) { Process(msg); },
-                         [this](int ts, const Status&) { Forget(ts); });
+                         [this](int64_t ts, const Status&) { Forget(ts); });
     app_->set_failover_handler(
         [this](int dead, const Status& s) { OnFailover(dead, s); });
     // A key-value response runs no application code unless its request has
@@ -131,14 +131,15 @@ class KVWorkerCore::Impl {
   metrics::Counter* resent_ = nullptr;
   int collector_ = 0;
 
-  int Submit(bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
-             PullSink sink, Callback cb);
-  int SubmitSliced(bool push, bool pull, int cmd, int priority,
-                   const RawKVs& kvs,
-                   std::vector<std::pair<bool, RawKVs>> slices, PullSink sink,
-                   Callback cb);
+  // These return the 64-bit timestamp; the facade hands out its API int.
+  int64_t Submit(bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
+                 PullSink sink, Callback cb);
+  int64_t SubmitSliced(bool push, bool pull, int cmd, int priority,
+                       const RawKVs& kvs,
+                       std::vector<std::pair<bool, RawKVs>> slices,
+                       PullSink sink, Callback cb);
   Status Wait(int ts) { return app_->Wait(ts); }
-  int Clock();
+  int64_t Clock();
   int64_t clock() const { return clock_.load(); }
   const std::vector<Range>& ServerKeyRanges() {
     return app_->postoffice()->GetServerKeyRanges();
@@ -180,7 +181,7 @@ class KVWorkerCore::Impl {
   // The message that resends request `ts`'s part for server index `slot`
   // (pending_[ts], under mu_) to the server that now owns its keys; false
   // if there is none (no replicas kept, or no owner).
-  bool ResendLocked(int ts, Pending* p, size_t slot,
+  bool ResendLocked(int64_t ts, Pending* p, size_t slot,
                     const std::shared_ptr<const KeyRing>& ring, Message* out)
       REQUIRES(mu_);
 
@@ -198,14 +199,14 @@ class KVWorkerCore::Impl {
   void BuildSlices(bool push, const RawKVs& kvs, const SlicePlan& plan,
                    const std::vector<size_t>& seg_vals,
                    std::vector<std::pair<int, RawKVs>>* slices) const;
-  void Dispatch(int ts, bool push, bool pull, int cmd, int priority,
+  void Dispatch(int64_t ts, bool push, bool pull, int cmd, int priority,
                 uint64_t epoch, Pending pending,
                 std::vector<std::pair<int, RawKVs>> slices);
   void Process(Message& msg);
   // A request of this app to `recipient`, with no frames yet.
-  Message NewRequest(int ts, int recipient, int64_t clock) const;
+  Message NewRequest(int64_t ts, int recipient, int64_t clock) const;
   Status Assemble(const Pending& p) const;
-  void Forget(int ts) {
+  void Forget(int64_t ts) {
     MutexLock lock(&mu_);
     pending_.erase(ts);
   }
@@ -217,7 +218,7 @@ class KVWorkerCore::Impl {
   std::atomic<int> callbacks_{0};  // Requests whose callback is pending.
 
   Mutex mu_;
-  std::unordered_map<int, Pending> pending_ GUARDED_BY(mu_);
+  std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
 };
 
 // Submit checks the same while slicing; a request the application sliced
@@ -419,9 +420,10 @@ void KVWorkerCore::Impl::BuildSlices(
   }
 }
 
-int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
-                               const RawKVs& kvs, PullSink sink, Callback cb) {
-  int ts = tracker()->NewRequest();
+int64_t KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
+                                   const RawKVs& kvs, PullSink sink,
+                                   Callback cb) {
+  const int64_t ts = tracker()->NewRequest();
   CountRequest(push, pull, kvs.keys.size());
   Status s = CheckShape(push, kvs);
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
@@ -455,10 +457,10 @@ int KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   return ts;
 }
 
-int KVWorkerCore::Impl::SubmitSliced(
+int64_t KVWorkerCore::Impl::SubmitSliced(
     bool push, bool pull, int cmd, int priority, const RawKVs& kvs,
     std::vector<std::pair<bool, RawKVs>> sliced, PullSink sink, Callback cb) {
-  int ts = tracker()->NewRequest();
+  const int64_t ts = tracker()->NewRequest();
   CountRequest(push, pull, kvs.keys.size());
   Status s = Validate(push, kvs);
   auto ids =
@@ -515,7 +517,7 @@ int KVWorkerCore::Impl::SubmitSliced(
   return ts;
 }
 
-void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
+void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
                                   int priority, uint64_t epoch, Pending p,
                                   std::vector<std::pair<int, RawKVs>> slices) {
   std::vector<int> recipients;
@@ -592,8 +594,8 @@ void KVWorkerCore::Impl::Dispatch(int ts, bool push, bool pull, int cmd,
 }
 
 bool KVWorkerCore::Impl::ResendLocked(
-    int ts, Pending* p, size_t slot, const std::shared_ptr<const KeyRing>& ring,
-    Message* out) {
+    int64_t ts, Pending* p, size_t slot,
+    const std::shared_ptr<const KeyRing>& ring, Message* out) {
   if (slot >= p->kept.size() || p->kept[slot].keys.empty()) return false;
   const RawKVs& kvs = p->kept[slot];
   const int heir = ring->Owner(kvs.keys[0]);
@@ -615,13 +617,13 @@ bool KVWorkerCore::Impl::ResendLocked(
 void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   std::vector<Message> resends;
-  std::vector<int> failed;
-  std::vector<int> ticks;
+  std::vector<int64_t> failed;
+  std::vector<int64_t> ticks;
   // The parts sent to the dead server, and those resent to it when it
   // took over another's keys (the tracker waits for them under the first
   // server's id).
-  std::vector<std::pair<int, size_t>> owed;
-  for (int ts : tracker()->OwedBy(dead)) {
+  std::vector<std::pair<int64_t, size_t>> owed;
+  for (int64_t ts : tracker()->OwedBy(dead)) {
     MutexLock lock(&mu_);
     auto it = pending_.find(ts);
     if (it == pending_.end()) {
@@ -653,8 +655,8 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
       failed.push_back(o.first);
     }
   }
-  for (int ts : ticks) tracker()->OnResponse(ts, dead, Status::OK());
-  for (int ts : failed) {
+  for (int64_t ts : ticks) tracker()->OnResponse(ts, dead, Status::OK());
+  for (int64_t ts : failed) {
     tracker()->Fail(ts, status);
     Forget(ts);
   }
@@ -664,7 +666,7 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
                  << "keys";
   }
   for (Message& m : resends) {
-    const int ts = m.meta.timestamp;
+    const int64_t ts = m.meta.timestamp;
     const int to = m.meta.recipient;
     Status st = app_->node()->Send(std::move(m));
     if (!st.ok()) {
@@ -676,7 +678,7 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
   }
 }
 
-Message KVWorkerCore::Impl::NewRequest(int ts, int recipient,
+Message KVWorkerCore::Impl::NewRequest(int64_t ts, int recipient,
                                        int64_t clock) const {
   Message msg = AppMessage(app_->app_id(), app_->customer_id(), ts, recipient,
                            /*request=*/true);
@@ -686,7 +688,7 @@ Message KVWorkerCore::Impl::NewRequest(int ts, int recipient,
 }
 
 void KVWorkerCore::Impl::Process(Message& msg) {
-  const int ts = msg.meta.timestamp;
+  const int64_t ts = msg.meta.timestamp;
   // The answer to a resend stands for the dead server's (OnFailover).
   const int sender =
       msg.meta.resend_for != 0 ? msg.meta.resend_for : msg.meta.sender;
@@ -864,8 +866,8 @@ Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
 
 // Every server learns of the new clock, also those this iteration did not
 // touch: a server's vector clock must see every worker move on.
-int KVWorkerCore::Impl::Clock() {
-  int ts = tracker()->NewRequest();
+int64_t KVWorkerCore::Impl::Clock() {
+  const int64_t ts = tracker()->NewRequest();
   const int64_t clock = clock_.fetch_add(1) + 1;
   // The servers on the ring: those that failed over are gone.
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
@@ -892,21 +894,22 @@ KVWorkerCore::~KVWorkerCore() = default;
 
 int KVWorkerCore::Submit(bool push, bool pull, int cmd, int priority,
                          const RawKVs& kvs, PullSink sink, Callback cb) {
-  return impl_->Submit(push, pull, cmd, priority, kvs, std::move(sink),
-                       std::move(cb));
+  return ApiTimestamp(impl_->Submit(push, pull, cmd, priority, kvs,
+                                    std::move(sink), std::move(cb)));
 }
 
 int KVWorkerCore::SubmitSliced(bool push, bool pull, int cmd, int priority,
                                const RawKVs& kvs,
                                std::vector<std::pair<bool, RawKVs>> slices,
                                PullSink sink, Callback cb) {
-  return impl_->SubmitSliced(push, pull, cmd, priority, kvs, std::move(slices),
-                             std::move(sink), std::move(cb));
+  return ApiTimestamp(impl_->SubmitSliced(push, pull, cmd, priority, kvs,
+                                          std::move(slices), std::move(sink),
+                                          std::move(cb)));
 }
 
 Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
 
-int KVWorkerCore::Clock() { return impl_->Clock(); }
+int KVWorkerCore::Clock() { return ApiTimestamp(impl_->Clock()); }
 
 int64_t KVWorkerCore::clock() const { return impl_->clock(); }
 

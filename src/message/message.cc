@@ -31,8 +31,8 @@ const char* ControlName(Control control) {
   return NameOf(control, kNames);
 }
 
-Message AppMessage(int app_id, int customer_id, int timestamp, int recipient,
-                   bool request) {
+Message AppMessage(int app_id, int customer_id, int64_t timestamp,
+                   int recipient, bool request) {
   Message msg;
   msg.meta.app_id = app_id;
   msg.meta.customer_id = customer_id;

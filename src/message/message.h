@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "ps/internal/timestamp.h"
 #include "ps/sarray.h"
 #include "ps/status.h"
 #include "util/secret.h"
@@ -74,7 +75,9 @@ struct Meta {
   int recipient = kEmpty;
   int app_id = 0;
   int customer_id = 0;
-  int timestamp = 0;
+  // The requester's 64-bit sequence (ps/internal/timestamp.h); negative:
+  // a server's local request (replication).
+  int64_t timestamp = 0;
   bool request = false;
   bool push = false;
   bool pull = false;
@@ -98,7 +101,7 @@ struct Meta {
   int replica_of = 0;
   int origin_sender = 0;
   int origin_customer = 0;
-  int origin_timestamp = 0;
+  int64_t origin_timestamp = 0;
   // A request resent after failover, and its answer: the dead server whose
   // part of the request it is.
   int resend_for = 0;
@@ -160,17 +163,22 @@ class Message {
 // of customer `customer_id` numbered `timestamp`, or the response to one,
 // which echoes the requester's customer id and timestamp. The other header
 // fields keep their defaults, for the caller to set.
-Message AppMessage(int app_id, int customer_id, int timestamp, int recipient,
-                   bool request);
+Message AppMessage(int app_id, int customer_id, int64_t timestamp,
+                   int recipient, bool request);
 
 // Copies who sent a request (sender, customer id, timestamp: what its
 // response goes back with) from its header into `request`, any struct with
-// those three fields (SimpleData, RawRequest).
+// those three fields (SimpleData, RawRequest). An int timestamp (ps-lite's
+// SimpleData) gets the API's int (ps/internal/timestamp.h).
 template <typename Request>
 void CopyOrigin(const Meta& meta, Request* request) {
   request->sender = meta.sender;
   request->customer_id = meta.customer_id;
-  request->timestamp = meta.timestamp;
+  if constexpr (sizeof(request->timestamp) < sizeof(int64_t)) {
+    request->timestamp = ApiTimestamp(meta.timestamp);
+  } else {
+    request->timestamp = meta.timestamp;
+  }
 }
 
 // Encodes `meta` (with the sizes of `data` recorded) into `out`.

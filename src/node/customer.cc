@@ -288,7 +288,7 @@ bool Customer::CoReceive() {
   return result;
 }
 
-Status Customer::Wait(int timestamp) {
+Status Customer::Wait(int64_t timestamp) {
   WakeFd* wake = WakeFd::ForThisThread();
   // One such waiter at a time (others wait on the tracker), whether or not
   // other requests are open: with several in flight the caller receives
@@ -303,7 +303,7 @@ Status Customer::Wait(int timestamp) {
   return tracker_.Wait(timestamp);
 }
 
-Status Customer::WaitFor(int timestamp, int64_t timeout_ms) {
+Status Customer::WaitFor(int64_t timestamp, int64_t timeout_ms) {
   Status s = tracker_.Wait(timestamp, timeout_ms);
   if (s.code() != Status::Code::kDeadlineExceeded) return s;
   std::string who;
@@ -339,7 +339,7 @@ void Customer::Handle(Event& e) {
     }
   }
   if (e.failed_peer >= 0 || e.fail_all) {
-    std::vector<int> failed =
+    std::vector<int64_t> failed =
         e.fail_all ? tracker_.FailAll(e.status)
                    : tracker_.OnPeerFailed(e.failed_peer, e.status);
     FailureHandler handler;
@@ -350,13 +350,13 @@ void Customer::Handle(Event& e) {
       peer_handler = peer_failure_handler_;
     }
     if (handler) {
-      for (int ts : failed) handler(ts, e.status);
+      for (int64_t ts : failed) handler(ts, e.status);
     }
     if (peer_handler) peer_handler(e.fail_all ? -1 : e.failed_peer, e.status);
     return;
   }
   const Meta& meta = e.msg.meta;
-  int ts = meta.timestamp;
+  const int64_t ts = meta.timestamp;
   // The answer to a request resent after failover stands for the dead
   // server's (set_failover_handler).
   int sender = meta.resend_for != 0 ? meta.resend_for : meta.sender;

@@ -42,7 +42,7 @@ class Customer {
   using Handler = std::function<void(Message& msg)>;
   // Runs on the customer thread when a request fails (after it is marked
   // failed), so the application can drop what it kept for it.
-  using FailureHandler = std::function<void(int timestamp, const Status&)>;
+  using FailureHandler = std::function<void(int64_t timestamp, const Status&)>;
 
   // A customer of `node` (borrowed; must outlive this customer), which
   // receives nothing until Start(). A `held` customer queues messages but
@@ -118,12 +118,12 @@ class Customer {
   // Waits for request `timestamp` of this customer's tracker. Unless another
   // thread already does so, the caller waits inside Van::CoReceive, so the
   // response it waits for is handled on its own thread if it receives it.
-  Status Wait(int timestamp);
+  Status Wait(int64_t timestamp);
   // The same, giving up after `timeout_ms` with kDeadlineExceeded naming
   // the peers that have not answered (the request stays open: their late
   // answers are handled and dropped). It waits on the tracker, not inside
   // the van: for rare requests (model control), not the data path.
-  Status WaitFor(int timestamp, int64_t timeout_ms);
+  Status WaitFor(int64_t timestamp, int64_t timeout_ms);
   // Called when `peer` is declared dead: its requests fail on this thread.
   void OnPeerFailed(int peer, const Status& status);
   // Called when `peer` died and its data failed over (the node's ring has

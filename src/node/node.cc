@@ -237,6 +237,11 @@ Status Node::StartVan() {
   const std::string& bind_host =
       options_.bind_host.empty() ? host : options_.bind_host;
   int port = scheduler ? options_.scheduler_port : 0;
+  if (scheduler && options_.disconnect_grace_ms >= 0) {
+    // ZeroMQ's disconnect events, beside heartbeats (docs/replication.md).
+    van_->set_peer_event_handler(
+        [this](const PeerEvent& event) { scheduler_->OnPeerEvent(event); });
+  }
   StatusOr<int> bound = van_->Start(bind_host, port, [this](Message&& msg) {
     OnMessage(std::move(msg), /*from_van=*/true);
   });
@@ -294,23 +299,52 @@ void Node::StopThreads() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
+void Node::RequestLivenessCheck(int64_t delay_ms) {
+  MutexLock lock(&hb_mu_);
+  const auto at = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(std::max<int64_t>(delay_ms, 0));
+  if (hb_check_due_ && hb_check_at_ <= at) return;
+  hb_check_due_ = true;
+  hb_check_at_ = at;
+  hb_cv_.notify_all();
+}
+
 void Node::HeartbeatLoop() {
   NameThisThread("ember-heartbeat");
   MutexLock lock(&hb_mu_);
-  auto interval = std::chrono::milliseconds(options_.heartbeat_interval_ms);
+  const auto interval =
+      std::chrono::milliseconds(options_.heartbeat_interval_ms);
   int64_t last_watch_ms = clock_->NowMs();
-  while (!hb_cv_.wait_for(lock.native(), interval,
-                          [this]() REQUIRES(hb_mu_) { return hb_stop_; })) {
-    lock.Unlock();
-    SendHeartbeat();
-    CheckLiveness();
-    const int64_t now = clock_->NowMs();
-    if (options_.wait_log_interval_ms > 0 &&
-        now - last_watch_ms >= options_.wait_log_interval_ms) {
-      last_watch_ms = now;
-      WatchWaits();
+  auto next_beat = std::chrono::steady_clock::now() + interval;
+  while (!hb_stop_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= next_beat) {
+      next_beat = now + interval;
+      // This round's check covers a check asked for by now.
+      if (hb_check_due_ && hb_check_at_ <= now) hb_check_due_ = false;
+      lock.Unlock();
+      SendHeartbeat();
+      CheckLiveness();
+      const int64_t now_ms = clock_->NowMs();
+      if (options_.wait_log_interval_ms > 0 &&
+          now_ms - last_watch_ms >= options_.wait_log_interval_ms) {
+        last_watch_ms = now_ms;
+        WatchWaits();
+      }
+      lock.Lock();
+      continue;
     }
-    lock.Lock();
+    if (hb_check_due_ && now >= hb_check_at_) {
+      // A check asked for between beats (a suspect's grace is over).
+      hb_check_due_ = false;
+      lock.Unlock();
+      CheckLiveness();
+      lock.Lock();
+      continue;
+    }
+    const auto wake =
+        hb_check_due_ ? std::min(next_beat, hb_check_at_) : next_beat;
+    hb_cv_.wait_until(lock.native(), wake);
   }
 }
 

@@ -24,6 +24,7 @@
 #define PS_NODE_NODE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -174,6 +175,8 @@ class Node final : private SchedulerHost {
   void OnMemberLeft(int id) override EXCLUDES(mu_);
   void OnBarrierReleased(int customer_id, const Status& status) override
       EXCLUDES(mu_);
+  // Wakes the heartbeat thread for a liveness check in `delay_ms`.
+  void RequestLivenessCheck(int64_t delay_ms) override EXCLUDES(hb_mu_);
 
   Status StartVan();
   // `from_van`: received by the van (on its thread or a thread inside
@@ -302,6 +305,9 @@ class Node final : private SchedulerHost {
   Mutex hb_mu_;
   std::condition_variable hb_cv_;
   bool hb_stop_ GUARDED_BY(hb_mu_) = false;
+  // A liveness check asked for (RequestLivenessCheck) before the next beat.
+  bool hb_check_due_ GUARDED_BY(hb_mu_) = false;
+  std::chrono::steady_clock::time_point hb_check_at_ GUARDED_BY(hb_mu_);
 };
 
 }  // namespace ps

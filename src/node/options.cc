@@ -19,6 +19,11 @@ DEFINE_int32(ember_heartbeat_interval_ms, 500,
 DEFINE_int32(ember_heartbeat_timeout_ms, 4000,
              "A node silent for this long is declared dead "
              "(env EMBER_HEARTBEAT_TIMEOUT_MS)");
+DEFINE_int32(ember_disconnect_grace_ms, 200,
+             "The scheduler declares a node dead this long after its "
+             "connection closed and reconnecting was refused, unless it beat "
+             "or left meanwhile; -1: heartbeats only "
+             "(env EMBER_DISCONNECT_GRACE_MS)");
 DEFINE_int32(ember_start_timeout, 60,
              "Seconds to wait for every node to join before start-up fails "
              "(env EMBER_START_TIMEOUT)");
@@ -355,6 +360,9 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_TIMEOUT_MS",
                              "ember_heartbeat_timeout_ms", 1, 3600000,
                              &o.heartbeat_timeout_ms));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_DISCONNECT_GRACE_MS",
+                             "ember_disconnect_grace_ms", -1, 3600000,
+                             &o.disconnect_grace_ms));
   int start_timeout_s = o.start_timeout_ms / 1000;
   PS_RETURN_IF_ERROR(ReadInt("EMBER_START_TIMEOUT", "ember_start_timeout", 1,
                              86400, &start_timeout_s));  // A day at most.

@@ -58,6 +58,11 @@ struct Options {
   // CheckLiveness() by hand instead).
   int heartbeat_interval_ms = 500;  // EMBER_HEARTBEAT_INTERVAL_MS
   int heartbeat_timeout_ms = 4000;  // EMBER_HEARTBEAT_TIMEOUT_MS
+  // The scheduler also declares a node dead when its connection to the
+  // node closed, reconnecting was refused, and this long passed without a
+  // heartbeat or LEAVE from it (docs/replication.md, "Detection"); -1:
+  // heartbeats only.
+  int disconnect_grace_ms = 200;    // EMBER_DISCONNECT_GRACE_MS
   int start_timeout_ms = 60000;     // EMBER_START_TIMEOUT (seconds in env)
   int finalize_timeout_ms = 10000;  // EMBER_FINALIZE_TIMEOUT_MS
   // How long a model-layer control request (register, Save, Load, version)

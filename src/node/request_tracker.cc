@@ -3,19 +3,31 @@
 #include <algorithm>
 #include <chrono>
 
+#include "ps/internal/timestamp.h"
 #include "util/mutex.h"
 
 namespace ps {
 
-int RequestTracker::NewRequest() {
+RequestTracker::RequestTracker(int64_t first)
+    : first_timestamp_(first < 0 ? 0 : first),
+      next_timestamp_(first < 0 ? 0 : first) {}
+
+bool RequestTracker::StartAtForTest(int64_t next) {
   MutexLock lock(&mu_);
-  int ts = next_timestamp_++;
+  if (next < 0 || next_timestamp_ != first_timestamp_) return false;
+  first_timestamp_ = next_timestamp_ = next;
+  return true;
+}
+
+int64_t RequestTracker::NewRequest() {
+  MutexLock lock(&mu_);
+  const int64_t ts = next_timestamp_++;
   Entry& e = open_[ts];
   e.opened = std::chrono::steady_clock::now();
   return ts;
 }
 
-void RequestTracker::Expect(int timestamp, std::vector<int> peers) {
+void RequestTracker::Expect(int64_t timestamp, std::vector<int> peers) {
   MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return;  // Already failed.
@@ -26,7 +38,13 @@ void RequestTracker::Expect(int timestamp, std::vector<int> peers) {
   NotifyAndUnlock(&lock);
 }
 
-bool RequestTracker::Expecting(int timestamp, int peer) const {
+int64_t RequestTracker::Resolve(int api) const {
+  MutexLock lock(&mu_);
+  const int64_t ts = ResolveApiTimestamp(api, next_timestamp_ - 1);
+  return ts < first_timestamp_ ? -1 : ts;
+}
+
+bool RequestTracker::Expecting(int64_t timestamp, int peer) const {
   MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return false;
@@ -34,13 +52,14 @@ bool RequestTracker::Expecting(int timestamp, int peer) const {
   return std::find(p.begin(), p.end(), peer) != p.end();
 }
 
-int RequestTracker::Outstanding(int timestamp) const {
+int RequestTracker::Outstanding(int64_t timestamp) const {
   MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   return it == open_.end() ? 0 : static_cast<int>(it->second.peers.size());
 }
 
-bool RequestTracker::OnResponse(int timestamp, int peer, const Status& status) {
+bool RequestTracker::OnResponse(int64_t timestamp, int peer,
+                                const Status& status) {
   MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   if (it == open_.end()) return false;
@@ -54,33 +73,34 @@ bool RequestTracker::OnResponse(int timestamp, int peer, const Status& status) {
   return true;
 }
 
-void RequestTracker::Fail(int timestamp, const Status& status) {
+void RequestTracker::Fail(int64_t timestamp, const Status& status) {
   MutexLock lock(&mu_);
   if (!open_.count(timestamp)) return;
   CompleteLocked(timestamp, status);
   NotifyAndUnlock(&lock);
 }
 
-std::vector<int> RequestTracker::OnPeerFailed(int peer, const Status& status) {
+std::vector<int64_t> RequestTracker::OnPeerFailed(int peer,
+                                                  const Status& status) {
   MutexLock lock(&mu_);
-  std::vector<int> failed = OwedByLocked(peer);
-  for (int ts : failed) CompleteLocked(ts, status);
+  std::vector<int64_t> failed = OwedByLocked(peer);
+  for (int64_t ts : failed) CompleteLocked(ts, status);
   if (failed.empty()) return failed;
   NotifyAndUnlock(&lock);
   return failed;
 }
 
-std::vector<int> RequestTracker::FailAll(const Status& status) {
+std::vector<int64_t> RequestTracker::FailAll(const Status& status) {
   MutexLock lock(&mu_);
-  std::vector<int> failed;
+  std::vector<int64_t> failed;
   for (const auto& entry : open_) failed.push_back(entry.first);
-  for (int ts : failed) CompleteLocked(ts, status);
+  for (int64_t ts : failed) CompleteLocked(ts, status);
   if (failed.empty()) return failed;
   NotifyAndUnlock(&lock);
   return failed;
 }
 
-void RequestTracker::CompleteLocked(int timestamp, const Status& status) {
+void RequestTracker::CompleteLocked(int64_t timestamp, const Status& status) {
   open_.erase(timestamp);
   if (waker_ != nullptr && !waker_fired_ &&
       (waker_for_ < 0 || waker_for_ == timestamp) &&
@@ -105,7 +125,7 @@ void RequestTracker::NotifyAndUnlock(MutexLock* lock) {
   if (waker != nullptr) waker->Signal();
 }
 
-bool RequestTracker::SetWaker(WakeFd* waker, int awaited) {
+bool RequestTracker::SetWaker(WakeFd* waker, int64_t awaited) {
   MutexLock lock(&mu_);
   if (waker_ != nullptr) return false;
   if (awaited >= 0 && !open_.count(awaited)) return false;
@@ -142,15 +162,15 @@ std::vector<RequestTracker::LongWait> RequestTracker::LongWaits(
   return waits;
 }
 
-std::vector<int> RequestTracker::Owed(int timestamp) const {
+std::vector<int> RequestTracker::Owed(int64_t timestamp) const {
   MutexLock lock(&mu_);
   auto it = open_.find(timestamp);
   return it == open_.end() ? std::vector<int>() : it->second.peers;
 }
 
-Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
+Status RequestTracker::Wait(int64_t timestamp, int64_t timeout_ms) {
   MutexLock lock(&mu_);
-  if (timestamp < 0 || timestamp >= next_timestamp_) {
+  if (timestamp < first_timestamp_ || timestamp >= next_timestamp_) {
     return Status::InvalidArgument("no request with timestamp " +
                                    std::to_string(timestamp));
   }
@@ -176,13 +196,13 @@ Status RequestTracker::Wait(int timestamp, int64_t timeout_ms) {
   return Status::OK();
 }
 
-std::vector<int> RequestTracker::OwedBy(int peer) const {
+std::vector<int64_t> RequestTracker::OwedBy(int peer) const {
   MutexLock lock(&mu_);
   return OwedByLocked(peer);
 }
 
-std::vector<int> RequestTracker::OwedByLocked(int peer) const {
-  std::vector<int> out;
+std::vector<int64_t> RequestTracker::OwedByLocked(int peer) const {
+  std::vector<int64_t> out;
   for (const auto& e : open_) {
     const auto& peers = e.second.peers;
     if (std::find(peers.begin(), peers.end(), peer) != peers.end()) {
@@ -192,12 +212,12 @@ std::vector<int> RequestTracker::OwedByLocked(int peer) const {
   return out;
 }
 
-int RequestTracker::OldestOpen() const {
+int64_t RequestTracker::OldestOpen() const {
   MutexLock lock(&mu_);
   return open_.empty() ? next_timestamp_ : open_.begin()->first;
 }
 
-bool RequestTracker::IsOpen(int timestamp) const {
+bool RequestTracker::IsOpen(int64_t timestamp) const {
   MutexLock lock(&mu_);
   return open_.count(timestamp) > 0;
 }

@@ -413,7 +413,16 @@ void Scheduler::HandleHeartbeat(const Message& msg) {
     counters_->dropped_bad_control++;
     return;
   }
-  last_beat_ms_[it->second.address()] = clock_->NowMs();
+  const int64_t now = clock_->NowMs();
+  last_beat_ms_[it->second.address()] = now;
+  // A beat after the failed reconnect: alive after all.
+  auto suspect = suspects_.find(it->second.address());
+  if (suspect != suspects_.end() && suspect->second.refused_ms >= 0 &&
+      now >= suspect->second.refused_ms) {
+    LOG(INFO) << DescribeLocked(msg.meta.sender)
+              << " beats although its connection closed: not dead";
+    suspects_.erase(suspect);
+  }
   Message echo;
   echo.meta.control = Control::kHeartbeat;
   echo.meta.request = false;
@@ -467,7 +476,10 @@ void Scheduler::HandleLeave(const Message& msg) {
       all_left = false;
     }
   }
-  if (all_left) last_beat_ms_.erase(it->second.address());
+  if (all_left) {
+    last_beat_ms_.erase(it->second.address());
+    suspects_.erase(it->second.address());
+  }
   VLOG(1) << it->second.DebugString() << " left";
   EvaluateBarriersLocked();
 }
@@ -486,11 +498,71 @@ void Scheduler::CheckLiveness() {
     DeclareDeadLocked(
         e.first, "no heartbeat for " + std::to_string(now - e.second) + " ms");
   }
+  std::vector<std::pair<std::string, Suspect>> refused;
+  for (const auto& s : suspects_) {
+    if (s.second.refused_ms >= 0 &&
+        now - s.second.refused_ms >= options_.disconnect_grace_ms) {
+      refused.push_back(s);
+    }
+  }
+  for (const auto& r : refused) {
+    DeclareDeadLocked(
+        r.first, "its connection closed " +
+                     std::to_string(now - r.second.closed_ms) +
+                     " ms ago and reconnecting was refused; no heartbeat or "
+                     "leave since");
+  }
+}
+
+void Scheduler::OnPeerEvent(const PeerEvent& event) {
+  MutexLock lock(&mu_);
+  if (!formed_ || options_.disconnect_grace_ms < 0) return;
+  // The member's address as the table has it (the van's may be its
+  // same-host endpoint); a process that has left or died is no suspect.
+  std::string address;
+  for (int id : event.ids) {
+    auto it = table_.find(id);
+    if (it == table_.end() || id == kSchedulerNodeId) continue;
+    if (!dead_.count(id) && !left_.count(id)) address = it->second.address();
+  }
+  if (address.empty()) return;
+  const int64_t now = clock_->NowMs();
+  switch (event.kind) {
+    case PeerEvent::Kind::kDisconnected:
+      suspects_[address] = Suspect{now, -1};
+      VLOG(1) << "the connection to " << address << " closed";
+      return;
+    case PeerEvent::Kind::kConnected:
+      if (suspects_.erase(address)) {
+        LOG(INFO) << "the connection to " << address
+                  << " closed and is back: not dead";
+      }
+      return;
+    case PeerEvent::Kind::kReconnectFailed:
+      break;
+  }
+  auto it = suspects_.find(address);
+  if (it == suspects_.end() || it->second.refused_ms >= 0) return;
+  it->second.refused_ms = now;
+  // Also every member that finishes: it sends LEAVE, then closes its
+  // sockets, and its LEAVE may come after these events.
+  VLOG(1) << "the connection to " << address << " closed "
+          << now - it->second.closed_ms
+          << " ms ago and reconnecting was refused: declaring it dead unless "
+          << "it beats or leaves within " << options_.disconnect_grace_ms
+          << " ms";
+  if (options_.disconnect_grace_ms == 0) {
+    DeclareDeadLocked(address,
+                      "its connection closed and reconnecting was refused");
+    return;
+  }
+  host_->RequestLivenessCheck(options_.disconnect_grace_ms);
 }
 
 void Scheduler::DeclareDeadLocked(const std::string& address,
                                   const std::string& why) {
   last_beat_ms_.erase(address);
+  suspects_.erase(address);
   std::vector<int> victims;
   for (const auto& n : table_) {
     if (n.second.address() == address && !dead_.count(n.first) &&
@@ -550,10 +622,16 @@ int Scheduler::HeirLocked(int id) const {
                                     : last_beat_ms_.find(t->second.address());
       const bool silent = beat != last_beat_ms_.end() &&
                           now - beat->second > options_.heartbeat_timeout_ms;
-      if (!dead_.count(h) && !left_.count(h) && !silent) return h;
+      // Or its connection closed and refused too (OnPeerEvent).
+      auto suspect = t == table_.end() ? suspects_.end()
+                                       : suspects_.find(t->second.address());
+      const bool closed =
+          suspect != suspects_.end() && suspect->second.refused_ms >= 0;
+      if (!dead_.count(h) && !left_.count(h) && !silent && !closed) return h;
       lost += (lost.empty() ? "" : ", ") + DescribeLocked(h) +
               (dead_.count(h) ? " (dead too)"
                : silent       ? " (silent too)"
+               : closed       ? " (its connection closed too)"
                               : " (left)");
     }
   }

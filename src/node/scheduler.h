@@ -81,6 +81,10 @@ class SchedulerHost {
   // A barrier round in which the node's customer `customer_id` took part
   // is over: OK, or why it cannot complete.
   virtual void OnBarrierReleased(int customer_id, const Status& status) = 0;
+  // Asks for a call of Scheduler::CheckLiveness in about `delay_ms`
+  // (sooner than the next heartbeat check, when that is later); a host
+  // without a timer of its own may do nothing (its next check comes).
+  virtual void RequestLivenessCheck(int64_t /*delay_ms*/) {}
 
  protected:
   ~SchedulerHost() = default;
@@ -130,8 +134,18 @@ class Scheduler {
   void HandleReplicaReady(const Message& msg) EXCLUDES(mu_);
 
   // Declares dead every process that has not beaten for
-  // EMBER_HEARTBEAT_TIMEOUT_MS. The node's heartbeat thread calls it.
+  // EMBER_HEARTBEAT_TIMEOUT_MS, and every process whose connection closed
+  // and refused to reconnect EMBER_DISCONNECT_GRACE_MS ago or more without
+  // a beat or LEAVE since (OnPeerEvent). The node's heartbeat thread calls
+  // it.
   void CheckLiveness() EXCLUDES(mu_);
+  // What the van learned about its connection to a member (the scheduler's
+  // DEALER to it; docs/replication.md, "Detection"). A close followed by a
+  // failed reconnect makes the member a suspect: without a heartbeat or a
+  // LEAVE from it within EMBER_DISCONNECT_GRACE_MS of the failed
+  // reconnect, CheckLiveness declares it dead (with a grace of 0, at
+  // once). A close alone, or a reconnect that succeeds, declares nothing.
+  void OnPeerEvent(const PeerEvent& event) EXCLUDES(mu_);
   // Logs every barrier round that has waited for `interval_ms` or more
   // (util/wait_log.h says how often), naming whom it waits for.
   void WatchWaits(int64_t interval_ms) EXCLUDES(mu_);
@@ -167,7 +181,8 @@ class Scheduler {
       REQUIRES(mu_);
   // The live server that holds a whole copy of dead server `id`'s data
   // (holders_), or -1 (logged: the data is lost). A holder silent for as
-  // long as the dead one is taken for dying with it.
+  // long as the dead one, or whose connection closed and refused too
+  // (suspects_), is taken for dying with it.
   int HeirLocked(int id) const REQUIRES(mu_);
   // Server `id` died (already in dead_): hands its ranges to `heir` under a
   // new ring epoch, tells the node and every member (NODE_FAILED with the
@@ -220,6 +235,13 @@ class Scheduler {
       GUARDED_BY(mu_);  // group -> pending rounds
   std::map<std::string, int64_t> last_beat_ms_
       GUARDED_BY(mu_);  // address -> time
+  // Members whose connection closed (OnPeerEvent), by address: when it
+  // closed, and when reconnecting first failed after that (-1: not yet).
+  struct Suspect {
+    int64_t closed_ms = 0;
+    int64_t refused_ms = -1;
+  };
+  std::map<std::string, Suspect> suspects_ GUARDED_BY(mu_);
   // (id, group) -> the last barrier_round counted: a request with a number
   // no higher is a copy (the network delivered it twice) and is dropped.
   std::map<std::pair<int, int>, uint64_t> barrier_numbers_ GUARDED_BY(mu_);

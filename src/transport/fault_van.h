@@ -263,6 +263,12 @@ class FaultVan final : public Van {
   Status set_security(const VanSecurity& security) override {
     return inner_->set_security(security);
   }
+  // The wrapped van's events pass as they are; RaisePeerEvent on either
+  // van reaches `handler`.
+  void set_peer_event_handler(PeerEventHandler handler) override {
+    Van::set_peer_event_handler(handler);
+    inner_->set_peer_event_handler(std::move(handler));
+  }
 
   // counters() counts what passed the injector (sent: handed to the wrapped
   // van; received: handed to the node); the wrapped van's are inner()'s.

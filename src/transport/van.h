@@ -15,6 +15,8 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "message/message.h"
 #include "ps/status.h"
@@ -166,9 +168,25 @@ struct VanSecurity {
   std::string secret_key;
 };
 
+// What a van learned about its connection to a peer (docs/replication.md,
+// "Detection"). ZmqVan reports them for the connections it makes to peers
+// (the DEALERs), from ZeroMQ's socket monitor.
+struct PeerEvent {
+  enum class Kind {
+    kDisconnected,     // the connection closed (the peer closed it)
+    kReconnectFailed,  // an attempt to connect again failed (refused)
+    kConnected,        // connected (again)
+  };
+  Kind kind = Kind::kDisconnected;
+  // The ids routed to the connection's address (Connect), and the address.
+  std::vector<int> ids;
+  std::string address;
+};
+
 class Van {
  public:
   using Handler = std::function<void(Message&& msg)>;
+  using PeerEventHandler = std::function<void(const PeerEvent& event)>;
 
   virtual ~Van() = default;
 
@@ -236,6 +254,21 @@ class Van {
   }
   const VanLimits& limits() const { return limits_; }
 
+  // Before Start: `handler` learns of the van's connections to peers
+  // closing, failing to reconnect and connecting (PeerEvent), on a thread
+  // of the van's, one event at a time, with no lock of the van held (it
+  // may call the van). A van that cannot watch its connections
+  // (InProcVan) reports only what a test raises (RaisePeerEvent). Unset:
+  // nothing is watched.
+  virtual void set_peer_event_handler(PeerEventHandler handler) {
+    peer_event_handler_ = std::move(handler);
+  }
+  // Reports `event` to the handler, as a van that saw it would: for tests,
+  // on vans that see no connections (InProcVan, FaultVan over it).
+  void RaisePeerEvent(const PeerEvent& event) const {
+    if (peer_event_handler_) peer_event_handler_(event);
+  }
+
   const VanCounters& counters() const { return counters_; }
 
  protected:
@@ -266,6 +299,7 @@ class Van {
 
   VanCounters counters_;
   VanLimits limits_;
+  PeerEventHandler peer_event_handler_;  // Set before Start.
 };
 
 }  // namespace ps

@@ -9,8 +9,11 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "util/clock.h"
 #include "util/mutex.h"
@@ -348,6 +351,7 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
   }
   handler_ = std::move(handler);
   started_ = true;
+  StartMonitor();
   io_thread_ = std::thread([this] {
     NameThisThread("ember-io");
     gate_.RunOwner();
@@ -453,6 +457,7 @@ void* ZmqVan::SocketFor(const std::string& address) {
   }
   std::string endpoint =
       IsAbstractEndpoint(address) ? address : "tcp://" + address;
+  WatchDealer(socket, address);
   if (zmq_connect(socket, endpoint.c_str()) != 0) {
     LOG(ERROR) << "cannot connect to " << endpoint << ": " << ZmqError();
     zmq_close(socket);
@@ -570,6 +575,7 @@ void ZmqVan::Stop() {
   }
   gate_.Stop();
   if (io_thread_.joinable()) io_thread_.join();
+  StopMonitor();
   {
     MutexLock lock(&send_mu_);
     closed_ = true;
@@ -582,6 +588,151 @@ void ZmqVan::Stop() {
   if (zap_thread_.joinable()) zap_thread_.join();
   zmq_ctx_term(context_);  // Waits up to kLingerMs for unsent messages.
   context_ = nullptr;
+}
+
+// --- Peer events: ZeroMQ's socket monitor on the DEALERs.
+
+void ZmqVan::StartMonitor() {
+  if (!peer_event_handler_) return;
+  if (!monitor_wake_.ok()) {
+    LOG(WARNING) << "cannot watch connections to peers (no eventfd): "
+                    "failures are detected by heartbeats only";
+    return;
+  }
+  monitoring_ = true;
+  monitor_thread_ = std::thread([this] {
+    NameThisThread("ember-monitor");
+    MonitorLoop();
+  });
+}
+
+void ZmqVan::WatchDealer(void* socket, const std::string& address) {
+  if (!monitoring_) return;
+  const std::string endpoint =
+      "inproc://ember-monitor-" + std::to_string(next_monitor_++);
+  const int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+                     ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_MONITOR_STOPPED;
+  if (zmq_socket_monitor(socket, endpoint.c_str(), events) != 0) {
+    LOG(WARNING) << "cannot watch the connection to " << address << ": "
+                 << ZmqError();
+    return;
+  }
+  void* pair = zmq_socket(context_, ZMQ_PAIR);
+  const int linger = 0;
+  if (pair == nullptr ||
+      zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
+      zmq_connect(pair, endpoint.c_str()) != 0) {
+    LOG(WARNING) << "cannot watch the connection to " << address << ": "
+                 << ZmqError();
+    if (pair != nullptr) zmq_close(pair);
+    zmq_socket_monitor(socket, nullptr, 0);
+    return;
+  }
+  {
+    MutexLock lock(&monitor_mu_);
+    new_watches_.push_back(Watch{pair, address});
+  }
+  monitor_wake_.Signal();
+}
+
+void ZmqVan::MonitorLoop() {
+  std::vector<Watch> watches;
+  std::vector<zmq_pollitem_t> items;
+  while (true) {
+    {
+      MutexLock lock(&monitor_mu_);
+      if (monitor_stop_) break;
+      for (Watch& w : new_watches_) watches.push_back(std::move(w));
+      new_watches_.clear();
+    }
+    items.assign(watches.size() + 1, zmq_pollitem_t{});
+    items[0].fd = monitor_wake_.fd();
+    items[0].events = ZMQ_POLLIN;
+    for (size_t i = 0; i < watches.size(); ++i) {
+      items[i + 1].socket = watches[i].pair;
+      items[i + 1].events = ZMQ_POLLIN;
+    }
+    if (zmq_poll(items.data(), static_cast<int>(items.size()), -1) < 0) {
+      if (zmq_errno() == ETERM) break;
+      continue;  // EINTR.
+    }
+    if (items[0].revents & ZMQ_POLLIN) monitor_wake_.Consume();
+    std::vector<Watch> kept;
+    for (size_t i = 0; i < watches.size(); ++i) {
+      if ((items[i + 1].revents & ZMQ_POLLIN) &&
+          !ReadMonitor(watches[i].pair, watches[i].address)) {
+        zmq_close(watches[i].pair);  // Its DEALER is closed.
+        continue;
+      }
+      kept.push_back(std::move(watches[i]));
+    }
+    watches.swap(kept);
+  }
+  MutexLock lock(&monitor_mu_);
+  for (Watch& w : new_watches_) watches.push_back(std::move(w));
+  new_watches_.clear();
+  for (Watch& w : watches) zmq_close(w.pair);
+}
+
+bool ZmqVan::ReadMonitor(void* pair, const std::string& address) {
+  while (true) {
+    // An event is two frames: 6 bytes (the event, 16 bits, and a value, 32
+    // bits), then the endpoint.
+    std::vector<std::string> parts;
+    zmq_msg_t part;
+    bool more = true;
+    while (more) {
+      zmq_msg_init(&part);
+      const int flags = parts.empty() ? ZMQ_DONTWAIT : 0;
+      if (zmq_msg_recv(&part, pair, flags) < 0) {
+        zmq_msg_close(&part);
+        return zmq_errno() != ETERM;  // EAGAIN: nothing more queued.
+      }
+      parts.emplace_back(static_cast<const char*>(zmq_msg_data(&part)),
+                         zmq_msg_size(&part));
+      more = zmq_msg_more(&part);
+      zmq_msg_close(&part);
+    }
+    if (parts[0].size() < 6) continue;
+    uint16_t event = 0;
+    std::memcpy(&event, parts[0].data(), sizeof(event));
+    PeerEvent e;
+    switch (event) {
+      case ZMQ_EVENT_MONITOR_STOPPED:
+        return false;
+      case ZMQ_EVENT_DISCONNECTED:
+        e.kind = PeerEvent::Kind::kDisconnected;
+        break;
+      case ZMQ_EVENT_CONNECT_RETRIED:
+        e.kind = PeerEvent::Kind::kReconnectFailed;
+        break;
+      case ZMQ_EVENT_CONNECTED:
+        e.kind = PeerEvent::Kind::kConnected;
+        break;
+      default:
+        continue;
+    }
+    e.address = address;
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return true;
+      for (const auto& r : routes_) {
+        if (r.second == address) e.ids.push_back(r.first);
+      }
+    }
+    VLOG(1) << "connection to " << address << ": ZeroMQ event " << event;
+    peer_event_handler_(e);
+  }
+}
+
+void ZmqVan::StopMonitor() {
+  if (!monitor_thread_.joinable()) return;
+  {
+    MutexLock lock(&monitor_mu_);
+    monitor_stop_ = true;
+  }
+  monitor_wake_.Signal();
+  monitor_thread_.join();
 }
 
 }  // namespace ps

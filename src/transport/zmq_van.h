@@ -20,11 +20,13 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "transport/gated_van.h"
 #include "transport/receive_gate.h"
 #include "util/log_limiter.h"
 #include "util/mutex.h"
+#include "util/wake_fd.h"
 
 namespace ps {
 
@@ -63,6 +65,18 @@ class ZmqVan final : public GatedVan {
   void AbandonStart() REQUIRES(mu_);
   void ZapLoop(void* socket);
 
+  // Peer events (Van::set_peer_event_handler): ZeroMQ's socket monitor on
+  // every DEALER, read by a thread of its own, which reports each event
+  // with the ids routed to the DEALER's address.
+  void StartMonitor() REQUIRES(mu_);
+  // Watches a new DEALER; call before it connects.
+  void WatchDealer(void* socket, const std::string& address) REQUIRES(send_mu_);
+  void MonitorLoop();
+  // Reports what one monitor socket has queued; false once its DEALER is
+  // closed (the monitor stopped).
+  bool ReadMonitor(void* pair, const std::string& address);
+  void StopMonitor();
+
   VanSecurity security_;  // Set before Start.
   std::thread zap_thread_;
   std::atomic<bool> zap_stop_{false};
@@ -77,6 +91,20 @@ class ZmqVan final : public GatedVan {
   Mutex send_mu_;
   std::unordered_map<std::string, void*> dealers_ GUARDED_BY(send_mu_);
   bool closed_ GUARDED_BY(send_mu_) = false;
+
+  // Monitors made by WatchDealer (a PAIR connected to the DEALER's monitor,
+  // and the address) not yet taken by the monitor thread.
+  struct Watch {
+    void* pair = nullptr;
+    std::string address;
+  };
+  std::atomic<bool> monitoring_{false};  // Set in Start.
+  int next_monitor_ GUARDED_BY(send_mu_) = 0;
+  Mutex monitor_mu_;
+  std::vector<Watch> new_watches_ GUARDED_BY(monitor_mu_);
+  bool monitor_stop_ GUARDED_BY(monitor_mu_) = false;
+  WakeFd monitor_wake_;
+  std::thread monitor_thread_;
 
   std::string local_endpoint_ GUARDED_BY(mu_);  // GatedVan::mu_
 };

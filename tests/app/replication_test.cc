@@ -5,13 +5,19 @@
 // is lost or applied twice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "app/app_impl.h"
 #include "app/kv_frames.h"
 #include "metrics/metrics.h"
 #include "node/node.h"
@@ -65,6 +71,18 @@ class CountingServer {
   KVServer<float> server_;
 };
 
+// A worker whose request numbers can start anywhere (near the 2^31 boundary
+// of the API's int), with a bounded wait: a request that never completes
+// fails the test instead of hanging it.
+class TestWorker : public KVWorker<float> {
+ public:
+  using KVWorker<float>::KVWorker;
+  bool StartAt(int64_t next) {
+    return impl_->customer()->tracker()->StartAtForTest(next);
+  }
+  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
+};
+
 class ReplicationTest : public ::testing::Test {
  protected:
   void Form(int servers, int workers, int replicas, bool copyable = true) {
@@ -83,7 +101,7 @@ class ReplicationTest : public ::testing::Test {
     }
     for (int w = 0; w < workers; ++w) {
       workers_.push_back(
-          std::make_unique<KVWorker<float>>(0, 0, cluster_->worker(w)));
+          std::make_unique<TestWorker>(0, 0, cluster_->worker(w)));
     }
   }
   void TearDown() override {
@@ -98,10 +116,10 @@ class ReplicationTest : public ::testing::Test {
     std::vector<float> ones(keys.size(), 1.0f);
     std::vector<std::thread> threads;
     for (auto& w : workers_) {
-      KVWorker<float>* kv = w.get();
+      TestWorker* kv = w.get();
       threads.emplace_back([&, kv] {
         for (int i = 0; i < times; ++i) {
-          Status s = kv->WaitStatus(kv->Push(keys, ones));
+          Status s = kv->WaitBounded(kv->Push(keys, ones));
           ASSERT_TRUE(s.ok()) << s;
         }
       });
@@ -111,7 +129,7 @@ class ReplicationTest : public ::testing::Test {
   // Every key pulled by worker 0 equals `expected`.
   void ExpectAll(const std::vector<Key>& keys, float expected) {
     std::vector<float> out;
-    Status s = workers_[0]->WaitStatus(workers_[0]->Pull(keys, &out));
+    Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
     ASSERT_TRUE(s.ok()) << s;
     ASSERT_EQ(out.size(), keys.size());
     size_t wrong = 0;
@@ -120,12 +138,15 @@ class ReplicationTest : public ::testing::Test {
                          << " = " << out[0];
   }
   int ServerId(int rank) { return server_po_[rank]->node()->my_id(); }
+  double Metric(Postoffice* po, const std::string& name) {
+    return metrics::Registry::Sum(po->node()->metrics()->Collect(), name);
+  }
   void Kill(int rank) { cluster_->KillByHeartbeat(server_po_[rank]); }
 
   std::unique_ptr<InProcCluster> cluster_;
   std::vector<std::unique_ptr<CountingServer>> servers_;  // By rank.
   std::vector<Postoffice*> server_po_;                    // By rank.
-  std::vector<std::unique_ptr<KVWorker<float>>> workers_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;
 };
 
 TEST(KeyRingReplicas, TargetsAreTheRingSuccessorsAndFailoverHandsAllToTheHeir) {
@@ -471,6 +492,190 @@ TEST(StoreChunk, MalformedChunksAreRefused) {
   EXPECT_TRUE(b.store.empty());
   ASSERT_TRUE(b.LoadState(good.data(), good.size()).ok());
   EXPECT_EQ(b.store[5], (std::vector<float>{1, 2}));
+}
+
+// Detection from the transport (docs/replication.md, "Detection"): the
+// scheduler's van reports that its connection to a server closed and
+// reconnecting was refused, as ZmqVan does from ZeroMQ's monitor after a
+// kill -9; the server fails over after EMBER_DISCONNECT_GRACE_MS, long
+// before the heartbeat timeout, and the run goes on.
+TEST_F(ReplicationTest, AClosedAndRefusedConnectionFailsOverBeforeTheTimeout) {
+  Form(3, 2, 1);
+  std::vector<Key> keys = SpreadKeys(999);
+  PushOnes(keys, 2);
+  Van* van = cluster_->scheduler()->node()->van();
+  PeerEvent event;
+  event.ids = {ServerId(1)};
+  event.address = cluster_->AddressOf(ServerId(1));
+  // A close that heals is no death.
+  event.kind = PeerEvent::Kind::kDisconnected;
+  van->RaisePeerEvent(event);
+  event.kind = PeerEvent::Kind::kConnected;
+  van->RaisePeerEvent(event);
+  cluster_->clock()->Advance(Options().disconnect_grace_ms + 1);
+  cluster_->scheduler()->node()->CheckLiveness();
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->epoch(), 1u);
+  // Server 1 dies: its connections close and refuse.
+  servers_[1]->Silence();
+  std::vector<float> ones(keys.size(), 1.0f);
+  std::vector<int> in_flight;
+  for (auto& w : workers_) in_flight.push_back(w->Push(keys, ones));
+  cluster_->network()->Sever(event.address);
+  LogCapture log;
+  event.kind = PeerEvent::Kind::kDisconnected;
+  van->RaisePeerEvent(event);
+  event.kind = PeerEvent::Kind::kReconnectFailed;
+  van->RaisePeerEvent(event);
+  cluster_->clock()->Advance(Options().disconnect_grace_ms);
+  ASSERT_LT(Options().disconnect_grace_ms + 1 + Options().disconnect_grace_ms,
+            InProcCluster::kTimeoutMs);
+  cluster_->scheduler()->node()->CheckLiveness();
+  EXPECT_FALSE(log.Find("reconnecting was refused").empty());
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    Status s = workers_[w]->WaitBounded(in_flight[w]);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->epoch(), 2u);
+  PushOnes(keys, 1);
+  ExpectAll(keys, 2 * 4);
+}
+
+// Two servers holding the same data killed at once, found by their closed
+// connections: the first is not handed to the second (dying too), and the
+// run ends naming the loss.
+TEST_F(ReplicationTest, TwoClosedConnectionsWithTheSameDataEndTheRun) {
+  Form(3, 1, 1);
+  std::vector<Key> keys = SpreadKeys(300);
+  PushOnes(keys, 1);
+  LogCapture log;
+  Van* van = cluster_->scheduler()->node()->van();
+  // Server r's copy is on r + 1. The scheduler looks at the one of lower
+  // address first: a pair (r, r + 1) in which r's sorts first, so that it
+  // must see r + 1 dying too (of the three pairs, one is such).
+  int first = 0;
+  while (cluster_->AddressOf(ServerId(first)) >
+         cluster_->AddressOf(ServerId((first + 1) % 3))) {
+    ++first;
+  }
+  for (int rank : {first, (first + 1) % 3}) {
+    PeerEvent event;
+    event.ids = {ServerId(rank)};
+    event.address = cluster_->AddressOf(ServerId(rank));
+    cluster_->network()->Sever(event.address);
+    event.kind = PeerEvent::Kind::kDisconnected;
+    van->RaisePeerEvent(event);
+    event.kind = PeerEvent::Kind::kReconnectFailed;
+    van->RaisePeerEvent(event);
+  }
+  cluster_->clock()->Advance(Options().disconnect_grace_ms);
+  cluster_->scheduler()->node()->CheckLiveness();
+  std::vector<float> out;
+  Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s;
+  EXPECT_FALSE(log.Find("that data is lost").empty());
+  EXPECT_FALSE(log.Find("its connection closed too").empty());
+}
+
+// Request timestamps are 64-bit and never wrap (ps/internal/timestamp.h);
+// ps-lite's API sees their low 31 bits. A worker whose requests cross
+// 2^31, with some in flight across it, gets every answer, and the servers'
+// dedup tables keep only what may still be resent.
+TEST_F(ReplicationTest, RequestsCrossTheWrapOfTheApiTimestamp) {
+  Form(3, 1, 1);
+  constexpr int64_t kWrap = int64_t{1} << 31;
+  TestWorker* w = workers_[0].get();
+  ASSERT_TRUE(w->StartAt(kWrap - 8));
+  std::vector<Key> keys = SpreadKeys(999);
+  std::vector<float> ones(keys.size(), 1.0f);
+  // One at a time up to the boundary: 2^31 - 8 .. 2^31 - 5.
+  for (int i = 0; i < 2; ++i) {
+    const int push = w->Push(keys, ones);
+    EXPECT_EQ(push, kWrap - 8 + 2 * i);
+    ASSERT_TRUE(w->WaitBounded(push).ok());
+    ExpectAll(keys, static_cast<float>(i + 1));
+  }
+  // Eight in flight across it (2^31 - 4 .. 2^31 + 3: the API's ints are
+  // 2^31 - 4 .. 2^31 - 1, then 0 .. 3), waited for newest first.
+  std::vector<int> in_flight;
+  for (int i = 0; i < 8; ++i) in_flight.push_back(w->Push(keys, ones));
+  EXPECT_EQ(in_flight.front(), std::numeric_limits<int>::max() - 3);
+  EXPECT_EQ(in_flight[3], std::numeric_limits<int>::max());
+  EXPECT_EQ(in_flight[4], 0);
+  EXPECT_EQ(in_flight.back(), 3);
+  for (auto it = in_flight.rbegin(); it != in_flight.rend(); ++it) {
+    Status s = w->WaitBounded(*it);
+    EXPECT_TRUE(s.ok()) << *it << ": " << s;
+  }
+  ExpectAll(keys, 10);  // The pull is 2^31 + 4.
+  // Past it, one at a time: each push's done_below (its own timestamp, the
+  // oldest open) trims the tables to that push alone, on every server its
+  // own part and the copy of its predecessor's.
+  PushOnes(keys, 3);
+  ExpectAll(keys, 13);
+  for (Postoffice* po : server_po_) {
+    EXPECT_EQ(Metric(po, "ember_dedup_entries"), 2);
+    EXPECT_EQ(Metric(po, "ember_duplicate_pushes_total"), 0);
+  }
+  // A SimpleApp's requests and answers cross it too.
+  std::vector<std::unique_ptr<SimpleApp>> apps;
+  for (Postoffice* po : server_po_) {
+    apps.push_back(std::make_unique<SimpleApp>(1, 0, po));
+    apps.back()->set_request_handle(
+        [](const SimpleData& req, SimpleApp* a) { a->Response(req); });
+  }
+  class TestApp : public SimpleApp {
+   public:
+    using SimpleApp::SimpleApp;
+    bool StartAt(int64_t next) {
+      return impl_->customer()->tracker()->StartAtForTest(next);
+    }
+  };
+  TestApp app(1, 0, cluster_->worker(0));
+  ASSERT_TRUE(app.StartAt(kWrap - 1));
+  std::vector<int> answered;
+  std::mutex mu;
+  app.set_response_handle([&](const SimpleData& res, SimpleApp*) {
+    std::lock_guard<std::mutex> lock(mu);
+    answered.push_back(res.timestamp);
+  });
+  const int a = app.Request(7, "x", kServerGroup);
+  const int b = app.Request(7, "y", kServerGroup);
+  EXPECT_EQ(a, std::numeric_limits<int>::max());
+  EXPECT_EQ(b, 0);
+  EXPECT_TRUE(app.WaitStatus(b, 30000).ok());
+  EXPECT_TRUE(app.WaitStatus(a, 30000).ok());
+  std::lock_guard<std::mutex> lock(mu);
+  std::sort(answered.begin(), answered.end());
+  EXPECT_EQ(answered, std::vector<int>({0, 0, 0, a, a, a}));
+}
+
+// A push in flight across the wrap to a server that dies is resent to the
+// heir, which had it as a copy and applies it once; its answer finds the
+// request by the 64-bit timestamp.
+TEST_F(ReplicationTest, AResendAcrossTheWrapIsAppliedOnce) {
+  Form(3, 1, 1);
+  constexpr int64_t kWrap = int64_t{1} << 31;
+  TestWorker* w = workers_[0].get();
+  ASSERT_TRUE(w->StartAt(kWrap - 2));
+  std::vector<Key> keys = SpreadKeys(999);
+  std::vector<float> ones(keys.size(), 1.0f);
+  PushOnes(keys, 2);  // 2^31 - 2, 2^31 - 1.
+  // Server 2 has applied its own part of both and server 1's copies.
+  ASSERT_TRUE(WaitUntil([&] { return servers_[2]->applied() == 4; }));
+  servers_[1]->Silence();
+  std::vector<int> in_flight = {w->Push(keys, ones), w->Push(keys, ones)};
+  EXPECT_EQ(in_flight, std::vector<int>({0, 1}));
+  ASSERT_TRUE(WaitUntil([&] { return servers_[2]->applied() == 8; }));
+  Kill(1);
+  for (int ts : in_flight) {
+    Status s = w->WaitBounded(ts);
+    EXPECT_TRUE(s.ok()) << ts << ": " << s;
+  }
+  EXPECT_EQ(Metric(cluster_->worker(0), "ember_resent_requests_total"), 2);
+  EXPECT_EQ(Metric(server_po_[2], "ember_duplicate_pushes_total"), 2);
+  ExpectAll(keys, 4);
+  PushOnes(keys, 1);
+  ExpectAll(keys, 5);
 }
 
 }  // namespace

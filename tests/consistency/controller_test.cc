@@ -51,7 +51,8 @@ class ControllerTest : public ::testing::Test {
                                                  std::move(cb), &clock_);
   }
   void Log(char kind, const RawRequest& r) {
-    events_.push_back({kind, r.sender, r.timestamp, r.push, r.pull});
+    events_.push_back(
+        {kind, r.sender, static_cast<int>(r.timestamp), r.push, r.pull});
     for (Key k : r.kvs.keys) {
       if (kind == 'a' || (kind == 'r' && r.push)) {
         applied_[k].push_back(r.sender);

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
+#include <limits>
 #include <mutex>
 #include <ostream>
 #include <thread>
 #include <vector>
 
+#include "ps/internal/timestamp.h"
 #include "util/wake_fd.h"
 
 namespace ps {
@@ -33,6 +36,39 @@ TEST(RequestTrackerTest, TimestampsAreDistinctAndIncreasing) {
   EXPECT_LT(a, b);
   EXPECT_LT(b, c);
   EXPECT_EQ(t.open_requests(), 3u);
+}
+
+// Timestamps are 64-bit and never wrap; the API's int (their low 31 bits)
+// resolves to the newest request issued with those bits.
+TEST(RequestTrackerTest, TimestampsGoOnPastTheApiIntAndResolveBack) {
+  const int64_t start = (int64_t{1} << 31) - 2;
+  RequestTracker t(start);
+  std::vector<int64_t> ts;
+  for (int i = 0; i < 4; ++i) ts.push_back(t.NewRequest());
+  EXPECT_EQ(ts, std::vector<int64_t>({start, start + 1, start + 2, start + 3}));
+  EXPECT_EQ(ApiTimestamp(ts[1]), std::numeric_limits<int>::max());
+  EXPECT_EQ(ApiTimestamp(ts[2]), 0);
+  EXPECT_EQ(ApiTimestamp(ts[3]), 1);
+  for (int64_t x : ts) EXPECT_EQ(t.Resolve(ApiTimestamp(x)), x);
+  // Never issued: below the first, above the newest, negative.
+  EXPECT_EQ(t.Resolve(2), -1);
+  EXPECT_EQ(t.Resolve(-1), -1);
+  for (int64_t x : ts) t.Expect(x, {8});
+  EXPECT_TRUE(t.OnResponse(ts[2], 8, Status::OK()));
+  EXPECT_TRUE(t.Wait(ts[2]).ok());
+  EXPECT_EQ(t.OldestOpen(), ts[0]);
+  EXPECT_EQ(t.Wait(start - 1).code(), Code::kInvalidArgument);
+  // Far past the boundary: the newest request with those bits.
+  RequestTracker far(int64_t{5} << 31);
+  const int64_t f = far.NewRequest();
+  EXPECT_EQ(ApiTimestamp(f), 0);
+  EXPECT_EQ(far.Resolve(0), f);
+  EXPECT_EQ(ResolveApiTimestamp(7, f + 3), (int64_t{4} << 31) + 7);
+  // Only before the first request.
+  EXPECT_FALSE(far.StartAtForTest(0));
+  RequestTracker fresh;
+  EXPECT_TRUE(fresh.StartAtForTest(start));
+  EXPECT_EQ(fresh.NewRequest(), start);
 }
 
 TEST(RequestTrackerTest, CompletesOnlyAfterAllExpectedResponses) {
@@ -128,9 +164,10 @@ TEST(RequestTrackerTest, OnPeerFailedFailsExactlyRequestsWaitingOnPeer) {
   t.Expect(e, {10});
   EXPECT_TRUE(t.OnResponse(e, 10, Status::OK()));
 
-  std::vector<int> failed = t.OnPeerFailed(10, Status::Unavailable("10 died"));
+  std::vector<int64_t> failed =
+      t.OnPeerFailed(10, Status::Unavailable("10 died"));
   std::sort(failed.begin(), failed.end());
-  EXPECT_EQ(failed, std::vector<int>({a, b}));
+  EXPECT_EQ(failed, std::vector<int64_t>({a, b}));
 
   EXPECT_FALSE(t.IsOpen(a));
   EXPECT_FALSE(t.IsOpen(b));
@@ -157,9 +194,9 @@ TEST(RequestTrackerTest, FailAllFailsEveryOpenRequest) {
   int done = t.NewRequest();
   t.Expect(a, {8});
   t.Expect(done, {});
-  std::vector<int> failed = t.FailAll(Status::Aborted("shutdown"));
+  std::vector<int64_t> failed = t.FailAll(Status::Aborted("shutdown"));
   std::sort(failed.begin(), failed.end());
-  EXPECT_EQ(failed, std::vector<int>({a, b}));
+  EXPECT_EQ(failed, std::vector<int64_t>({a, b}));
   EXPECT_EQ(t.open_requests(), 0u);
   EXPECT_EQ(t.Wait(a).code(), Code::kAborted);
   EXPECT_EQ(t.Wait(b).code(), Code::kAborted);
@@ -307,7 +344,7 @@ TEST(RequestTrackerTest, PeerFailureWakesWaitersOnOtherThreads) {
   // Spin (without sleeping) until every waiter is at least about to wait;
   // the outcome does not depend on whether they block before the failure.
   while (started.load() < kWaiters) std::this_thread::yield();
-  std::vector<int> failed = t.OnPeerFailed(10, Status::Unavailable("died"));
+  std::vector<int64_t> failed = t.OnPeerFailed(10, Status::Unavailable("died"));
   EXPECT_EQ(failed.size(), static_cast<size_t>(kWaiters));
   for (auto& w : waiters) w.join();
   for (int i = 0; i < kWaiters; ++i) {

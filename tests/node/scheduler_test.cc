@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,9 @@ class RecordingHost final : public SchedulerHost {
   void OnBarrierReleased(int customer_id, const Status& status) override {
     calls.push_back("barrier " + std::to_string(customer_id) + " " +
                     (status.ok() ? "ok" : status.message()));
+  }
+  void RequestLivenessCheck(int64_t delay_ms) override {
+    calls.push_back("check in " + std::to_string(delay_ms));
   }
 
   std::vector<std::string> calls;
@@ -193,6 +198,131 @@ TEST_F(SchedulerTest, ForgedBeatFromTheSchedulerIsDropped) {
   beat.meta.sender = kSchedulerNodeId;
   scheduler_->HandleHeartbeat(beat);
   EXPECT_EQ(counters_.dropped_bad_control.load(), 1u);
+}
+
+// Detection from the transport's events (docs/replication.md,
+// "Detection"): the events are raised on the scheduler's in-process van,
+// as ZmqVan raises ZeroMQ's, and time is the fake clock's.
+class DisconnectTest : public SchedulerTest {
+ protected:
+  // A scheduler with EMBER_DISCONNECT_GRACE_MS = `grace`, formed, its
+  // van's events going to it.
+  void FormWithGrace(int grace) {
+    options_.disconnect_grace_ms = grace;
+    scheduler_ = std::make_unique<Scheduler>(
+        options_, "0123456789abcdef", &van_, &clock_, &counters_, &host_);
+    van_.set_peer_event_handler(
+        [this](const PeerEvent& e) { scheduler_->OnPeerEvent(e); });
+    Form();
+    host_.calls.clear();
+  }
+  // The van's connection to server 8 (node:10).
+  void Raise(PeerEvent::Kind kind) {
+    PeerEvent e;
+    e.kind = kind;
+    e.ids = {8};
+    e.address = "node:10";
+    van_.RaisePeerEvent(e);
+  }
+  void Beat(int sender) {
+    Message beat;
+    beat.meta.control = Control::kHeartbeat;
+    beat.meta.request = true;
+    beat.meta.sender = sender;
+    scheduler_->HandleHeartbeat(beat);
+  }
+  // Whether a liveness check now declares server 8 dead.
+  bool DeadAfterCheck() {
+    host_.calls.clear();
+    scheduler_->CheckLiveness();
+    for (const std::string& c : host_.calls) {
+      if (c == "dead 8") return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(DisconnectTest, ACloseAndARefusedReconnectAreADeathAfterTheGrace) {
+  FormWithGrace(200);
+  clock_.Advance(100);
+  Raise(PeerEvent::Kind::kDisconnected);
+  EXPECT_TRUE(host_.calls.empty());  // A close alone is nothing yet.
+  clock_.Advance(1);
+  Raise(PeerEvent::Kind::kReconnectFailed);
+  EXPECT_EQ(host_.calls, std::vector<std::string>({"check in 200"}));
+  Raise(PeerEvent::Kind::kReconnectFailed);  // ZeroMQ retries: no news.
+  clock_.Advance(199);
+  EXPECT_FALSE(DeadAfterCheck());
+  clock_.Advance(1);  // 301 ms after forming: far from the 1000 ms timeout.
+  EXPECT_TRUE(DeadAfterCheck());
+  EXPECT_NE(host_.dead_status.message().find("reconnecting was refused"),
+            std::string::npos)
+      << host_.dead_status;
+  // Later events about a dead member change nothing.
+  Raise(PeerEvent::Kind::kDisconnected);
+  Raise(PeerEvent::Kind::kReconnectFailed);
+  clock_.Advance(500);
+  EXPECT_FALSE(DeadAfterCheck());
+}
+
+TEST_F(DisconnectTest, WithNoGraceTheRefusedReconnectIsTheDeath) {
+  FormWithGrace(0);
+  Raise(PeerEvent::Kind::kDisconnected);
+  Raise(PeerEvent::Kind::kReconnectFailed);
+  EXPECT_EQ(host_.calls.back(), "dead 8");
+}
+
+TEST_F(DisconnectTest, ATransientCloseIsNoDeath) {
+  FormWithGrace(200);
+  // Closed, then connected again: alive.
+  Raise(PeerEvent::Kind::kDisconnected);
+  Raise(PeerEvent::Kind::kConnected);
+  Raise(PeerEvent::Kind::kReconnectFailed);  // Not after a close: nothing.
+  clock_.Advance(500);
+  EXPECT_FALSE(DeadAfterCheck());
+  // Closed and never refused (reconnecting hangs): heartbeats decide.
+  Raise(PeerEvent::Kind::kDisconnected);
+  clock_.Advance(400);
+  EXPECT_FALSE(DeadAfterCheck());
+  clock_.Advance(101);  // The heartbeat timeout (1000 ms) has passed.
+  EXPECT_TRUE(DeadAfterCheck());
+  EXPECT_NE(host_.dead_status.message().find("no heartbeat"), std::string::npos)
+      << host_.dead_status;
+}
+
+TEST_F(DisconnectTest, ABeatOrALeaveWithinTheGraceIsNoDeath) {
+  FormWithGrace(200);
+  Raise(PeerEvent::Kind::kDisconnected);
+  Raise(PeerEvent::Kind::kReconnectFailed);
+  clock_.Advance(50);
+  Beat(8);  // Alive after all.
+  clock_.Advance(300);
+  EXPECT_FALSE(DeadAfterCheck());
+  // A member that closes its connections as it leaves (Finalize sends
+  // LEAVE, then stops its van; the LEAVE may arrive after the events).
+  Raise(PeerEvent::Kind::kDisconnected);
+  Raise(PeerEvent::Kind::kReconnectFailed);
+  clock_.Advance(100);
+  Message leave;
+  leave.meta.control = Control::kLeave;
+  leave.meta.request = true;
+  leave.meta.sender = 8;
+  scheduler_->HandleLeave(leave);
+  clock_.Advance(300);
+  EXPECT_FALSE(DeadAfterCheck());
+  Raise(PeerEvent::Kind::kDisconnected);  // It has left: not watched.
+  Raise(PeerEvent::Kind::kReconnectFailed);
+  EXPECT_FALSE(DeadAfterCheck());
+}
+
+TEST_F(DisconnectTest, WithTheGraceOffEventsAreIgnored) {
+  FormWithGrace(-1);
+  Raise(PeerEvent::Kind::kDisconnected);
+  Raise(PeerEvent::Kind::kReconnectFailed);
+  EXPECT_TRUE(host_.calls.empty());
+  clock_.Advance(900);
+  Beat(9);
+  EXPECT_FALSE(DeadAfterCheck());
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 # include/ps/<header> -> layer.
 PUBLIC = {
     "base.h": "util", "status.h": "util", "sarray.h": "util",
-    "range.h": "util",
+    "range.h": "util", "internal/timestamp.h": "util",
     "internal/kv_request.h": "message",
     "consistency.h": "consistency",
     "internal/postoffice.h": "app", "internal/kv_core.h": "app",

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace ps {
 namespace {
@@ -161,6 +162,69 @@ TEST(ZmqVanTraffic, IsCountedPerPeerAndAddsUpToTheTotals) {
     to_a += p.sent_messages;
   });
   EXPECT_EQ(to_a, 3u);
+}
+
+// ZeroMQ's monitor on the connections a van makes (Van::PeerEvent): a
+// peer that stops is reported closed, then refusing to reconnect, with the
+// ids routed to it.
+class EventLog {
+ public:
+  void Add(const PeerEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(e);
+    cv_.notify_all();
+  }
+  // Waits up to 30 s for an event of `kind`; its ids, or {-1} if none came.
+  std::vector<int> WaitFor(PeerEvent::Kind kind) {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::vector<int> ids = {-1};
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] {
+      for (const PeerEvent& e : events_) {
+        if (e.kind == kind) {
+          ids = e.ids;
+          return true;
+        }
+      }
+      return false;
+    });
+    return ids;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<PeerEvent> events_;
+};
+
+void ExpectStopReported(bool local_endpoint) {
+  EventLog log;
+  ZmqVan watcher;
+  VanLimits limits;
+  limits.local_endpoint = local_endpoint;
+  watcher.set_limits(limits);
+  watcher.set_peer_event_handler([&](const PeerEvent& e) { log.Add(e); });
+  ASSERT_TRUE(watcher.Start("127.0.0.1", 0, [](Message&&) {}).ok());
+  auto peer = std::make_unique<Peer>(local_endpoint);
+  ASSERT_TRUE(
+      watcher
+          .Connect(9, "127.0.0.1", peer->port(), peer->van().local_endpoint())
+          .ok());
+  ASSERT_TRUE(watcher.Send(Hello(8, 9)).ok());
+  EXPECT_EQ(peer->NextSender(), 8);
+  EXPECT_EQ(log.WaitFor(PeerEvent::Kind::kConnected), std::vector<int>{9});
+  peer.reset();  // Stops its van: its sockets close, nothing listens.
+  EXPECT_EQ(log.WaitFor(PeerEvent::Kind::kDisconnected), std::vector<int>{9});
+  EXPECT_EQ(log.WaitFor(PeerEvent::Kind::kReconnectFailed),
+            std::vector<int>{9});
+  watcher.Stop();
+}
+
+TEST(ZmqVanPeerEvents, AStoppedPeerIsReportedClosedThenRefusingOverTcp) {
+  ExpectStopReported(false);
+}
+
+TEST(ZmqVanPeerEvents, AStoppedPeerIsReportedClosedThenRefusingLocally) {
+  ExpectStopReported(true);
 }
 
 }  // namespace

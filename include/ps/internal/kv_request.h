@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ps/base.h"
+#include "ps/internal/timestamp.h"
 #include "ps/sarray.h"
 
 namespace ps {
@@ -25,7 +26,9 @@ struct RawRequest {
   bool push = false;
   bool pull = false;
   int sender = 0;
-  int timestamp = 0;
+  // The sender's 64-bit request number (ps/internal/timestamp.h); the
+  // handle sees ApiTimestamp() of it.
+  int64_t timestamp = 0;
   int customer_id = 0;
   int64_t clock = 0;  // the sender's clock (iterations it has finished)
   // A copy of another server's data (docs/replication.md): that server's
@@ -33,7 +36,7 @@ struct RawRequest {
   int replica_of = 0;
   // Under replication the handle sees a local timestamp (negative); this
   // is the worker's (0 otherwise).
-  int origin_timestamp = 0;
+  int64_t origin_timestamp = 0;
   RawKVs kvs;
 };
 
