@@ -147,6 +147,17 @@ class ReplicationTest : public ::testing::Test {
   std::vector<std::unique_ptr<CountingServer>> servers_;  // By rank.
   std::vector<Postoffice*> server_po_;                    // By rank.
   std::vector<std::unique_ptr<TestWorker>> workers_;
+
+  // 2^31: where ps-lite's int timestamps would wrap.
+  static constexpr int64_t kWrap = int64_t{1} << 31;
+  // A cluster of 3 servers (one copy each) and 1 worker whose requests are
+  // numbered from `first`; the worker.
+  TestWorker* FormFrom(int64_t first) {
+    Form(3, 1, 1);
+    TestWorker* w = workers_[0].get();
+    EXPECT_TRUE(w->StartAt(first));
+    return w;
+  }
 };
 
 TEST(KeyRingReplicas, TargetsAreTheRingSuccessorsAndFailoverHandsAllToTheHeir) {
@@ -581,10 +592,7 @@ TEST_F(ReplicationTest, TwoClosedConnectionsWithTheSameDataEndTheRun) {
 // 2^31, with some in flight across it, gets every answer, and the servers'
 // dedup tables keep only what may still be resent.
 TEST_F(ReplicationTest, RequestsCrossTheWrapOfTheApiTimestamp) {
-  Form(3, 1, 1);
-  constexpr int64_t kWrap = int64_t{1} << 31;
-  TestWorker* w = workers_[0].get();
-  ASSERT_TRUE(w->StartAt(kWrap - 8));
+  TestWorker* w = FormFrom(kWrap - 8);
   std::vector<Key> keys = SpreadKeys(999);
   std::vector<float> ones(keys.size(), 1.0f);
   // One at a time up to the boundary: 2^31 - 8 .. 2^31 - 5.
@@ -653,10 +661,7 @@ TEST_F(ReplicationTest, RequestsCrossTheWrapOfTheApiTimestamp) {
 // heir, which had it as a copy and applies it once; its answer finds the
 // request by the 64-bit timestamp.
 TEST_F(ReplicationTest, AResendAcrossTheWrapIsAppliedOnce) {
-  Form(3, 1, 1);
-  constexpr int64_t kWrap = int64_t{1} << 31;
-  TestWorker* w = workers_[0].get();
-  ASSERT_TRUE(w->StartAt(kWrap - 2));
+  TestWorker* w = FormFrom(kWrap - 2);
   std::vector<Key> keys = SpreadKeys(999);
   std::vector<float> ones(keys.size(), 1.0f);
   PushOnes(keys, 2);  // 2^31 - 2, 2^31 - 1.
