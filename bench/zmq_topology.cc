@@ -105,7 +105,13 @@ struct Header {
   uint8_t pad[16];
 };
 
+// A small frame (a header, often on the caller's stack) is copied; a large
+// one is sent without a copy and must outlive the send (the I/O thread may
+// read it later, as under CURVE).
 bool SendOne(void* socket, const void* data, size_t size, bool more) {
+  if (size <= sizeof(Header)) {
+    return zmq_send(socket, data, size, more ? ZMQ_SNDMORE : 0) >= 0;
+  }
   zmq_msg_t m;
   zmq_msg_init_data(&m, const_cast<void*>(data), size, NoFree, nullptr);
   if (zmq_msg_send(&m, socket, more ? ZMQ_SNDMORE : 0) < 0) {

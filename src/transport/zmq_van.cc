@@ -575,6 +575,13 @@ void ZmqVan::Stop() {
   }
   gate_.Stop();
   if (io_thread_.joinable()) io_thread_.join();
+  if (monitoring_) {
+    // Each DEALER's monitor stops first (sending MONITOR_STOPPED), so that
+    // no event is sent to a monitor socket already closed: libzmq would
+    // leak such a message.
+    MutexLock lock(&send_mu_);
+    for (auto& entry : dealers_) zmq_socket_monitor(entry.second, nullptr, 0);
+  }
   StopMonitor();
   {
     MutexLock lock(&send_mu_);
@@ -671,7 +678,35 @@ void ZmqVan::MonitorLoop() {
   MutexLock lock(&monitor_mu_);
   for (Watch& w : new_watches_) watches.push_back(std::move(w));
   new_watches_.clear();
-  for (Watch& w : watches) zmq_close(w.pair);
+  for (Watch& w : watches) {
+    DrainMonitor(w.pair);
+    zmq_close(w.pair);
+  }
+}
+
+void ZmqVan::DrainMonitor(void* pair) {
+  // Every event up to MONITOR_STOPPED (Stop has stopped the monitors), each
+  // wait bounded: a message left unread in a closed socket may leak.
+  const int timeout_ms = 200;
+  zmq_setsockopt(pair, ZMQ_RCVTIMEO, &timeout_ms, sizeof(timeout_ms));
+  bool first = true;     // the next frame begins an event
+  bool stopped = false;  // the event read is MONITOR_STOPPED
+  for (int frames = 0; frames < 1000; ++frames) {
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    if (zmq_msg_recv(&part, pair, 0) < 0) {
+      zmq_msg_close(&part);
+      return;
+    }
+    if (first && zmq_msg_size(&part) >= 2) {
+      uint16_t event = 0;
+      std::memcpy(&event, zmq_msg_data(&part), sizeof(event));
+      stopped = event == ZMQ_EVENT_MONITOR_STOPPED;
+    }
+    first = !zmq_msg_more(&part);
+    zmq_msg_close(&part);
+    if (first && stopped) return;
+  }
 }
 
 bool ZmqVan::ReadMonitor(void* pair, const std::string& address) {

@@ -76,6 +76,8 @@ class ZmqVan final : public GatedVan {
   // closed (the monitor stopped).
   bool ReadMonitor(void* pair, const std::string& address);
   void StopMonitor();
+  // Reads what `pair` still holds, up to its MONITOR_STOPPED event.
+  static void DrainMonitor(void* pair);
 
   VanSecurity security_;  // Set before Start.
   std::thread zap_thread_;
