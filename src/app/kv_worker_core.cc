@@ -533,8 +533,7 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     return;
   }
   const int64_t clock = clock_.load();
-  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
-  const bool replicated = ring && ring->replicas() > 0;
+  const bool replicated = app_->node()->ring_replicas() > 0;
   p.push = push;
   p.cmd = cmd;
   p.priority = priority;

@@ -881,6 +881,8 @@ void Node::HandleNodeTable(const Message& msg) {
     }
     ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
     ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
+    ring_replicas_.store(ring_ ? ring_->replicas() : 0,
+                         std::memory_order_release);
     run_key_ = msg.meta.run_key;
     run_auth_ = ToKey128(run_key_);
     ApplyNodeTableLocked(msg);
@@ -965,6 +967,8 @@ void Node::HandleNodeFailed(int id, const std::string& reason,
                      servers_.end());
       ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
       ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
+      ring_replicas_.store(ring_ ? ring_->replicas() : 0,
+                           std::memory_order_release);
       status =
           Status::Unavailable(DescribeLocked(id) + " died (" + reason +
                               "); failing over to " + ring_->DebugString());
@@ -1032,6 +1036,8 @@ void Node::OnMembership(const Membership& membership) {
   table_ = membership.nodes;
   ring_ = membership.ring;
   ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
+  ring_replicas_.store(ring_ ? ring_->replicas() : 0,
+                       std::memory_order_release);
   member_keys_ = membership.member_keys;
   TableReadyLocked();
 }
@@ -1055,6 +1061,8 @@ void Node::OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
                  servers_.end());
   ring_ = std::move(ring);
   ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
+  ring_replicas_.store(ring_ ? ring_->replicas() : 0,
+                       std::memory_order_release);
   // Under mu_ so no customer is destroyed meanwhile; this never blocks.
   for (const auto& c : customers_) c.second->OnFailover(id, status);
 }

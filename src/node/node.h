@@ -118,6 +118,11 @@ class Node final : private SchedulerHost {
   uint64_t ring_epoch() const {
     return ring_epoch_.load(std::memory_order_acquire);
   }
+  // Its replicas() (0 before the node table came), without a lock: the data
+  // path's test for replication.
+  int ring_replicas() const {
+    return ring_replicas_.load(std::memory_order_acquire);
+  }
   bool IsAlive(int id) const;
   // "server 1 (id 10, 127.0.0.1:4567)".
   std::string Describe(int id) const;
@@ -264,6 +269,7 @@ class Node final : private SchedulerHost {
   std::vector<int> workers_ GUARDED_BY(mu_);  // ids by rank
   std::shared_ptr<const KeyRing> ring_ GUARDED_BY(mu_);
   std::atomic<uint64_t> ring_epoch_{0};  // ring_'s, written under mu_
+  std::atomic<int> ring_replicas_{0};    // ring_'s, written under mu_
   std::set<int> dead_ GUARDED_BY(mu_);
   std::set<int> left_ GUARDED_BY(mu_);
   // Restoring copies: the apps that copy state, and which have copied it
