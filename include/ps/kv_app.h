@@ -333,10 +333,17 @@ class KVServer : public SimpleApp {
       std::function<Status(const std::function<bool(Key)>& want,
                            size_t max_bytes, std::vector<std::string>* chunks)>;
   using StateLoad = std::function<Status(const char* data, size_t size)>;
-  void set_state_handle(StateDump dump, StateLoad load) {
+  // Optional, for a handle that holds updates pending (as the model layer's
+  // bsp rounds): `begin(in_range)` drops them for the keys a copy (bsp)
+  // is about to replace; the copy's chunks bring the copying server's.
+  using StateBegin =
+      std::function<void(const std::function<bool(Key)>& in_range)>;
+  void set_state_handle(StateDump dump, StateLoad load,
+                        StateBegin begin = nullptr) {
     StateHooks hooks;
     hooks.dump = std::move(dump);
     hooks.load = std::move(load);
+    hooks.begin = std::move(begin);
     core_->set_state_hooks(std::move(hooks));
   }
 

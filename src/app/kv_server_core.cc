@@ -24,6 +24,7 @@
 #include "partition/key_ring.h"
 #include "ps/internal/kv_core.h"
 #include "util/clock.h"
+#include "util/coding.h"
 #include "util/log_limiter.h"
 #include "util/mutex.h"
 
@@ -704,18 +705,6 @@ class KVServerCore::Impl {
       MutexLock lock(&mu_);
       bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
     }
-    if (bsp) {
-      // A target may still hold, deferred, copies of pushes this server has
-      // applied since: loading the state and then applying those would
-      // apply them twice. Until the copy replaces the target's deferred
-      // copies too, no copy is made under bsp, and a later death ends the
-      // run naming the loss: never a wrong answer.
-      LOG(WARNING) << app
-                   << " (bsp): copies of this server's data are not restored "
-                      "under bsp yet; the death of a server holding the only "
-                      "copy would end the run";
-      return;
-    }
     if (!hooks.dump) {
       LOG(ERROR) << app
                  << ": its request handle has no state handle "
@@ -734,7 +723,9 @@ class KVServerCore::Impl {
     // The dedup entries of this server's data: its own and those of the
     // dead servers it took over (no longer on the ring).
     std::vector<int64_t> dedup;
-    std::vector<RawRequest> deferred;
+    std::vector<RawRequest> deferred;  // bsp: this server's, to copy too
+    std::string counts;
+    if (bsp) controller();  // Created if no request came yet.
     {
       MutexLock lock(&mu_);
       for (const auto& e : applied_) {
@@ -744,7 +735,23 @@ class KVServerCore::Impl {
                        {e.first.first, e.first.second, tw.first, tw.second});
         }
       }
-      if (controller_) deferred = controller_->DeferredPushes();
+      if (bsp) {
+        for (RawRequest& r : controller_->DeferredPushes()) {
+          const int whose = r.replica_of != 0 ? r.replica_of : me;
+          // Copies of other live servers' data are theirs to copy.
+          if (whose != me && ring->IndexOf(whose) >= 0) continue;
+          deferred.push_back(std::move(r));
+        }
+        counts = controller_->AppliedCounts(
+            [&ring, me](Key k) { return ring->Owner(k) == me; });
+      }
+    }
+    // bsp: first what the target's consistency controller needs to replace
+    // its pending pushes of this server's data (LoadPending).
+    SArray<char> pending_frame;
+    if (bsp) {
+      pending_frame = Adopt(EncodePending(ring->RangesOf(ring->IndexOf(me)),
+                                          deferred, me, counts));
     }
     // Frames that share the chunks' buffers, sent to every target.
     size_t bytes = 0;
@@ -765,19 +772,17 @@ class KVServerCore::Impl {
         c.target = t;
         c.ring = ring;
         c.epoch = ring->epoch();
-        c.outstanding = frames.size() + 1;
+        c.outstanding = frames.size() + 1 + (bsp ? 1 : 0);
       }
       Status st;
+      if (bsp) st = SendState(t, ts, 3, pending_frame);
       for (const SArray<char>& f : frames) {
         if (st.ok()) st = SendState(t, ts, 1, f);
       }
       for (const RawRequest& r : deferred) {
+        if (!st.ok()) break;
         const int whose = r.replica_of != 0 ? r.replica_of : me;
-        if (!st.ok() || (whose != me && ring->IndexOf(whose) >= 0)) continue;
-        // A replicated push runs under a local (negative) timestamp.
-        const int64_t origin =
-            r.timestamp >= 0 ? r.timestamp : r.origin_timestamp;
-        st = ForwardCopy(t, ts, whose, r, origin, 0);
+        st = ForwardCopy(t, ts, whose, r, OriginTs(r), 0);
       }
       if (st.ok()) st = SendState(t, ts, 2, dedup_frame);
       if (!st.ok()) {
@@ -793,6 +798,121 @@ class KVServerCore::Impl {
                 << " deferred push(es), " << dedup.size() / 4
                 << " dedup entries)";
     }
+  }
+
+  // The worker's timestamp of push `r` (a replicated push runs under a
+  // local, negative one).
+  static int64_t OriginTs(const RawRequest& r) {
+    return r.timestamp >= 0 ? r.timestamp : r.origin_timestamp;
+  }
+
+  // A copy's pending pushes (state_copy 3, bsp): the ranges copied, the
+  // identities of the deferred pushes that follow as copies (sender,
+  // customer, worker's timestamp, whose data; as in the dedup entries), and
+  // ConsistencyController::AppliedCounts for those ranges:
+  //   ranges (64), then begin and end (64 each) per range;
+  //   pushes (64), then 4 x 64 bits per push; the counts to the end.
+  static std::string EncodePending(const std::vector<Range>& ranges,
+                                   const std::vector<RawRequest>& deferred,
+                                   int me, const std::string& counts) {
+    std::string out(8 + 16 * ranges.size() + 8 + 32 * deferred.size(), '\0');
+    char* o = &out[0];
+    EncodeFixed64(o, ranges.size());
+    o += 8;
+    for (const Range& r : ranges) {
+      EncodeFixed64(o, r.begin());
+      EncodeFixed64(o + 8, r.end());
+      o += 16;
+    }
+    EncodeFixed64(o, deferred.size());
+    o += 8;
+    for (const RawRequest& r : deferred) {
+      const int whose = r.replica_of != 0 ? r.replica_of : me;
+      const int64_t id[4] = {r.sender, r.customer_id, OriginTs(r), whose};
+      for (int64_t v : id) {
+        EncodeFixed64(o, static_cast<uint64_t>(v));
+        o += 8;
+      }
+    }
+    return out + counts;
+  }
+
+  // A copy's pending pushes from server `from` (EncodePending), before its
+  // state: this server's deferred copies of pushes to the ranges copied are
+  // dropped (the state holds those the copying server has applied; the
+  // others follow as copies again, so their dedup entries go too), and the
+  // consistency controller's push counts of those ranges become the copying
+  // server's. Without this, a copy this server deferred and the copying
+  // server has applied since would be applied twice.
+  Status LoadPending(int from, const SArray<char>& frame) {
+    const char* p = frame.data();
+    const size_t size = frame.size();
+    if (size < 8) return Status::Corruption("a short pending-pushes copy");
+    const uint64_t nranges = DecodeFixed64(p);
+    if (nranges > (size - 8) / 16 || size - 8 - 16 * nranges < 8) {
+      return Status::Corruption("a pending-pushes copy of bad size");
+    }
+    std::vector<std::pair<Key, Key>> ranges(nranges);
+    for (uint64_t i = 0; i < nranges; ++i) {
+      ranges[i] = {DecodeFixed64(p + 8 + 16 * i),
+                   DecodeFixed64(p + 16 + 16 * i)};
+      if (ranges[i].first >= ranges[i].second ||
+          (i > 0 && ranges[i].first < ranges[i - 1].second)) {
+        return Status::Corruption("a pending-pushes copy with bad ranges");
+      }
+    }
+    const char* q = p + 8 + 16 * nranges;
+    const size_t rest = size - (q - p);
+    const uint64_t npushes = DecodeFixed64(q);
+    if (npushes > (rest - 8) / 32) {
+      return Status::Corruption("a pending-pushes copy of bad size");
+    }
+    q += 8;
+    std::vector<int64_t> ids(4 * npushes);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = static_cast<int64_t>(DecodeFixed64(q + 8 * i));
+    }
+    q += 32 * npushes;
+    auto in_range = [&ranges](Key k) {
+      auto it = std::upper_bound(
+          ranges.begin(), ranges.end(), k,
+          [](Key x, const std::pair<Key, Key>& r) { return x < r.first; });
+      return it != ranges.begin() && k < std::prev(it)->second;
+    };
+    {
+      MutexLock lock(&mu_);
+      if (config_.mode != ConsistencyConfig::Mode::kBsp) {
+        return Status::InvalidArgument(
+            "pending bsp pushes copied to a server app that is not bsp (" +
+            config_.ToString() + ")");
+      }
+    }
+    StatusOr<size_t> dropped = controller()->ReplaceCopiedData(
+        [&in_range](const RawRequest& r) {
+          return r.replica_of != 0 && !r.kvs.keys.empty() &&
+                 in_range(r.kvs.keys[0]);
+        },
+        in_range, q, size - (q - p));
+    if (!dropped.ok()) return dropped.status();
+    StateHooks hooks;
+    {
+      MutexLock lock(&mu_);
+      hooks = hooks_;
+    }
+    if (hooks.begin) hooks.begin(in_range);
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i + 3 < ids.size(); i += 4) {
+      auto it = applied_.find(std::make_pair(static_cast<int>(ids[i]),
+                                             static_cast<int>(ids[i + 1])));
+      if (it != applied_.end()) {
+        it->second.erase(
+            std::make_pair(ids[i + 2], static_cast<int>(ids[i + 3])));
+      }
+    }
+    VLOG(1) << "server app " << app_->app_id() << ": a copy from node " << from
+            << " replaces " << *dropped << " deferred push(es); " << npushes
+            << " follow";
+    return Status::OK();
   }
 
   // An array that owns `bytes` (no copy).
@@ -844,6 +964,8 @@ class KVServerCore::Impl {
       s = Status::InvalidArgument("a copy of server state from node " +
                                   std::to_string(msg.meta.sender) +
                                   ", which is not a server on the ring");
+    } else if (msg.meta.state_copy == 3 && msg.data.size() == 1) {
+      s = LoadPending(msg.meta.sender, msg.data[0]);
     } else if (msg.meta.state_copy == 2 && msg.data.empty()) {
       // No dedup entries (an empty frame may not travel).
     } else if (msg.data.size() != 1) {

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "util/coding.h"
 #include "util/erase_if.h"
 #include "util/mutex.h"
 #include "util/wait_log.h"
@@ -377,6 +378,78 @@ std::vector<RawRequest> ConsistencyController::DeferredPushes() const {
   out.reserve(pushes_.size());
   for (const PendingPush& p : pushes_) out.push_back(p.request);
   return out;
+}
+
+std::string ConsistencyController::AppliedCounts(
+    const std::function<bool(Key)>& in_range) const {
+  const size_t n = workers_.size();
+  std::map<std::pair<int64_t, Key>, std::vector<uint32_t>> counts;
+  for (const auto& c : counts_) {
+    for (const auto& k : c.second) {
+      if (in_range(k.first))
+        counts[std::make_pair(c.first, k.first)] = k.second;
+    }
+  }
+  for (const PendingPush& p : pushes_) {
+    for (Key k : p.request.kvs.keys) {
+      auto it = counts.find(std::make_pair(p.request.clock, k));
+      if (it != counts.end() && it->second[p.worker] > 0) {
+        --it->second[p.worker];
+      }
+    }
+  }
+  std::string out(4 + counts.size() * (16 + 4 * n), '\0');
+  char* o = &out[0];
+  EncodeFixed32(o, static_cast<uint32_t>(n));
+  o += 4;
+  for (const auto& c : counts) {
+    EncodeFixed64(o, static_cast<uint64_t>(c.first.first));
+    EncodeFixed64(o + 8, c.first.second);
+    o += 16;
+    for (uint32_t v : c.second) {
+      EncodeFixed32(o, v);
+      o += 4;
+    }
+  }
+  return out;
+}
+
+StatusOr<size_t> ConsistencyController::ReplaceCopiedData(
+    const std::function<bool(const RawRequest&)>& replaced,
+    const std::function<bool(Key)>& in_range, const char* counts, size_t size) {
+  const size_t n = workers_.size();
+  if (size < 4 || DecodeFixed32(counts) != n ||
+      (size - 4) % (16 + 4 * n) != 0) {
+    return Status::Corruption("push counts of " + std::to_string(size) +
+                              " bytes for " + std::to_string(n) + " workers");
+  }
+  const size_t entries = (size - 4) / (16 + 4 * n);
+  for (size_t i = 0; i < entries; ++i) {
+    const Key k = DecodeFixed64(counts + 4 + i * (16 + 4 * n) + 8);
+    if (!in_range(k)) {
+      return Status::Corruption("push counts for key " + std::to_string(k) +
+                                ", outside the ranges copied");
+    }
+  }
+  const size_t dropped = EraseIf(&pushes_, [&replaced](const PendingPush& p) {
+    return replaced(p.request);
+  });
+  for (auto& c : counts_) {
+    for (auto k = c.second.begin(); k != c.second.end();) {
+      k = in_range(k->first) ? c.second.erase(k) : std::next(k);
+    }
+  }
+  const char* p = counts + 4;
+  for (size_t i = 0; i < entries; ++i, p += 16 + 4 * n) {
+    std::vector<uint32_t>& c =
+        counts_[static_cast<int64_t>(DecodeFixed64(p))][DecodeFixed64(p + 8)];
+    c.resize(n);
+    for (size_t w = 0; w < n; ++w) c[w] = DecodeFixed32(p + 16 + 4 * w);
+  }
+  // Rounds the counts decide may be complete now, and pushes that waited
+  // behind a dropped one may go.
+  Progress();
+  return dropped;
 }
 
 ConsistencyStats ConsistencyController::stats() const {

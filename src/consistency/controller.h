@@ -76,6 +76,26 @@ class ConsistencyController {
   // server's data, docs/replication.md).
   std::vector<RawRequest> DeferredPushes() const;
 
+  // bsp, on the server that copies its data to another (docs/replication.md,
+  // "Restoring copies"): the push counts (which round each worker's pushes
+  // of a key at a clock are in) of the keys `in_range` selects, of the
+  // pushes applied so far: the deferred ones, which travel as copies of
+  // their own and are counted again on arrival, left out. Encoded: the
+  // number of workers (32 bits), then per (clock, key): clock (64), key
+  // (64) and a count (32) per worker in rank order.
+  std::string AppliedCounts(const std::function<bool(Key)>& in_range) const;
+
+  // bsp, on the server that receives such a copy, before the copied state:
+  // drops the deferred pushes `replaced` selects (the copy's state holds
+  // them, or they arrive again as copies) and replaces the push counts of
+  // the keys `in_range` selects with `counts` (AppliedCounts of the other
+  // server). `counts` are network bytes: a malformed one changes nothing.
+  // Returns the number of pushes dropped.
+  StatusOr<size_t> ReplaceCopiedData(
+      const std::function<bool(const RawRequest&)>& replaced,
+      const std::function<bool(Key)>& in_range, const char* counts,
+      size_t size);
+
   // Thread-safe.
   ConsistencyStats stats() const;
 

@@ -226,6 +226,9 @@ class ModelServer::Impl {
         },
         [this, app_id](const char* data, size_t size) {
           return LoadState(app_id, data, size);
+        },
+        [this, app_id](const std::function<bool(Key)>& in_range) {
+          DropPending(app_id, in_range);
         });
     apps_[app_id] = std::move(server);
     return Status::OK();
@@ -529,6 +532,33 @@ class ModelServer::Impl {
     return Status::OK();
   }
 
+  // A copy of another server's data (bsp) begins: the rounds of the app's
+  // tables drop their gradients for the keys copied, before any chunk of it
+  // lands. Were they still pending when a pull or a push of this server's
+  // own rows flushed a round between the copy's rows and its round, they
+  // would be applied onto the copied rows, which hold them already, or
+  // again beside the copied round.
+  void DropPending(int app_id, const std::function<bool(Key)>& in_range) {
+    MutexLock lock(&mu_);
+    for (auto& t : tables_) {
+      Entry& e = t.second;
+      if (!InApp(e, app_id) || !e.merge_rounds) continue;
+      Entry::Round& r = e.round;
+      const size_t dim = e.dim;
+      size_t kept = 0;
+      for (size_t i = 0; i < r.ids.size(); ++i) {
+        if (in_range(KeyOf(e, r.ids[i]))) continue;
+        r.ids[kept] = r.ids[i];
+        std::copy(r.grads.begin() + i * dim, r.grads.begin() + (i + 1) * dim,
+                  r.grads.begin() + kept * dim);
+        ++kept;
+      }
+      r.ids.resize(kept);
+      r.grads.resize(kept * dim);
+      if (r.ids.empty()) r.senders.clear();
+    }
+  }
+
   // The copied round replaces what this server's round holds for the keys
   // of the server it came from (copies of some of the same pushes).
   Status LoadRound(Entry& e, const char* data, size_t size) REQUIRES(mu_) {
@@ -557,10 +587,9 @@ class ModelServer::Impl {
     std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
     if (!ring) return Status::Unavailable("no ring yet");
     Entry::Round& r = e.round;
-    if (!r.senders.empty() && r.clock != clock && n > 0) {
-      PS_RETURN_IF_ERROR(FlushRound(e));
-    }
-    // Drop what this round holds of the sender's keys.
+    // Drop what this round holds of the sender's keys (the copy's rows hold
+    // those the sender has applied) before anything of the round is
+    // applied: flushed onto the copied rows, they would count twice.
     Entry::Round kept;
     kept.clock = r.clock;
     for (size_t i = 0; i < r.ids.size(); ++i) {
@@ -574,6 +603,13 @@ class ModelServer::Impl {
           sw.second != whose) {
         kept.senders.push_back(sw);
       }
+    }
+    if (kept.ids.empty()) kept.senders.clear();
+    if (!kept.senders.empty() && kept.clock != clock && n > 0) {
+      // The rest of this server's round is of another clock: applied first.
+      r = std::move(kept);
+      PS_RETURN_IF_ERROR(FlushRound(e));
+      kept = Entry::Round();
     }
     if (n > 0) {
       kept.clock = clock;

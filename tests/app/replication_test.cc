@@ -85,9 +85,15 @@ class TestWorker : public KVWorker<float> {
 
 class ReplicationTest : public ::testing::Test {
  protected:
-  void Form(int servers, int workers, int replicas, bool copyable = true) {
+  void Form(int servers, int workers, int replicas, bool copyable = true,
+            const std::string& consistency = "asp") {
     cluster_ = std::make_unique<InProcCluster>(
-        servers, workers, [replicas](Options* o) { o->replicas = replicas; });
+        servers, workers, [replicas, consistency](Options* o) {
+          o->replicas = replicas;
+          auto c = ConsistencyConfig::Parse(consistency);
+          ASSERT_TRUE(c.ok()) << c.status();
+          o->consistency = *c;
+        });
     cluster_->Start();
     // By rank (the cluster's nodes are in creation order, ranks in join
     // order).
@@ -437,6 +443,75 @@ TEST_F(ReplicationTest, PushesDuringTheCopyReachTheNewHolder) {
   pusher.join();
   Kill(2);
   ExpectAll(keys, 2 * 2 + extra.load());
+}
+
+// bsp: pushes acknowledged but not applied when the copies are made (their
+// rounds wait for the other worker) are applied once on every holder when
+// the round completes, and a second death loses none of them.
+TEST_F(ReplicationTest, UnderBspDeferredPushesSurviveTheCopyAndASecondDeath) {
+  LogCapture log;
+  Form(3, 2, 1, /*copyable=*/true, "bsp");
+  std::vector<Key> keys = SpreadKeys(2048);
+  PushOnes(keys, 2);
+  // Worker 1 pushes 3 more times at clock 0: deferred on every holder
+  // until worker 0 ends its iteration (bsp: a pull at clock 1 waits for
+  // both to end it).
+  std::vector<float> ones(keys.size(), 1.0f);
+  for (int i = 0; i < 3; ++i) {
+    Status st = workers_[1]->WaitBounded(workers_[1]->Push(keys, ones));
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  Kill(1);
+  ASSERT_TRUE(
+      WaitUntil([&] { return log.Find("copies restored").size() == 2; }));
+  EXPECT_FALSE(log.Find("deferred push(es)").empty());
+  for (auto& w : workers_) {
+    Status st = w->WaitBounded(w->Clock());
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  // Server 0 held deferred copies of server 2's pushes before the copy
+  // replaced them; it now holds everything.
+  Kill(2);
+  ExpectAll(keys, 2 * 2 + 3);
+  EXPECT_TRUE(log.Find("that data is lost").empty());
+}
+
+// Malformed pending pushes of a bsp copy (state_copy 3, bytes from the
+// network) are refused and change nothing.
+TEST_F(ReplicationTest, MalformedPendingPushesOfACopyAreRefused) {
+  Form(2, 1, 1, /*copyable=*/true, "bsp");
+  std::vector<Key> keys = {42};
+  PushOnes(keys, 1);
+  auto u64 = [](uint64_t v) {
+    std::string b(8, '\0');
+    std::memcpy(&b[0], &v, 8);
+    return b;
+  };
+  const std::string counts = std::string("\x01\0\0\0", 4);  // 1 worker
+  const std::string cases[] = {
+      "abc",                                       // short
+      u64(uint64_t{1} << 60) + u64(0),             // huge range count
+      u64(1) + u64(5) + u64(5) + u64(0) + counts,  // empty range
+      u64(0) + u64(uint64_t{1} << 58) + counts,    // huge push count
+      u64(0) + u64(0) + "xyz",                     // bad counts
+      u64(1) + u64(0) + u64(10) + u64(0) + counts + u64(0) + u64(42) +
+          std::string(4, '\0'),  // key outside
+  };
+  LogCapture log;
+  for (const std::string& c : cases) {
+    Message m = AppMessage(0, 0, -7, ServerId(0), /*request=*/true);
+    m.meta.push = true;
+    m.meta.state_copy = 3;
+    m.meta.replica_of = ServerId(1);
+    SArray<char> frame(c.size());
+    std::memcpy(frame.data(), c.data(), c.size());
+    m.AddData(frame);
+    ASSERT_TRUE(server_po_[1]->node()->Send(std::move(m)).ok());
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !log.Find("refusing a copy of the state").empty(); }));
+  PushOnes(keys, 1);
+  ExpectAll(keys, 2);
 }
 
 // A handle whose state cannot be copied keeps working; the log says that

@@ -371,5 +371,98 @@ TEST_F(ControllerTest, RequestClockAdvancesTheVectorClock) {
                                         {'r', kA, 1, false, true}}));
 }
 
+// A copy of another server's data under bsp (docs/replication.md,
+// "Restoring copies"): the copying server sends the push counts of its
+// applied pushes; the receiving server drops the copies it deferred (the
+// state holds those applied, the rest come again) and takes the counts, so
+// the pushes that come again fall in the rounds they had.
+TEST_F(ControllerTest, ACopiedRangeReplacesDeferredCopiesAndPushCounts) {
+  Make("bsp");
+  // The copying server: A's first push and B's are round 0 and applied;
+  // A's second is round 1 and waits for B's second.
+  Push(kA, 1, 0, {1});
+  Push(kA, 2, 0, {1});
+  Push(kB, 1, 0, {1});
+  Push(kA, 3, 0, {2});  // Waits for B: no count of key 2 goes.
+  Take();
+  const std::string counts = c_->AppliedCounts([](Key k) { return k < 100; });
+  // (clock 0, key 1): A 1, B 1; (clock 0, key 2): A 0, B 0.
+  ASSERT_EQ(counts.size(), 4u + 2 * (16 + 2 * 4));
+  std::unique_ptr<ConsistencyController> source = std::move(c_);
+  applied_.clear();
+
+  // The receiving server holds, deferred, copies of A's two pushes (it has
+  // not seen B's yet) and a push of its own data (key 500).
+  Make("bsp");
+  RawRequest mine = Req(kA, 7, 0, true, false, {500});
+  c_->OnRequest(mine);
+  for (int ts : {1, 2}) {
+    RawRequest copy = Req(kA, ts, 0, true, false, {1});
+    copy.replica_of = 4;
+    c_->OnRequest(copy);
+  }
+  Take();
+  auto in_range = [](Key k) { return k < 100; };
+  auto copied = [&](const RawRequest& r) {
+    return r.replica_of != 0 && in_range(r.kvs.keys[0]);
+  };
+  StatusOr<size_t> dropped =
+      c_->ReplaceCopiedData(copied, in_range, counts.data(), counts.size());
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(*dropped, 2u);
+  EXPECT_TRUE(Take().empty());
+  // A's second push comes again: round 1, behind B's second.
+  RawRequest again = Req(kA, 2, 0, true, false, {1});
+  again.replica_of = 4;
+  c_->OnRequest(again);
+  EXPECT_EQ(Take(), (std::vector<Event>{{'k', kA, 2, true, false}}))
+      << "round 1 must wait for B's second push";
+  RawRequest b2 = Req(kB, 2, 0, true, false, {1});
+  b2.replica_of = 4;
+  c_->OnRequest(b2);
+  EXPECT_EQ(Take(), (std::vector<Event>{{'k', kB, 2, true, false},
+                                        {'a', kA, 2, true, false},
+                                        {'a', kB, 2, true, false}}));
+  // The receiving server's own push is untouched: still waiting for B.
+  EXPECT_EQ(applied_.count(500), 0u);
+  EXPECT_EQ(applied_[1], (std::vector<int>{kA, kB}));
+}
+
+TEST_F(ControllerTest, MalformedCopiedPushCountsChangeNothing) {
+  Make("bsp");
+  Push(kA, 1, 0, {1});
+  Push(kB, 1, 0, {1});
+  Take();
+  const std::string good = c_->AppliedCounts([](Key) { return true; });
+  Make("bsp", {kA, kB, kC});  // Another number of workers.
+  RawRequest copy = Req(kA, 1, 0, true, false, {1});
+  copy.replica_of = 4;
+  c_->OnRequest(copy);
+  Take();
+  auto all = [](const RawRequest&) { return true; };
+  auto any = [](Key) { return true; };
+  const std::string cases[] = {
+      good,                                // counts for 2 workers, not 3
+      "",                                  // empty
+      good.substr(0, 3),                   // short
+      std::string("\x03\0\0\0", 4) + "x",  // a partial entry
+  };
+  for (const std::string& bad : cases) {
+    StatusOr<size_t> r =
+        c_->ReplaceCopiedData(all, any, bad.data(), bad.size());
+    EXPECT_FALSE(r.ok());
+  }
+  // The deferred copy is still there: applied once B and C pass clock 0.
+  c_->OnClock(kB, 1);
+  c_->OnClock(kC, 1);
+  EXPECT_EQ(Take(), (std::vector<Event>{{'a', kA, 1, true, false}}));
+  // Counts for a key outside the ranges copied.
+  Make("bsp");
+  StatusOr<size_t> r = c_->ReplaceCopiedData(
+      all, [](Key k) { return k > 1; }, good.data(), good.size());
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("outside"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ps

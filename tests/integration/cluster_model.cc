@@ -332,6 +332,37 @@ int RunWorker() {
         ids.size(), max_diff, max_moved, dense_diff, dense_moved,
         FLAGS_tolerance);
     if (max_diff > FLAGS_tolerance || dense_diff > FLAGS_tolerance) {
+      // Where they differ, to tell which server's data went wrong.
+      size_t rows_off = 0, dense_off = 0;
+      std::string dense_runs;
+      for (size_t p = 0; p < ids.size(); ++p) {
+        const std::vector<float> want = replay.Row(ids[p]);
+        for (int j = 0; j < kDim; ++j) {
+          if (std::fabs(double{rows[p * kDim + j]} - want[j]) >
+              FLAGS_tolerance) {
+            ++rows_off;
+            break;
+          }
+        }
+      }
+      const std::vector<float> want = replay.Dense();
+      size_t run_start = kDense;
+      for (size_t i = 0; i <= kDense; ++i) {
+        const bool off = i < kDense && std::fabs(double{dense[i]} - want[i]) >
+                                           FLAGS_tolerance;
+        dense_off += off;
+        if (off && run_start == kDense) run_start = i;
+        if (!off && run_start != kDense) {
+          dense_runs +=
+              " [" + std::to_string(run_start) + "," + std::to_string(i) + ")";
+          run_start = kDense;
+        }
+      }
+      std::printf(
+          "cluster_model: %zu of %zu rows and %zu of %zu dense values "
+          "differ; dense runs:%s\n",
+          rows_off, ids.size(), dense_off, kDense,
+          dense_runs.substr(0, 400).c_str());
       std::printf("FAIL: the cluster's parameters differ from the replay\n");
       rc = 1;
     }

@@ -87,6 +87,11 @@ struct StateHooks {
                        std::vector<std::string>* chunks)>
       dump;
   std::function<Status(const char* data, size_t size)> load;
+  // Optional (bsp): a copy of another server's data for the keys `in_range`
+  // selects begins; what the handle holds pending for those keys (updates
+  // not yet applied, such as a bsp round) is dropped: the copy brings the
+  // copying server's.
+  std::function<void(const std::function<bool(Key)>& in_range)> begin;
 };
 
 namespace internal {
