@@ -3,7 +3,6 @@
 cluster is started: the runs themselves are exercised by running it)."""
 
 import contextlib
-import importlib.util
 import io
 import os
 import socket
@@ -11,15 +10,10 @@ import sys
 import tempfile
 import unittest
 
-sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.dont_write_bytecode = True  # Before the import: no __pycache__.
+from scriptload import load_script  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
-                      "bench_multi.py")
-
-spec = importlib.util.spec_from_file_location("bench_multi", SCRIPT)
-bm = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bm)
+bm = load_script("bench_multi")
 
 
 class ParseTest(unittest.TestCase):
