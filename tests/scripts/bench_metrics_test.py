@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Unit tests of scripts/bench_metrics.py's parsing and arithmetic (no
-cluster is started: the runs themselves are exercised by running it)."""
+"""Unit tests of scripts/bench_metrics.py: how it finds each node's metrics
+endpoint in the launcher's output, and how it turns scraped and unscraped
+runs into a scrape's cost. No cluster is started here."""
 
 import sys
 import unittest
