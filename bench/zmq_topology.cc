@@ -3,7 +3,7 @@
 //
 //   zmq_topology --servers=2 --clients=2 --keys=1000 --bytes_per_key=4
 //                [--mode=push] [--window=8] [--seconds=2]
-//                [--replies=separate]
+//                [--replies=separate] [--forward=none]
 //
 // The program forks --servers server processes and --clients client
 // processes before any ZeroMQ context exists. A "request" is what a worker's
@@ -29,10 +29,25 @@
 // --io_threads sets ZMQ_IO_THREADS of every process (ZeroMQ's default, 1,
 // is what Ember uses); CURVE encrypts and decrypts on those threads.
 //
+// --forward=ack (separate replies, at least 2 servers) is the message
+// pattern of Ember's replication with one copy (EMBER_REPLICAS=1,
+// docs/replication.md): a server forwards each push it receives (its
+// header, and the keys and values frames it received, not copied) to its
+// successor server (index + 1, mod --servers) through a DEALER to that
+// server's ROUTER; the successor acknowledges the copy (a header alone)
+// through its DEALER to the forwarder's ROUTER, and only then does the
+// forwarder answer the client. So a push is four messages instead of two,
+// and every server also receives its predecessor's copies: the ceiling of
+// Ember's on/off ratio. --forward=chain is chain replication's pattern
+// instead: the successor answers the client itself (three messages). Pulls
+// are not forwarded, as in Ember. Each server counts the copies it
+// forwarded, the acknowledgements it received and the copies it received;
+// the run fails unless they agree, and the RESULT line gives the copies.
+//
 // Output, one line:
 //   RESULT baseline=zmq_topology servers=2 clients=2 keys=1000 mode=push
 //          window=8 req_s=... keys_s=... replies=separate transport=tcp
-//          curve=0 io_threads=1
+//          curve=0 io_threads=1 forward=none copies=0
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -68,6 +83,10 @@ DEFINE_int32(malloc_keep_mb, 256,
 DEFINE_int32(rcvbuf, -1, "ZMQ_RCVBUF of every socket (-1: the OS default)");
 DEFINE_bool(curve, false, "encrypt every connection with ZeroMQ's CURVE");
 DEFINE_int32(io_threads, 1, "ZMQ_IO_THREADS of every process");
+DEFINE_string(forward, "none",
+              "none; ack: each server forwards every push to its successor "
+              "server and answers after the successor's acknowledgement; "
+              "chain: the successor answers the client");
 
 namespace {
 
@@ -98,11 +117,26 @@ void* NewSocket(void* ctx, int type) {
   return s;
 }
 
+// What a message is (Header::kind); clients send kRequest.
+enum Kind : uint8_t { kRequest = 0, kCopy = 1, kCopyAck = 2 };
+
 struct Header {
   uint32_t client;
   uint32_t slot;
   uint64_t request;
-  uint8_t pad[16];
+  uint8_t kind;  // Kind
+  uint8_t from;  // a copy or its acknowledgement: the sending server
+  uint8_t pad[14];
+};
+static_assert(sizeof(Header) == 32, "a 32-byte header, as documented");
+
+// What a server of --forward=ack|chain counts (written to the stats pipe once
+// every client has said goodbye).
+struct ForwardStats {
+  int server;
+  uint64_t forwarded;  // copies sent to the successor
+  uint64_t acked;      // acknowledgements received from it
+  uint64_t received;   // copies received from the predecessor
 };
 
 // A small frame (a header, often on the caller's stack) is copied; a large
@@ -182,14 +216,44 @@ size_t ShareOf(int server) {
 }
 
 // A server: receives on its ROUTER and answers, either back through it
-// (same) or through a DEALER to the client's ROUTER (separate).
-void RunServer(int index, int port_pipe, int client_ports_pipe) {
+// (same) or through a DEALER to the client's ROUTER (separate). With
+// --forward=ack|chain it also reads every server's port from `peer_ports_pipe`,
+// forwards pushes to its successor and acknowledges its predecessor's
+// copies, and writes its ForwardStats to `stats_pipe` once every client has
+// said goodbye.
+void RunServer(int index, int port_pipe, int client_ports_pipe,
+               int peer_ports_pipe, int stats_pipe) {
   void* ctx = NewContext();
   void* router = NewSocket(ctx, ZMQ_ROUTER);
   int port = BindEndpoint(router);
   int msg[2] = {index, port};
   if (write(port_pipe, msg, sizeof(msg)) != sizeof(msg)) _exit(1);
   const bool same = FLAGS_replies == "same";
+  auto dealer_to = [&](int p) {
+    void* d = NewSocket(ctx, ZMQ_DEALER);
+    int hwm = 0;
+    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    ConnectEndpoint(d, p);
+    return d;
+  };
+  // Forwarding: one DEALER per peer server, as Ember has one per peer (with
+  // 2 servers, copies and acknowledgements share it).
+  void* to_successor = nullptr;
+  void* to_predecessor = nullptr;
+  const bool forward = FLAGS_forward != "none";
+  const bool chain = FLAGS_forward == "chain";
+  if (forward) {
+    std::vector<int> peers(FLAGS_servers);
+    for (int s = 0; s < FLAGS_servers; ++s) {
+      int m[2];
+      if (read(peer_ports_pipe, m, sizeof(m)) != sizeof(m)) _exit(1);
+      peers[m[0]] = m[1];
+    }
+    const int next = (index + 1) % FLAGS_servers;
+    const int prev = (index + FLAGS_servers - 1) % FLAGS_servers;
+    to_successor = dealer_to(peers[next]);
+    to_predecessor = next == prev ? to_successor : dealer_to(peers[prev]);
+  }
   std::vector<void*> to_client;
   if (!same) {
     std::vector<int> ports(FLAGS_clients);
@@ -198,24 +262,63 @@ void RunServer(int index, int port_pipe, int client_ports_pipe) {
       if (read(client_ports_pipe, m, sizeof(m)) != sizeof(m)) _exit(1);
       ports[m[0]] = m[1];
     }
-    for (int p : ports) {
-      void* d = NewSocket(ctx, ZMQ_DEALER);
-      int hwm = 0;
-      zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-      ConnectEndpoint(d, p);
-      to_client.push_back(d);
-    }
+    for (int p : ports) to_client.push_back(dealer_to(p));
   }
   const bool pull = FLAGS_mode == "pull";
   std::vector<char> values(ShareOf(index) * FLAGS_bytes_per_key + 1);
   std::vector<zmq_msg_t> frames;
+  ForwardStats stats{index, 0, 0, 0};
+  int goodbyes = 0;
   while (true) {
     int n = RecvAll(router, &frames);
     if (n < 0) break;
-    // frames: identity, header, keys[, values]
-    if (n < 3) continue;  // a client's goodbye
+    // frames: identity, header, keys[, values]; an acknowledgement of a
+    // copy is identity, header.
+    if (n < 2) continue;
+    if (zmq_msg_size(&frames[1]) != sizeof(Header)) {  // a client's goodbye
+      if (forward && ++goodbyes == FLAGS_clients &&
+          write(stats_pipe, &stats, sizeof(stats)) != sizeof(stats)) {
+        _exit(1);
+      }
+      continue;
+    }
     Header h;
     std::memcpy(&h, zmq_msg_data(&frames[1]), sizeof(h));
+    if (h.kind == kCopy) {
+      // A copy of the predecessor's push: acknowledged with a header, to
+      // the predecessor or (chain) as the answer to the client.
+      ++stats.received;
+      if (chain) {
+        h.kind = kRequest;
+        SendFrame(to_client[h.client], &h, sizeof(h), false);
+        continue;
+      }
+      h.kind = kCopyAck;
+      h.from = static_cast<uint8_t>(index);
+      SendFrame(to_predecessor, &h, sizeof(h), false);
+      continue;
+    }
+    if (h.kind == kCopyAck) {
+      // The successor holds the copy: answer the client now.
+      ++stats.acked;
+      h.kind = kRequest;
+      SendFrame(to_client[h.client], &h, sizeof(h), false);
+      continue;
+    }
+    if (n < 3) continue;  // a request has keys
+    if (forward && !pull && n >= 4) {
+      // The request's own frames go on to the successor without a copy
+      // (zmq_msg_send takes them); the answer waits for its ack.
+      Header copy = h;
+      copy.kind = kCopy;
+      copy.from = static_cast<uint8_t>(index);
+      SendFrame(to_successor, &copy, sizeof(copy), true);
+      for (int i = 2; i < n; ++i) {
+        zmq_msg_send(&frames[i], to_successor, i + 1 < n ? ZMQ_SNDMORE : 0);
+      }
+      ++stats.forwarded;
+      continue;
+    }
     const size_t keys = zmq_msg_size(&frames[2]) / 8;
     const size_t answer = pull ? keys * FLAGS_bytes_per_key : 0;
     void* out = same ? router : to_client[h.client];
@@ -360,6 +463,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "zmq_topology: bad flags\n");
     return 1;
   }
+  if (FLAGS_forward != "none" && FLAGS_forward != "ack" &&
+      FLAGS_forward != "chain") {
+    std::fprintf(stderr, "zmq_topology: --forward is none, ack or chain\n");
+    return 1;
+  }
+  const bool forward = FLAGS_forward != "none";
+  if (forward && (FLAGS_servers < 2 || FLAGS_servers > 255 ||
+                  FLAGS_replies != "separate")) {
+    std::fprintf(stderr,
+                 "zmq_topology: --forward needs 2 to 255 servers and "
+                 "--replies=separate\n");
+    return 1;
+  }
   if (FLAGS_curve && zmq_curve_keypair(g_public, g_secret) != 0) {
     std::fprintf(stderr, "zmq_topology: no CURVE in this libzmq\n");
     return 1;
@@ -367,21 +483,27 @@ int main(int argc, char** argv) {
   // Before the forks: every process allocates as an Ember node does.
   ps::TuneMallocForLargeMessages(FLAGS_malloc_keep_mb);
   g_run = getpid();
-  int server_ports[2], results[2];
-  if (pipe(server_ports) || pipe(results)) return 1;
+  int server_ports[2], results[2], stats[2];
+  if (pipe(server_ports) || pipe(results) || pipe(stats)) return 1;
   // One pipe per server for the clients' ports (separate replies).
+  // And one per server for the other servers' ports (forwarding).
   std::vector<int> to_server_read(FLAGS_servers),
-      to_server_write(FLAGS_servers);
+      to_server_write(FLAGS_servers), peers_read(FLAGS_servers),
+      peers_write(FLAGS_servers);
   for (int s = 0; s < FLAGS_servers; ++s) {
-    int p[2];
-    if (pipe(p)) return 1;
+    int p[2], q[2];
+    if (pipe(p) || pipe(q)) return 1;
     to_server_read[s] = p[0];
     to_server_write[s] = p[1];
+    peers_read[s] = q[0];
+    peers_write[s] = q[1];
   }
   std::vector<pid_t> pids;
   for (int s = 0; s < FLAGS_servers; ++s) {
     pid_t pid = fork();
-    if (pid == 0) RunServer(s, server_ports[1], to_server_read[s]);
+    if (pid == 0) {
+      RunServer(s, server_ports[1], to_server_read[s], peers_read[s], stats[1]);
+    }
     pids.push_back(pid);
   }
   std::vector<int> ports(FLAGS_servers);
@@ -389,6 +511,14 @@ int main(int argc, char** argv) {
     int msg[2];
     if (read(server_ports[0], msg, sizeof(msg)) != sizeof(msg)) return 1;
     ports[msg[0]] = msg[1];
+  }
+  if (forward) {
+    for (int s = 0; s < FLAGS_servers; ++s) {
+      for (int t = 0; t < FLAGS_servers; ++t) {
+        int msg[2] = {t, ports[t]};
+        if (write(peers_write[s], msg, sizeof(msg)) != sizeof(msg)) return 1;
+      }
+    }
   }
   std::vector<pid_t> clients;
   for (int c = 0; c < FLAGS_clients; ++c) {
@@ -403,16 +533,45 @@ int main(int argc, char** argv) {
     total += r;
   }
   for (pid_t p : clients) waitpid(p, nullptr, 0);
+  // Forwarding: every copy forwarded was received and (ack) acknowledged.
+  uint64_t copies = 0;
+  bool copies_agree = true;
+  if (forward) {
+    uint64_t received = 0;
+    for (int s = 0; s < FLAGS_servers; ++s) {
+      ForwardStats st;
+      if (read(stats[0], &st, sizeof(st)) != sizeof(st)) return 1;
+      // Under chain the successor answers the client: no acknowledgements.
+      if (st.acked != (FLAGS_forward == "ack" ? st.forwarded : 0)) {
+        std::fprintf(stderr,
+                     "zmq_topology: server %d forwarded %llu copies, %llu "
+                     "acknowledged\n",
+                     st.server, static_cast<unsigned long long>(st.forwarded),
+                     static_cast<unsigned long long>(st.acked));
+        copies_agree = false;
+      }
+      copies += st.forwarded;
+      received += st.received;
+    }
+    if (received != copies || (copies == 0 && FLAGS_mode == "push")) {
+      std::fprintf(stderr,
+                   "zmq_topology: %llu copies forwarded, %llu received\n",
+                   static_cast<unsigned long long>(copies),
+                   static_cast<unsigned long long>(received));
+      copies_agree = false;
+    }
+  }
   // The servers serve until they are told to stop.
   for (pid_t p : pids) kill(p, SIGTERM);
   for (pid_t p : pids) waitpid(p, nullptr, 0);
   std::printf(
       "RESULT baseline=zmq_topology servers=%d clients=%d keys=%lld mode=%s "
       "window=%d req_s=%.1f keys_s=%.0f replies=%s transport=%s curve=%d "
-      "io_threads=%d\n",
+      "io_threads=%d forward=%s copies=%llu\n",
       FLAGS_servers, FLAGS_clients, static_cast<long long>(FLAGS_keys),
       FLAGS_mode.c_str(), FLAGS_window, total, total * FLAGS_keys,
       FLAGS_replies.c_str(), FLAGS_transport.c_str(), FLAGS_curve ? 1 : 0,
-      FLAGS_io_threads);
-  return 0;
+      FLAGS_io_threads, FLAGS_forward.c_str(),
+      static_cast<unsigned long long>(copies));
+  return copies_agree ? 0 : 1;
 }

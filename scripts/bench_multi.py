@@ -27,6 +27,15 @@ core's cipher rates (bench/cipher_bench, when built) and the dense cases in
 raw ZeroMQ with CURVE against without (bench/zmq_topology --curve): the
 ceiling of Ember's ratio.
 
+Part "replicas" runs Ember with EMBER_REPLICAS=1 against 0 (sparse 1000-key
+and dense 4 MB pushes and pulls at 2x2, sparse pushes at 4x4) and, in the
+same interleaved rounds, raw ZeroMQ with the same forwarding against without
+(bench/zmq_topology --forward=ack: each server forwards every push to its
+successor and answers after the successor's acknowledgement): the ceiling
+of Ember's on/off ratio on this machine (docs/replication.md); and raw
+ZeroMQ in chain replication's pattern (--forward=chain: the successor
+answers), the ceiling of that other scheme.
+
 With --pslite DIR, DIR/pslite_api_bench (the same source file, built by the
 user against ps-lite outside this repository; docs/performance.md says how)
 runs beside Ember in every round of the sparse and 1 M-key cases, launched
@@ -254,6 +263,17 @@ CURVE_CASES = [("dense 4 MB push", 1, 1, "push", 1000000, 2),
 NO_REPLICAS = {"EMBER_REPLICAS": "0"}
 
 
+def interleaved(rounds, names, measure):
+    """{name: [figure per round]}: `measure(name)` for every name in every
+    round, in the order of `names` in even rounds and reversed in odd ones,
+    so that every variant sees the same phases of the machine."""
+    got = {n: [] for n in names}
+    for r in range(rounds):
+        for n in (names if r % 2 == 0 else list(reversed(names))):
+            got[n].append(measure(n))
+    return got
+
+
 def on_off(runner, rounds, title, tag, cases, on_env, off_env, measure=None):
     """Ember with `on_env` against Ember with `off_env`, interleaved, on
     the same cases; prints and emits on/off per case. `measure(which,
@@ -270,10 +290,9 @@ def on_off(runner, rounds, title, tag, cases, on_env, off_env, measure=None):
           flush=True)
     print("%-28s %12s %12s %8s" % ("case", "off", "on", "on/off"), flush=True)
     for name, s, w, mode, keys, window in cases:
-        got = {"off": [], "on": []}
-        for r in range(rounds):
-            for which in (["off", "on"] if r % 2 == 0 else ["on", "off"]):
-                got[which].append(measure(which, s, w, mode, keys, window))
+        got = interleaved(rounds, ["off", "on"],
+                          lambda which: measure(which, s, w, mode, keys,
+                                                window))
         off_m = statistics.median(got["off"])
         on_m = statistics.median(got["on"])
         ratio = statistics.median(ratios(got["on"], got["off"]))
@@ -328,11 +347,74 @@ REPLICA_CASES = [("sparse 1000 push", 2, 2, "push", 1000, 8),
                  ("dense 4 MB pull", 2, 2, "pull", 1000000, 2),
                  ("sparse 1000 push", 4, 4, "push", 1000, 8)]
 
+# The variants of the replicas part: Ember without and with a copy, and for
+# pushes raw ZeroMQ without and with the same forwarding (zmq_topology
+# --forward=ack: the owner forwards each push to its successor and answers
+# after the successor's acknowledgement), the ceiling of Ember's ratio, and
+# with chain replication's (--forward=chain: the successor answers).
+REPLICA_VARIANTS = ["off", "on", "zmq_off", "zmq_on", "zmq_chain"]
 
-def replicas(runner, rounds):
-    on_off(runner, rounds, "Replication, EMBER_REPLICAS=1 (on) against 0 "
-           "(off)", "replicas", REPLICA_CASES, {"EMBER_REPLICAS": "1"},
-           NO_REPLICAS)
+
+def replica_measure(runner):
+    """measure(which, servers, workers, mode, keys, window) for replicas()."""
+    ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
+
+    def measure(which, s, w, mode, keys, window):
+        if which in ("off", "on"):
+            return runner.ps_api(
+                ember_bin, s, w, mode, keys, window,
+                env_extra={"EMBER_REPLICAS": "1"} if which == "on"
+                else NO_REPLICAS)
+        forward = {"zmq_off": "none", "zmq_on": "ack", "zmq_chain": "chain"}
+        return runner.zmq(s, w, mode, keys, window,
+                          extra_args=["--forward=" + forward[which]])
+    return measure
+
+
+def replicas(runner, rounds, measure=None):
+    """Ember with EMBER_REPLICAS=1 against 0 and, for pushes, raw ZeroMQ
+    with the same forwarding against without, all interleaved in the same
+    rounds: prints each case's medians, the median per-round on/off ratio of
+    each, and Ember's ratio over raw ZeroMQ's (how much of the ceiling it
+    keeps), and raw ZeroMQ's ratio in chain replication's pattern; emits one
+    RESULT line per case. Pulls are not forwarded (by either), so they run
+    Ember only."""
+    measure = measure or replica_measure(runner)
+    print("\nReplication, EMBER_REPLICAS=1 (on) against 0 (off), beside raw "
+          "ZeroMQ with the same forwarding (req/s, all workers; median of %d "
+          "rounds)" % rounds, flush=True)
+    print("%-24s %10s %10s %8s %10s %10s %8s %8s %9s" %
+          ("case", "ember off", "ember on", "on/off", "zmq off", "zmq fwd",
+           "fwd/off", "e/zmq", "chain/off"), flush=True)
+    for name, s, w, mode, keys, window in REPLICA_CASES:
+        names = REPLICA_VARIANTS if mode == "push" else REPLICA_VARIANTS[:2]
+        got = interleaved(rounds, names,
+                          lambda which: measure(which, s, w, mode, keys,
+                                                window))
+        med = {n: statistics.median(v) for n, v in got.items()}
+        ember = statistics.median(ratios(got["on"], got["off"]))
+        label = "%s %dx%d" % (name, s, w)
+        fields = [("case", label.replace(" ", "_")), ("servers", s),
+                  ("workers", w), ("mode", mode), ("keys", keys),
+                  ("rounds", rounds), ("off_req_s", "%.1f" % med["off"]),
+                  ("on_req_s", "%.1f" % med["on"]),
+                  ("on_over_off", "%.3f" % ember)]
+        raw = "%10s %10s %8s %8s %9s" % ("-", "-", "-", "-", "-")
+        if "zmq_on" in got:
+            zmq = statistics.median(ratios(got["zmq_on"], got["zmq_off"]))
+            chain = statistics.median(ratios(got["zmq_chain"],
+                                             got["zmq_off"]))
+            raw = "%10.1f %10.1f %8.3f %8.3f %9.3f" % (
+                med["zmq_off"], med["zmq_on"], zmq, ember / zmq, chain)
+            fields += [("zmq_off_req_s", "%.1f" % med["zmq_off"]),
+                       ("zmq_on_req_s", "%.1f" % med["zmq_on"]),
+                       ("zmq_on_over_off", "%.3f" % zmq),
+                       ("ember_share_of_ceiling", "%.3f" % (ember / zmq)),
+                       ("zmq_chain_req_s", "%.1f" % med["zmq_chain"]),
+                       ("zmq_chain_over_off", "%.3f" % chain)]
+        print("%-24s %10.1f %10.1f %8.3f %s" %
+              (label, med["off"], med["on"], ember, raw), flush=True)
+        bl.emit("bench=replicas", fields)
 
 
 def kvbench(runner, rounds, pslite_bin, ember_bin):

@@ -1,21 +1,15 @@
 #!/usr/bin/python3
-"""Unit tests of scripts/bench_metrics.py's parsing and arithmetic (no
-cluster is started: the runs themselves are exercised by running it)."""
+"""Unit tests of scripts/bench_metrics.py: how it finds each node's metrics
+endpoint in the launcher's output, and how it turns scraped and unscraped
+runs into a scrape's cost. No cluster is started here."""
 
-import importlib.util
-import os
 import sys
 import unittest
 
-sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.dont_write_bytecode = True  # Before the import: no __pycache__.
+from scriptload import load_script  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
-                      "bench_metrics.py")
-
-spec = importlib.util.spec_from_file_location("bench_metrics", SCRIPT)
-bm = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bm)
+bm = load_script("bench_metrics")
 
 
 class ParseTest(unittest.TestCase):

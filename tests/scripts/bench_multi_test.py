@@ -3,7 +3,6 @@
 cluster is started: the runs themselves are exercised by running it)."""
 
 import contextlib
-import importlib.util
 import io
 import os
 import socket
@@ -11,15 +10,10 @@ import sys
 import tempfile
 import unittest
 
-sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.dont_write_bytecode = True  # Before the import: no __pycache__.
+from scriptload import load_script  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
-                      "bench_multi.py")
-
-spec = importlib.util.spec_from_file_location("bench_multi", SCRIPT)
-bm = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bm)
+bm = load_script("bench_multi")
 
 
 class ParseTest(unittest.TestCase):
@@ -101,6 +95,84 @@ class OnOffTest(unittest.TestCase):
         self.assertIn("off_req_s=100.0", out.getvalue())
         self.assertIn("on_req_s=20.0", out.getvalue())
         self.assertIn("on_over_off=0.300", out.getvalue())
+
+
+class ReplicasTest(unittest.TestCase):
+    def run_replicas(self, rates):
+        calls = []
+
+        def measure(which, s, w, mode, keys, window):
+            calls.append((which, s, w, mode, keys, window))
+            return next(rates[which])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            bm.replicas(None, 3, measure=measure)
+        return calls, out.getvalue()
+
+    def test_pushes_run_beside_raw_forwarding_and_pulls_alone(self):
+        # The same figures for every case: per round, ember on/off 0.5, 0.4,
+        # 0.45 (median 0.45); raw forwarding/off 0.9, 0.5, 0.6 (median 0.6);
+        # chain/off 0.7, 0.8, 0.75.
+        per_case = {"off": [100.0, 100.0, 100.0], "on": [50.0, 40.0, 45.0],
+                    "zmq_off": [200.0, 200.0, 200.0],
+                    "zmq_on": [180.0, 100.0, 120.0],
+                    "zmq_chain": [140.0, 160.0, 150.0]}
+        n = len(bm.REPLICA_CASES)
+        rates = {k: iter(v * n) for k, v in per_case.items()}
+        calls, out = self.run_replicas(rates)
+        cases = [c[1:] for c in calls]
+        for name, s, w, mode, keys, window in bm.REPLICA_CASES:
+            which = [c[0] for c in calls if c[1:] == (s, w, mode, keys,
+                                                     window)]
+            if mode == "push":
+                # Every variant once a round, the order reversed in odd
+                # rounds.
+                forward = ["off", "on", "zmq_off", "zmq_on", "zmq_chain"]
+                self.assertEqual(which, forward + forward[::-1] + forward,
+                                 name)
+            else:
+                self.assertEqual(which, ["off", "on", "on", "off", "off",
+                                         "on"], name)
+        self.assertEqual(len(cases), sum(15 if c[3] == "push" else 6
+                                         for c in bm.REPLICA_CASES))
+        lines = [ln for ln in out.splitlines()
+                 if ln.startswith("RESULT bench=replicas ")]
+        self.assertEqual(len(lines), n)
+        for line, case in zip(lines, bm.REPLICA_CASES):
+            self.assertIn(" on_over_off=0.450", line)
+            if case[3] == "push":
+                self.assertIn(" zmq_off_req_s=200.0 zmq_on_req_s=120.0 "
+                              "zmq_on_over_off=0.600 "
+                              "ember_share_of_ceiling=0.750 "
+                              "zmq_chain_req_s=150.0 "
+                              "zmq_chain_over_off=0.750", line)
+            else:
+                self.assertNotIn("zmq", line)
+
+    def test_measure_runs_the_forwarding_baseline(self):
+        class FakeRunner:
+            build = "/b"
+
+            def __init__(self):
+                self.calls = []
+
+            def ps_api(self, program, s, w, mode, keys, window,
+                       env_extra=None):
+                self.calls.append(("ember", program, env_extra))
+                return 1.0
+
+            def zmq(self, s, w, mode, keys, window, extra_args=()):
+                self.calls.append(("zmq", list(extra_args)))
+                return 2.0
+        runner = FakeRunner()
+        measure = bm.replica_measure(runner)
+        for which in bm.REPLICA_VARIANTS:
+            measure(which, 2, 2, "push", 1000, 8)
+        self.assertEqual(runner.calls, [
+            ("ember", "/b/bench/pslite_api_bench", {"EMBER_REPLICAS": "0"}),
+            ("ember", "/b/bench/pslite_api_bench", {"EMBER_REPLICAS": "1"}),
+            ("zmq", ["--forward=none"]), ("zmq", ["--forward=ack"]),
+            ("zmq", ["--forward=chain"])])
 
 
 class PortTest(unittest.TestCase):

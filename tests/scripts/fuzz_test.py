@@ -3,7 +3,6 @@
 stand-in fuzz binaries (shell scripts that print what libFuzzer prints), what
 it does when a target finds nothing and when one finds a crash."""
 
-import importlib.util
 import io
 import os
 import contextlib
@@ -12,15 +11,10 @@ import sys
 import tempfile
 import unittest
 
-sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.dont_write_bytecode = True  # Before the import: no __pycache__.
+from scriptload import load_script  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
-                      "fuzz.py")
-
-spec = importlib.util.spec_from_file_location("fuzz", SCRIPT)
-fuzz = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fuzz)
+fuzz = load_script("fuzz")
 
 DONE_LINE = ("#1659937\tDONE   cov: 1304 ft: 3485 corp: 834/98Kb lim: 4096 "
              "exec/s: 79044 rss: 557Mb")

@@ -4,7 +4,6 @@ and local.sh's), the environment every node gets, the mapping of mpi and
 slurm ranks to roles, host files and the engines' command lines. No process
 is started here; launch_cluster_test.py runs real jobs."""
 
-import importlib.util
 import io
 import os
 import stat
@@ -12,15 +11,10 @@ import sys
 import tempfile
 import unittest
 
-sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.dont_write_bytecode = True  # Before the import: no __pycache__.
+from scriptload import load_script  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
-                      "ember_launch.py")
-
-spec = importlib.util.spec_from_file_location("ember_launch", SCRIPT)
-el = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(el)
+el = load_script("ember_launch")
 
 # An environment in which no scheduler is found unless a test puts one.
 BARE = {"PATH": "/nonexistent"}

@@ -3,21 +3,15 @@
 set, as CTest sets it) a short soak of a real 2 x 2 job."""
 
 import contextlib
-import importlib.util
 import io
 import os
 import sys
 import unittest
 
-sys.dont_write_bytecode = True  # No __pycache__ in the source tree.
+sys.dont_write_bytecode = True  # Before the import: no __pycache__.
+from scriptload import load_script  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts",
-                      "soak.py")
-
-spec = importlib.util.spec_from_file_location("soak", SCRIPT)
-soak = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(soak)
+soak = load_script("soak")
 
 
 def flat(n, rss, fds, start=0):
