@@ -37,7 +37,12 @@ class KVServerCore::Impl {
         handler_(std::move(handler)),
         config_(app->node()->options().consistency) {
     InitMetrics();
-    app_->set_kv_handler([this](Message& msg) { Process(msg); }, nullptr);
+    app_->set_kv_handler(
+        [this](Message& msg) {
+          Process(msg);
+          return true;
+        },
+        nullptr);
     app_->set_peer_failure_handler(
         [this](int peer, const Status& s) { OnPeerFailed(peer, s); });
     app_->set_watch_handler([this](int64_t ms) { LogLongWaits(ms); });
