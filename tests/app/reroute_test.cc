@@ -347,6 +347,24 @@ INSTANTIATE_TEST_SUITE_P(
              PlacementName(std::get<1>(info.param));
     });
 
+// The test seam takes only a ring that follows the node's, over servers
+// the node knows.
+TEST_P(RerouteRangeTest, TheSeamTakesOnlyARingThatFollows) {
+  Node* node = cluster_->worker(0)->node();
+  EXPECT_EQ(node->InstallRingForTest(ring1_).code(),
+            Status::Code::kInvalidArgument);
+  auto stranger = KeyRing::EvenSplit({8, 10, 99}, 2);
+  ASSERT_TRUE(stranger.ok());
+  EXPECT_EQ(node->InstallRingForTest(
+                    std::make_shared<const KeyRing>(std::move(*stranger)))
+                .code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_EQ(node->ring_epoch(), 1u);
+  ASSERT_TRUE(node->InstallRingForTest(Shrink1(*ring1_)).ok());
+  EXPECT_EQ(node->ring_epoch(), 2u);
+  EXPECT_EQ(node->key_ring()->num_ranges(), 3u);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Replicas, RerouteRangeTest,
     ::testing::Combine(::testing::Values(0, 1),
