@@ -45,9 +45,10 @@ Customer* AppImpl::customer() {
   MutexLock lock(&mu_);
   if (!customer_) {
     customer_ = std::make_unique<Customer>(
-        app_id_, customer_id_, node_, [this](Message& msg) { Process(msg); },
+        app_id_, customer_id_, node_,
+        [this](Message& msg) { return Process(msg); },
         /*held=*/true);
-    customer_->set_failure_handler([this](int ts, const Status& s) {
+    customer_->set_failure_handler([this](int64_t ts, const Status& s) {
       FailureHandler handler;
       {
         MutexLock l(&mu_);
@@ -86,6 +87,14 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler(older_than_ms);
     });
+    customer_->set_ring_handler([this] {
+      Customer::RingHandler handler;
+      {
+        MutexLock l(&mu_);
+        handler = ring_;
+      }
+      if (handler) handler();
+    });
     customer_->Start();
     customer_ptr_.store(customer_.get(), std::memory_order_release);
   }
@@ -118,6 +127,11 @@ void AppImpl::set_watch_handler(Customer::WatchHandler handler) {
   watch_ = std::move(handler);
 }
 
+void AppImpl::set_ring_handler(Customer::RingHandler handler) {
+  MutexLock lock(&mu_);
+  ring_ = std::move(handler);
+}
+
 void AppImpl::set_request_handle(SimpleApp::Handle handle) {
   CHECK(handle) << "invalid request handle";
   MutexLock lock(&mu_);
@@ -130,7 +144,7 @@ void AppImpl::set_response_handle(SimpleApp::Handle handle) {
   response_handle_ = std::make_shared<SimpleApp::Handle>(std::move(handle));
 }
 
-void AppImpl::Process(Message& msg) {
+bool AppImpl::Process(Message& msg) {
   if (msg.meta.request && msg.meta.timestamp >= 0) {
     MutexLock lock(&mu_);
     int64_t& newest =
@@ -143,14 +157,11 @@ void AppImpl::Process(Message& msg) {
       MutexLock lock(&mu_);
       handler = kv_handler_;
     }
-    if (handler) {
-      handler(msg);
-    } else {
-      LOG_EVERY_N(WARNING, 1000)
-          << "app " << app_id_ << " has no key-value handler; dropping "
-          << msg.meta.DebugString();
-    }
-    return;
+    if (handler) return handler(msg);
+    LOG_EVERY_N(WARNING, 1000)
+        << "app " << app_id_ << " has no key-value handler; dropping "
+        << msg.meta.DebugString();
+    return true;
   }
   SimpleData data;
   data.head = msg.meta.cmd;
@@ -162,6 +173,7 @@ void AppImpl::Process(Message& msg) {
     handle = msg.meta.request ? request_handle_ : response_handle_;
   }
   (*handle)(data, app_);
+  return true;
 }
 
 int AppImpl::Request(int head, const std::string& body, int recv_id) {

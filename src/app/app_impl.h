@@ -24,7 +24,8 @@ namespace ps {
 
 class AppImpl {
  public:
-  using KVHandler = std::function<void(Message& msg)>;
+  // Customer::Handler: false for a response the handler has taken over.
+  using KVHandler = std::function<bool(Message& msg)>;
   using FailureHandler = Customer::FailureHandler;
 
   // `app` and `postoffice` are borrowed and outlive this object. Messages
@@ -53,6 +54,8 @@ class AppImpl {
   void set_failover_handler(Customer::FailoverHandler handler);
   // Customer::set_watch_handler, on the customer thread.
   void set_watch_handler(Customer::WatchHandler handler);
+  // Customer::set_ring_handler, on the customer thread.
+  void set_ring_handler(Customer::RingHandler handler);
   // Customer::set_inline_predicate on the app's customer, if it exists
   // (after StopDelivery it does not, and none is created).
   void set_inline_predicate(Customer::InlinePredicate predicate);
@@ -73,7 +76,8 @@ class AppImpl {
   int64_t ResolveRequest(int sender, int customer_id, int api);
 
  private:
-  void Process(Message& msg);
+  // Customer::Handler.
+  bool Process(Message& msg);
   // The tracker's request for API timestamp `api`, or kInvalidArgument.
   StatusOr<int64_t> ResolveOwn(int api);
 
@@ -93,6 +97,7 @@ class AppImpl {
   Customer::PeerFailureHandler peer_failure_ GUARDED_BY(mu_);
   Customer::WatchHandler watch_ GUARDED_BY(mu_);
   Customer::FailoverHandler failover_ GUARDED_BY(mu_);
+  Customer::RingHandler ring_ GUARDED_BY(mu_);
   // Shared so a call runs the one instance (handles may hold state) without
   // holding mu_.
   std::shared_ptr<SimpleApp::Handle> request_handle_ GUARDED_BY(mu_);

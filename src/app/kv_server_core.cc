@@ -38,7 +38,12 @@ class KVServerCore::Impl {
         handler_(std::move(handler)),
         config_(app->node()->options().consistency) {
     InitMetrics();
-    app_->set_kv_handler([this](Message& msg) { Process(msg); }, nullptr);
+    app_->set_kv_handler(
+        [this](Message& msg) {
+          Process(msg);
+          return true;
+        },
+        nullptr);
     app_->set_peer_failure_handler(
         [this](int peer, const Status& s) { OnPeerFailed(peer, s); });
     app_->set_watch_handler([this](int64_t ms) { LogLongWaits(ms); });
@@ -208,10 +213,11 @@ class KVServerCore::Impl {
 
   // The answer to (to, customer_id, timestamp); `handle_ts` is the
   // timestamp the handle saw (the pull's keys are held under it);
-  // `resend_for` is echoed (docs/replication.md).
+  // `resend_for` is echoed (docs/replication.md); `moved_epoch` goes with
+  // a refusal for keys that moved (CheckOwned).
   void SendTo(int cmd, bool push, bool pull, int sender, int64_t timestamp,
               int customer_id, const RawKVs& res, const Status& error,
-              int resend_for, int64_t handle_ts) {
+              int resend_for, int64_t handle_ts, uint64_t moved_epoch = 0) {
     bool keys_as_requested = false;
     if (pull && !push) {
       MutexLock lock(&mu_);
@@ -235,6 +241,7 @@ class KVServerCore::Impl {
     if (!error.ok()) {
       msg.meta.status_code = static_cast<int>(error.code());
       msg.meta.status_message = error.message();
+      msg.meta.moved_epoch = moved_epoch;
     } else {
       AddKVFrames(res, &msg, keys_as_requested);
     }
@@ -337,9 +344,10 @@ class KVServerCore::Impl {
           "a request of " + std::to_string(req.kvs.keys.size()) +
           " keys; EMBER_MAX_KEYS_PER_REQUEST is " + std::to_string(max_keys));
     }
+    uint64_t moved_epoch = 0;  // Set when refused for keys that moved.
     if (s.ok() && msg.meta.replica_of == 0 && msg.meta.epoch != 0 &&
         msg.meta.epoch < app_->node()->ring_epoch()) {
-      s = CheckOwned(msg.meta.epoch, req.kvs.keys);
+      s = CheckOwned(msg.meta.epoch, req.kvs.keys, &moved_epoch);
     }
     if (!s.ok()) {
       ++rejected_;
@@ -352,8 +360,15 @@ class KVServerCore::Impl {
       }
       if (msg.meta.replica_of != 0) {
         SendAck(msg.meta, s);  // To the forwarder, not the worker.
-      } else {
+      } else if (req.timestamp < 0) {
         Answer(req, s);
+      } else {
+        // A resent part's answer names whose part it is, as its success
+        // would; a refusal for moved keys says this ring's epoch, so the
+        // worker re-routes the part (docs/replication.md, "Re-routing").
+        SendTo(req.cmd, req.push, req.pull, req.sender, req.timestamp,
+               req.customer_id, RawKVs(), s, msg.meta.resend_for, req.timestamp,
+               moved_epoch);
       }
       return;
     }
@@ -374,12 +389,15 @@ class KVServerCore::Impl {
   // A request sliced by the ring of an older epoch: refused if it holds a
   // key this server does not own under the current ring (the keys moved
   // since), so that it is never applied where the key no longer lives.
-  Status CheckOwned(uint64_t epoch, const SArray<Key>& keys) {
+  // *moved_epoch is then the epoch of that ring (the answer carries it).
+  Status CheckOwned(uint64_t epoch, const SArray<Key>& keys,
+                    uint64_t* moved_epoch) {
     std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
     const int me = app_->node()->my_id();
     if (!ring) return Status::OK();
     for (Key k : keys) {
       if (ring->Owner(k) == me) continue;
+      *moved_epoch = ring->epoch();
       return Status::Unavailable(
           "request sliced by ring epoch " + std::to_string(epoch) +
           " reached node " + std::to_string(me) + " at epoch " +

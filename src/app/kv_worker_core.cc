@@ -18,6 +18,7 @@
 #include "partition/slicer.h"
 #include "ps/internal/kv_core.h"
 #include "util/mutex.h"
+#include "util/wait_log.h"
 
 namespace ps {
 
@@ -80,15 +81,20 @@ class KVWorkerCore::Impl {
   Impl(AppImpl* app, size_t value_bytes)
       : app_(app), value_bytes_(value_bytes) {
     InitMetrics();
-    app_->set_kv_handler([this](Message& msg) { Process(msg); },
-                         [this](int64_t ts, const Status&) { Forget(ts); });
+    app_->set_kv_handler(
+        [this](Message& msg) { return Process(msg); },
+        [this](int64_t ts, const Status& s) { Forget(ts, s); });
     app_->set_failover_handler(
         [this](int dead, const Status& s) { OnFailover(dead, s); });
+    app_->set_ring_handler([this] { OnRingChanged(); });
+    app_->set_watch_handler([this](int64_t ms) { LogMovedWaits(ms); });
     // A key-value response runs no application code unless its request has
     // a callback: while none has, the receive thread may handle responses
     // itself (copying pulled values into the waiting caller's buffer).
+    // A refusal for moved keys is re-routed, which sends: on the customer
+    // thread.
     app_->set_inline_predicate([this](const Meta& meta) {
-      return !meta.request && !meta.simple_app &&
+      return !meta.request && !meta.simple_app && meta.moved_epoch == 0 &&
              callbacks_.load(std::memory_order_acquire) == 0;
     });
   }
@@ -98,6 +104,8 @@ class KVWorkerCore::Impl {
     app_->set_inline_predicate(nullptr);
     app_->set_kv_handler(nullptr, nullptr);
     app_->set_failover_handler(nullptr);
+    app_->set_ring_handler(nullptr);
+    app_->set_watch_handler(nullptr);
   }
 
   // Metrics (docs/operations.md): requests and keys sent, by operation, and
@@ -115,11 +123,28 @@ class KVWorkerCore::Impl {
     resent_ = r->GetCounter(
         "ember_resent_requests_total",
         "Request parts resent to the heir of a dead server (failover)", app);
+    rerouted_ = r->GetCounter(
+        "ember_rerouted_parts_total",
+        "Request parts a server refused because their keys had moved (a "
+        "newer ring), re-sliced by the new ring and sent to their owners",
+        app);
     collector_ = r->AddCollector([this, customer](metrics::Writer* w) {
       w->Gauge("ember_worker_clock",
                "Iterations this worker has ended (KVWorker::Clock)", customer,
                static_cast<double>(clock_.load()));
+      w->Gauge("ember_parts_waiting_for_ring",
+               "Request parts a server refused because their keys moved, "
+               "waiting for this node to get the ring the server named",
+               customer, static_cast<double>(PartsWaitingForRing()));
     });
+  }
+  size_t PartsWaitingForRing() {
+    MutexLock lock(&mu_);
+    size_t n = 0;
+    for (const auto& p : pending_) {
+      for (const Moved& m : p.second.moved) n += m.refused && m.child < 0;
+    }
+    return n;
   }
   void CountRequest(bool push, bool pull, size_t keys) {
     const int op = push && pull ? 2 : push ? 0 : 1;
@@ -129,6 +154,7 @@ class KVWorkerCore::Impl {
   metrics::Counter* requests_[3] = {};
   metrics::Counter* keys_[3] = {};
   metrics::Counter* resent_ = nullptr;
+  metrics::Counter* rerouted_ = nullptr;
   int collector_ = 0;
 
   // These return the 64-bit timestamp; the facade hands out its API int.
@@ -146,6 +172,16 @@ class KVWorkerCore::Impl {
   }
 
  private:
+  // A part of a request that a server refused because its keys had moved
+  // (its answer's moved_epoch): re-routed as a child request once this
+  // node's ring has reached `epoch`.
+  struct Moved {
+    bool refused = false;
+    uint64_t epoch = 0;    // the refusing server's ring epoch
+    int peer = 0;          // the tracker peer that owes the part's answer
+    int64_t since_ms = 0;  // node clock, when refused
+    int64_t child = -1;    // the child request; -1 while waiting
+  };
   struct Pending {
     bool pull = false;
     SArray<Key> keys;
@@ -172,6 +208,22 @@ class KVWorkerCore::Impl {
     int cmd = 0;
     int priority = 0;
     int64_t clock = 0;
+    // Re-routing (docs/replication.md, "Re-routing"). The epoch of the ring
+    // that sliced the request, and the caller's arrays (keys, and a push's
+    // values and lens), from which a refused part is cut again.
+    uint64_t epoch = 0;
+    RawKVs request;
+    // By server index, once a part has been refused because its keys
+    // moved; empty before.
+    std::vector<Moved> moved;
+    // A child request, which carries a refused part of `parent` to the
+    // part's owners under the new ring: where its answer goes (the
+    // parent's server index `parent_slot`, owed by tracker peer
+    // `parent_peer`), and a pull's values as assembled (key order).
+    int64_t parent = -1;
+    size_t parent_slot = 0;
+    int parent_peer = 0;
+    std::shared_ptr<RawKVs> out;
   };
 
   // Server `dead` failed over (the node's ring is the new one already):
@@ -199,17 +251,44 @@ class KVWorkerCore::Impl {
   void BuildSlices(bool push, const RawKVs& kvs, const SlicePlan& plan,
                    const std::vector<size_t>& seg_vals,
                    std::vector<std::pair<int, RawKVs>>* slices) const;
+  // Sends a sliced request (stamped with `epoch`, the epoch of the ring
+  // that sliced it, and the worker clock `clock`) and records it.
   void Dispatch(int64_t ts, bool push, bool pull, int cmd, int priority,
-                uint64_t epoch, Pending pending,
+                uint64_t epoch, int64_t clock, Pending pending,
                 std::vector<std::pair<int, RawKVs>> slices);
-  void Process(Message& msg);
+  // Customer::Handler: false for a refusal taken over for re-routing.
+  bool Process(Message& msg);
+  // The answer of `peer` (a tracker peer of request `ts`) refused its part
+  // because the keys moved, naming ring epoch meta.moved_epoch: the part
+  // is re-routed now, or once this node has that ring. True if handled
+  // that way (or failed here); false: the refusal fails the request.
+  bool OnMoved(int64_t ts, int peer, const Meta& meta);
+  // Re-slices the refused part `slot` of request `ts` by this node's ring
+  // (if it has reached the refusing server's epoch) and sends it as a
+  // child request.
+  void Reroute(int64_t ts, size_t slot);
+  // The keys (and a push's values and lens) of `p`'s server index `slot`,
+  // cut from the caller's arrays.
+  RawKVs CutPart(const Pending& p, size_t slot) const;
+  // Child request `ts` (`child`, out of pending_) is complete: its answer
+  // becomes its parent's answer for the part it carried.
+  void DeliverToParent(int64_t ts, Pending* child);
+  // The node's ring changed: re-routes the parts that waited for it.
+  void OnRingChanged();
+  // The watch handler: logs the refused parts that still wait for a ring.
+  void LogMovedWaits(int64_t older_than_ms);
+  // Fails request `ts` with `status`, drops what it kept, and fails its
+  // parent (a child request carries part of one).
+  void FailRequest(int64_t ts, const Status& status);
   // A request of this app to `recipient`, with no frames yet.
   Message NewRequest(int64_t ts, int recipient, int64_t clock) const;
   Status Assemble(const Pending& p) const;
-  void Forget(int64_t ts) {
-    MutexLock lock(&mu_);
-    pending_.erase(ts);
+  // Part `slot` of `p` was refused because its keys moved.
+  static bool Refused(const Pending& p, size_t slot) {
+    return slot < p.moved.size() && p.moved[slot].refused;
   }
+  // The tracker failed request `ts` (the customer's failure handler).
+  void Forget(int64_t ts, const Status& status) { FailRequest(ts, status); }
 
   AppImpl* const app_;
   const size_t value_bytes_;
@@ -219,6 +298,8 @@ class KVWorkerCore::Impl {
 
   Mutex mu_;
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
+  // The last ring epoch a refused part was logged as waiting for.
+  uint64_t logged_wait_epoch_ GUARDED_BY(mu_) = 0;
 };
 
 // Submit checks the same while slicing; a request the application sliced
@@ -448,12 +529,13 @@ int64_t KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   }
   p.pull = pull;
   p.keys = kvs.keys;
+  p.request = kvs;
   p.ids = std::shared_ptr<const std::vector<int>>(ring, &ring->server_ids());
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
-  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), std::move(p),
-           std::move(slices));
+  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), clock_.load(),
+           std::move(p), std::move(slices));
   return ts;
 }
 
@@ -463,8 +545,15 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
   const int64_t ts = tracker()->NewRequest();
   CountRequest(push, pull, kvs.keys.size());
   Status s = Validate(push, kvs);
+  // Read once: slice i goes to this ring's server i, and the request
+  // carries this ring's epoch.
+  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  if (s.ok() && !ring) {
+    s = Status::Aborted("the node has no key ring (call ps::Start first)");
+  }
   auto ids =
-      std::make_shared<const std::vector<int>>(app_->node()->server_ids());
+      ring ? std::shared_ptr<const std::vector<int>>(ring, &ring->server_ids())
+           : std::make_shared<const std::vector<int>>();
   if (s.ok() && sliced.size() != ids->size()) {
     s = Status::InvalidArgument("the slicer made " +
                                 std::to_string(sliced.size()) + " slices for " +
@@ -474,6 +563,7 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
   Pending p;
   p.pull = pull;
   p.keys = kvs.keys;
+  p.request = kvs;
   p.ids = ids;
   p.plan.per_key = true;
   p.plan.owner.assign(n, UINT16_MAX);
@@ -511,14 +601,14 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
     tracker()->Fail(ts, s);
     return ts;
   }
-  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
-  Dispatch(ts, push, pull, cmd, priority, ring ? ring->epoch() : 0,
+  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), clock_.load(),
            std::move(p), std::move(slices));
   return ts;
 }
 
 void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
-                                  int priority, uint64_t epoch, Pending p,
+                                  int priority, uint64_t epoch, int64_t clock,
+                                  Pending p,
                                   std::vector<std::pair<int, RawKVs>> slices) {
   std::vector<int> recipients;
   recipients.reserve(slices.size());
@@ -528,16 +618,20 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     // Nothing to send (no keys): complete now, as ps-lite does.
     if (pull && p.sink.values) p.sink.values(0);
     if (pull && p.sink.lens) p.sink.lens(0);
-    if (p.cb) p.cb();
+    if (p.parent >= 0) {
+      DeliverToParent(ts, &p);
+    } else if (p.cb) {
+      p.cb();
+    }
     tracker()->Expect(ts, {});
     return;
   }
-  const int64_t clock = clock_.load();
   const bool replicated = app_->node()->ring_replicas() > 0;
   p.push = push;
   p.cmd = cmd;
   p.priority = priority;
   p.clock = clock;
+  p.epoch = epoch;
   if (replicated) {
     // Kept for a resend to the heir of a server that dies meanwhile.
     const std::vector<int>& ids = *p.ids;
@@ -586,8 +680,7 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
       }
       if (again && app_->node()->Send(std::move(resend)).ok()) continue;
     }
-    tracker()->Fail(ts, st);
-    Forget(ts);
+    FailRequest(ts, st);
     return;
   }
 }
@@ -631,7 +724,11 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
     }
     const std::vector<int>& ids = *it->second.ids;
     const size_t slot = std::find(ids.begin(), ids.end(), dead) - ids.begin();
-    if (slot >= ids.size() || it->second.resent[slot] != 0) continue;
+    // A part refused for moved keys went elsewhere (or waits for a ring).
+    if (slot >= ids.size() || slot >= it->second.resent.size() ||
+        it->second.resent[slot] != 0 || Refused(it->second, slot)) {
+      continue;
+    }
     owed.emplace_back(ts, slot);
   }
   {
@@ -639,7 +736,9 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
     for (const auto& p : pending_) {
       const std::vector<int>& to = p.second.resent;
       for (size_t slot = 0; slot < to.size(); ++slot) {
-        if (to[slot] == dead) owed.emplace_back(p.first, slot);
+        if (to[slot] == dead && !Refused(p.second, slot)) {
+          owed.emplace_back(p.first, slot);
+        }
       }
     }
   }
@@ -655,10 +754,7 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
     }
   }
   for (int64_t ts : ticks) tracker()->OnResponse(ts, dead, Status::OK());
-  for (int64_t ts : failed) {
-    tracker()->Fail(ts, status);
-    Forget(ts);
-  }
+  for (int64_t ts : failed) FailRequest(ts, status);
   if (!resends.empty()) {
     LOG(WARNING) << "resending " << resends.size() << " request(s) owed by "
                  << "node " << dead << " to the server(s) now holding its "
@@ -671,8 +767,7 @@ void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
     if (!st.ok()) {
       LOG(WARNING) << "resend of request " << ts << " to node " << to
                    << " failed: " << st;
-      tracker()->Fail(ts, st);
-      Forget(ts);
+      FailRequest(ts, st);
     }
   }
 }
@@ -686,20 +781,25 @@ Message KVWorkerCore::Impl::NewRequest(int64_t ts, int recipient,
   return msg;
 }
 
-void KVWorkerCore::Impl::Process(Message& msg) {
+bool KVWorkerCore::Impl::Process(Message& msg) {
   const int64_t ts = msg.meta.timestamp;
   // The answer to a resend stands for the dead server's (OnFailover).
   const int sender =
       msg.meta.resend_for != 0 ? msg.meta.resend_for : msg.meta.sender;
-  if (msg.meta.request || !tracker()->Expecting(ts, sender)) return;
-  if (msg.meta.status_code != 0) return;  // The customer fails the request.
+  if (msg.meta.request || !tracker()->Expecting(ts, sender)) return true;
+  if (msg.meta.status_code != 0) {
+    // A part refused because its keys moved is re-routed; any other error
+    // fails the request when the customer records it.
+    return msg.meta.moved_epoch == 0 || !OnMoved(ts, sender, msg.meta);
+  }
   RawKVs raw;
   Status s = ParseKVFrames(msg, value_bytes_, &raw);
   Pending done;
+  int64_t parent = -1;  // A failed child's parent fails too.
   {
     MutexLock lock(&mu_);
     auto it = pending_.find(ts);
-    if (it == pending_.end()) return;
+    if (it == pending_.end()) return true;
     const std::vector<int>& ids = *it->second.ids;
     const size_t slot = std::find(ids.begin(), ids.end(), sender) - ids.begin();
     if (s.ok() && slot >= it->second.responses.size()) {
@@ -717,10 +817,11 @@ void KVWorkerCore::Impl::Process(Message& msg) {
       }
     }
     if (!s.ok()) {
+      parent = it->second.parent;
       pending_.erase(it);
     } else {
       it->second.responses[slot] = std::move(raw);
-      if (tracker()->Outstanding(ts) > 1) return;
+      if (tracker()->Outstanding(ts) > 1) return true;
       done = std::move(it->second);
       pending_.erase(it);
     }
@@ -729,9 +830,313 @@ void KVWorkerCore::Impl::Process(Message& msg) {
   if (!s.ok()) {
     LOG(WARNING) << "request " << ts << " failed: " << s;
     tracker()->Fail(ts, s);
+    if (done.parent >= 0) parent = done.parent;
+    if (parent >= 0) FailRequest(parent, s);
+    return true;
+  }
+  if (done.parent >= 0) {
+    DeliverToParent(ts, &done);
+  } else if (done.cb) {
+    done.cb();
+  }
+  return true;
+}
+
+void KVWorkerCore::Impl::FailRequest(int64_t ts, const Status& status) {
+  tracker()->Fail(ts, status);  // Nothing if it failed already.
+  int64_t parent = -1;
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(ts);
+    if (it == pending_.end()) return;
+    parent = it->second.parent;
+    pending_.erase(it);
+  }
+  if (parent >= 0) FailRequest(parent, status);
+}
+
+bool KVWorkerCore::Impl::OnMoved(int64_t ts, int peer, const Meta& meta) {
+  const uint64_t epoch = meta.moved_epoch;
+  size_t slot = 0;
+  bool now = false;
+  bool log = false;
+  Status refuse;  // Not re-routed: the request fails with this.
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(ts);
+    if (it == pending_.end()) return false;
+    Pending& p = it->second;
+    const std::vector<int>& ids = *p.ids;
+    slot = std::find(ids.begin(), ids.end(), peer) - ids.begin();
+    if (slot >= ids.size()) return false;
+    if (Refused(p, slot)) return true;  // A duplicate of the refusal.
+    if (epoch <= p.epoch) {
+      // A server refuses only a request sliced by an older ring than its
+      // own: this answer is malformed.
+      refuse = Status::Corruption(
+          "node " + std::to_string(meta.sender) + " refused a part sliced " +
+          "by ring epoch " + std::to_string(p.epoch) + " for keys moved by " +
+          "epoch " + std::to_string(epoch) + ", which is not newer");
+    } else if (slot < p.resent.size() && p.resent[slot] != 0) {
+      // The dead server may have applied the part before it died (its
+      // heir's dedup table knows it as its); a child request under a new
+      // identity could apply it twice (docs/replication.md, "Re-routing").
+      refuse = Status::Unavailable(
+          "the part of request " + std::to_string(ts) + " resent for dead " +
+          "node " + std::to_string(peer) + " was refused by node " +
+          std::to_string(meta.sender) + " for keys moved by ring epoch " +
+          std::to_string(epoch) + "; it is not re-routed, since node " +
+          std::to_string(peer) +
+          " may have applied it: " + meta.status_message);
+    } else {
+      if (p.moved.empty()) p.moved.resize(ids.size());
+      Moved& m = p.moved[slot];
+      m.refused = true;
+      m.epoch = epoch;
+      m.peer = peer;
+      m.since_ms = app_->node()->clock()->NowMs();
+      m.child = -1;
+      now = app_->node()->ring_epoch() >= epoch;
+      log = !now && epoch > logged_wait_epoch_;
+      if (log) logged_wait_epoch_ = epoch;
+    }
+  }
+  if (!refuse.ok()) {
+    LOG(WARNING) << "request " << ts << " failed: " << refuse;
+    FailRequest(ts, refuse);
+    return true;
+  }
+  if (log) {
+    LOG(INFO) << "app " << app_->app_id() << ": node " << meta.sender
+              << " refused request parts for keys that moved by ring epoch "
+              << epoch << "; they are re-routed once this node has that ring"
+              << " (it has epoch " << app_->node()->ring_epoch() << ")";
+  }
+  if (now) Reroute(ts, slot);
+  return true;
+}
+
+RawKVs KVWorkerCore::Impl::CutPart(const Pending& p, size_t slot) const {
+  const RawKVs& in = p.request;
+  const size_t n = in.keys.size();
+  const bool has_vals = p.push && !in.vals.empty();
+  const bool has_lens = p.push && !in.lens.empty();
+  // Which of the request's keys went to `slot`.
+  std::vector<uint8_t> mine(n, 0);
+  if (p.plan.per_key) {
+    for (size_t i = 0; i < n; ++i) mine[i] = p.plan.owner[i] == slot;
+  } else {
+    for (const KeySegment& seg : p.plan.segments) {
+      if (static_cast<size_t>(seg.server) != slot) continue;
+      std::fill(mine.begin() + seg.begin, mine.begin() + seg.end, 1);
+    }
+  }
+  size_t count = 0, bytes = 0;
+  const size_t bytes_per_key =
+      has_vals && !has_lens && n > 0 ? in.vals.size() / n : 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!mine[i]) continue;
+    ++count;
+    bytes += has_lens ? static_cast<size_t>(in.lens[i]) * value_bytes_
+                      : bytes_per_key;
+  }
+  RawKVs out;
+  out.keys = UninitializedArray<Key>(count);
+  if (has_vals) out.vals = UninitializedArray<char>(bytes);
+  if (has_lens) out.lens = UninitializedArray<int>(count);
+  size_t k = 0, at = 0, from = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t b = has_lens ? static_cast<size_t>(in.lens[i]) * value_bytes_
+                              : bytes_per_key;
+    if (mine[i]) {
+      out.keys[k] = in.keys[i];
+      if (has_lens) out.lens[k] = in.lens[i];
+      if (has_vals && b > 0)
+        std::memcpy(out.vals.data() + at, in.vals.data() + from, b);
+      ++k;
+      at += b;
+    }
+    from += b;
+  }
+  return out;
+}
+
+void KVWorkerCore::Impl::Reroute(int64_t ts, size_t slot) {
+  std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  Pending c;
+  int64_t child = -1;
+  bool push = false;
+  int cmd = 0, priority = 0;
+  int64_t clock = 0;
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(ts);
+    if (it == pending_.end() || !Refused(it->second, slot)) return;
+    Pending& p = it->second;
+    Moved& m = p.moved[slot];
+    if (m.child >= 0 || !ring || ring->epoch() < m.epoch) return;
+    c.request = CutPart(p, slot);
+    c.pull = p.pull;
+    c.keys = c.request.keys;
+    c.parent = ts;
+    c.parent_slot = slot;
+    c.parent_peer = m.peer;
+    push = p.push;
+    cmd = p.cmd;
+    priority = p.priority;
+    clock = p.clock;
+    // A new identity: see docs/replication.md, "Re-routing".
+    child = tracker()->NewRequest();
+    m.child = child;
+  }
+  rerouted_->Add();
+  std::vector<size_t> seg_vals;
+  Status s = SliceKeys(*ring, c.keys.data(), c.keys.size(), &c.plan);
+  if (s.ok()) s = ValueOffsets(push, c.request, c.plan, &seg_vals);
+  if (!s.ok()) {
+    tracker()->Fail(child, s);
+    FailRequest(ts, s);
     return;
   }
-  if (done.cb) done.cb();
+  std::vector<std::pair<int, RawKVs>> slices;
+  BuildSlices(push, c.request, c.plan, seg_vals, &slices);
+  const std::vector<int>& ids = ring->server_ids();
+  if (c.pull) c.sent_keys.resize(c.plan.counts.size());
+  for (auto& slice : slices) {
+    if (c.pull) c.sent_keys[slice.first] = slice.second.keys;
+    slice.first = ids[slice.first];
+  }
+  c.ids = std::shared_ptr<const std::vector<int>>(ring, &ring->server_ids());
+  if (c.pull) {
+    // The child's pull is assembled in its keys' order, lens included (the
+    // parent's Assemble takes them as one server's answer).
+    auto out = std::make_shared<RawKVs>();
+    c.out = out;
+    c.sink.values = [out](size_t bytes) {
+      out->vals = UninitializedArray<char>(bytes);
+      return out->vals.data();
+    };
+    c.sink.adopt = [out](const SArray<char>& bytes) {
+      out->vals = bytes;
+      return true;
+    };
+    c.sink.lens = [out](size_t n) {
+      out->lens = UninitializedArray<int>(n);
+      return out->lens.data();
+    };
+  }
+  VLOG(1) << "re-routing the part of request " << ts << " for node "
+          << c.parent_peer << " (" << c.keys.size() << " keys) as request "
+          << child << " by ring epoch " << ring->epoch();
+  Dispatch(child, push, c.pull, cmd, priority, ring->epoch(), clock,
+           std::move(c), std::move(slices));
+}
+
+void KVWorkerCore::Impl::DeliverToParent(int64_t ts, Pending* child) {
+  RawKVs res;
+  res.keys = child->keys;
+  if (child->out) {
+    res.vals = child->out->vals;
+    res.lens = child->out->lens;
+  }
+  const int64_t parent = child->parent;
+  const int peer = child->parent_peer;
+  Pending done;
+  bool complete = false;
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(parent);
+    if (it == pending_.end()) return;  // It failed meanwhile.
+    Pending& p = it->second;
+    const size_t slot = child->parent_slot;
+    if (!Refused(p, slot) || p.moved[slot].child != ts) return;
+    p.responses[slot] = std::move(res);
+    complete = tracker()->Outstanding(parent) <= 1;
+    if (complete) {
+      done = std::move(p);
+      pending_.erase(it);
+    }
+  }
+  if (!complete) {
+    // Only the part is answered: the request waits for others.
+    tracker()->OnResponse(parent, peer, Status::OK());
+    return;
+  }
+  Status s;
+  if (done.pull) s = Assemble(done);
+  if (!s.ok()) {
+    LOG(WARNING) << "request " << parent << " failed: " << s;
+    tracker()->Fail(parent, s);
+    if (done.parent >= 0) FailRequest(done.parent, s);
+    return;
+  }
+  if (done.parent >= 0) {
+    DeliverToParent(parent, &done);
+  } else if (done.cb) {
+    done.cb();
+  }
+  // As the customer records an answer after its handler: when Wait
+  // returns, the values are in place and the callback has run.
+  tracker()->OnResponse(parent, peer, Status::OK());
+}
+
+void KVWorkerCore::Impl::OnRingChanged() {
+  const uint64_t epoch = app_->node()->ring_epoch();
+  std::vector<std::pair<int64_t, size_t>> ready;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& p : pending_) {
+      for (size_t slot = 0; slot < p.second.moved.size(); ++slot) {
+        const Moved& m = p.second.moved[slot];
+        if (m.refused && m.child < 0 && m.epoch <= epoch) {
+          ready.emplace_back(p.first, slot);
+        }
+      }
+    }
+  }
+  std::sort(ready.begin(), ready.end());  // Oldest first.
+  for (const auto& r : ready) Reroute(r.first, r.second);
+}
+
+void KVWorkerCore::Impl::LogMovedWaits(int64_t older_than_ms) {
+  constexpr size_t kMaxLines = 5;
+  const int64_t now = app_->node()->clock()->NowMs();
+  const uint64_t have = app_->node()->ring_epoch();
+  std::vector<std::string> lines;
+  size_t total = 0;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& p : pending_) {
+      for (size_t slot = 0; slot < p.second.moved.size(); ++slot) {
+        const Moved& m = p.second.moved[slot];
+        if (!m.refused || m.child >= 0) continue;
+        const int64_t waited = now - m.since_ms;
+        if (waited < older_than_ms) continue;
+        ++total;
+        if (!WaitLogDue(waited, older_than_ms) || lines.size() >= kMaxLines) {
+          continue;
+        }
+        lines.push_back("request " + std::to_string(p.first) +
+                        ": its part for node " + std::to_string(m.peer) + " (" +
+                        std::to_string(p.second.plan.counts[slot]) +
+                        " keys) was refused for keys moved by ring epoch " +
+                        std::to_string(m.epoch) + "; it has waited " +
+                        std::to_string(waited / 1000) +
+                        " s for this node to get that ring (it has epoch " +
+                        std::to_string(have) +
+                        "; rings come from the scheduler)");
+      }
+    }
+  }
+  for (const std::string& line : lines) {
+    LOG(WARNING) << "app " << app_->app_id() << " (customer "
+                 << app_->customer_id() << "): " << line;
+  }
+  if (total > lines.size() && !lines.empty()) {
+    LOG(WARNING) << "app " << app_->app_id() << " (customer "
+                 << app_->customer_id() << "): and " << total - lines.size()
+                 << " more parts waiting for a ring";
+  }
 }
 
 Status KVWorkerCore::Impl::Assemble(const Pending& p) const {

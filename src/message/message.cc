@@ -67,6 +67,7 @@ std::string Meta::DebugString() const {
     }
     if (resend_for != 0) os << " resend_for=" << resend_for;
     if (state_copy != 0) os << " state_copy=" << state_copy;
+    if (moved_epoch != 0) os << " moved_epoch=" << moved_epoch;
   }
   os << "}";
   return os.str();
@@ -137,7 +138,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(clock) X(clock_tick) X(keys_as_requested) X(value_bytes)                \
   X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
-  X(state_copy)
+  X(state_copy) X(moved_epoch)
 // clang-format on
 
 }  // namespace

@@ -111,6 +111,9 @@ struct Meta {
   // A copy of a server's state (docs/replication.md): 1 the application's
   // state, 2 the dedup entries; 0 none.
   int state_copy = 0;
+  // An answer refusing a request sliced by an older ring (some of its keys
+  // moved since): the server's ring epoch; 0 otherwise.
+  uint64_t moved_epoch = 0;
 
   // Non-ok only in a response whose request failed on the receiver.
   int status_code = 0;

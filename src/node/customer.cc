@@ -65,6 +65,16 @@ void Customer::set_watch_handler(WatchHandler handler) {
   SetHandler(&watch_handler_, std::move(handler));
 }
 
+void Customer::set_ring_handler(RingHandler handler) {
+  SetHandler(&ring_handler_, std::move(handler));
+}
+
+void Customer::OnRingChanged() {
+  Event e;
+  e.ring_changed = true;
+  Enqueue(std::move(e));
+}
+
 void Customer::Watch(int64_t older_than_ms) {
   Event e;
   e.watch_ms = older_than_ms;
@@ -327,6 +337,15 @@ void Customer::Handle(Event& e) {
     if (handler) handler(e.watch_ms);
     return;
   }
+  if (e.ring_changed) {
+    RingHandler handler;
+    {
+      MutexLock lock(&mu_);
+      handler = ring_handler_;
+    }
+    if (handler) handler();
+    return;
+  }
   if (e.failover) {
     FailoverHandler failover;
     {
@@ -370,8 +389,8 @@ void Customer::Handle(Event& e) {
   // (responses): they come with its requests, so it keeps receiving.
   serves_requests_.store(meta.request || meta.replica_of != 0,
                          std::memory_order_relaxed);
-  handler_(e.msg);
-  if (response) {
+  const bool record = handler_(e.msg);
+  if (response && record) {
     bool completed = tracker_.OnResponse(ts, sender, status);
     if (completed && !status.ok()) {
       FailureHandler handler;

@@ -38,8 +38,12 @@ class Node;
 
 class Customer {
  public:
-  // Runs on the customer thread for every data message.
-  using Handler = std::function<void(Message& msg)>;
+  // Runs on the customer thread for every data message. For a response it
+  // returns whether the customer records it in the tracker now, as usual
+  // (true), or the handler has taken it over and records it itself later
+  // (false: a KVWorker re-routing a part that a server refused because its
+  // keys moved).
+  using Handler = std::function<bool(Message& msg)>;
   // Runs on the customer thread when a request fails (after it is marked
   // failed), so the application can drop what it kept for it.
   using FailureHandler = std::function<void(int64_t timestamp, const Status&)>;
@@ -82,6 +86,14 @@ class Customer {
   // it waits for; then runs the watch handler. Called by the node every
   // EMBER_WAIT_LOG_INTERVAL_MS.
   void Watch(int64_t older_than_ms);
+
+  // Runs on the customer thread after the node's key ring has changed
+  // (OnRingChanged): a KVWorker re-routes what waited for the new ring.
+  using RingHandler = std::function<void()>;
+  void set_ring_handler(RingHandler handler);
+  // Called by the node, after it has switched to a new key ring; never
+  // blocks.
+  void OnRingChanged();
 
   // Messages for which `predicate` (called under this customer's lock; it
   // must be cheap and must not block) returns true may be handled on the
@@ -151,8 +163,9 @@ class Customer {
     Message msg;
     int failed_peer = -1;  // >= 0: a peer failure, not a message
     bool fail_all = false;
-    bool failover = false;  // with failed_peer: it failed over
-    int64_t watch_ms = -1;  // >= 0: a Watch, not a message
+    bool failover = false;      // with failed_peer: it failed over
+    int64_t watch_ms = -1;      // >= 0: a Watch, not a message
+    bool ring_changed = false;  // The node's ring changed: not a message.
     Status status;
   };
   void LogLongWaits(int64_t older_than_ms);
@@ -190,6 +203,7 @@ class Customer {
   PeerFailureHandler peer_failure_handler_ GUARDED_BY(mu_);
   FailoverHandler failover_handler_ GUARDED_BY(mu_);
   WatchHandler watch_handler_ GUARDED_BY(mu_);
+  RingHandler ring_handler_ GUARDED_BY(mu_);
   bool watch_queued_ GUARDED_BY(mu_) = false;
   uint64_t queued_ GUARDED_BY(mu_) = 0;
   uint64_t handled_ GUARDED_BY(mu_) = 0;

@@ -879,10 +879,7 @@ void Node::HandleNodeTable(const Message& msg) {
                  << ring.status();
       return;
     }
-    ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
-    ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
-    ring_replicas_.store(ring_ ? ring_->replicas() : 0,
-                         std::memory_order_release);
+    SetRingLocked(std::make_shared<const KeyRing>(std::move(ring.value())));
     run_key_ = msg.meta.run_key;
     run_auth_ = ToKey128(run_key_);
     ApplyNodeTableLocked(msg);
@@ -965,10 +962,7 @@ void Node::HandleNodeFailed(int id, const std::string& reason,
       dead_.insert(id);
       servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
                      servers_.end());
-      ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
-      ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
-      ring_replicas_.store(ring_ ? ring_->replicas() : 0,
-                           std::memory_order_release);
+      SetRingLocked(std::make_shared<const KeyRing>(std::move(ring.value())));
       status =
           Status::Unavailable(DescribeLocked(id) + " died (" + reason +
                               "); failing over to " + ring_->DebugString());
@@ -1034,10 +1028,7 @@ void Node::OnMembership(const Membership& membership) {
   // The scheduler's Start sets logical_; its Scheduler has connected to
   // every member.
   table_ = membership.nodes;
-  ring_ = membership.ring;
-  ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
-  ring_replicas_.store(ring_ ? ring_->replicas() : 0,
-                       std::memory_order_release);
+  SetRingLocked(membership.ring);
   member_keys_ = membership.member_keys;
   TableReadyLocked();
 }
@@ -1059,12 +1050,37 @@ void Node::OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
   dead_.insert(id);
   servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
                  servers_.end());
+  SetRingLocked(std::move(ring));
+  // Under mu_ so no customer is destroyed meanwhile; this never blocks.
+  for (const auto& c : customers_) c.second->OnFailover(id, status);
+}
+
+void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
   ring_ = std::move(ring);
   ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
   ring_replicas_.store(ring_ ? ring_->replicas() : 0,
                        std::memory_order_release);
   // Under mu_ so no customer is destroyed meanwhile; this never blocks.
-  for (const auto& c : customers_) c.second->OnFailover(id, status);
+  for (const auto& c : customers_) c.second->OnRingChanged();
+}
+
+Status Node::InstallRingForTest(std::shared_ptr<const KeyRing> ring) {
+  MutexLock lock(&mu_);
+  if (!ring || !ring_ || ring->epoch() <= ring_->epoch()) {
+    return Status::InvalidArgument(
+        "a ring to install must follow this node's (epoch " +
+        std::to_string(ring_ ? ring_->epoch() : 0) + ")");
+  }
+  for (int id : ring->server_ids()) {
+    if (std::find(servers_.begin(), servers_.end(), id) == servers_.end()) {
+      return Status::InvalidArgument("the ring names node " +
+                                     std::to_string(id) +
+                                     ", not a live server of this node's");
+    }
+  }
+  LOG(INFO) << "switching to ring " << ring->DebugString() << " (test seam)";
+  SetRingLocked(std::move(ring));
+  return Status::OK();
 }
 
 void Node::OnMemberLeft(int id) {

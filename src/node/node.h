@@ -123,6 +123,15 @@ class Node final : private SchedulerHost {
   int ring_replicas() const {
     return ring_replicas_.load(std::memory_order_acquire);
   }
+  // Test seam: elastic membership, which will move ranges between live
+  // servers, is not built, and the only ring changes a running node hears
+  // of are failovers. This installs `ring` (a later epoch than the
+  // current ring's, over servers this node knows) as if the scheduler had
+  // published it: the node routes by it from then on and every customer
+  // hears of it (Customer::OnRingChanged). kInvalidArgument otherwise.
+  // Only tests call it.
+  [[nodiscard]] Status InstallRingForTest(std::shared_ptr<const KeyRing> ring)
+      EXCLUDES(mu_);
   bool IsAlive(int id) const;
   // "server 1 (id 10, 127.0.0.1:4567)".
   std::string Describe(int id) const;
@@ -157,6 +166,8 @@ class Node final : private SchedulerHost {
   int64_t last_scheduler_echo_ms() const;
 
   Van* van() { return van_.get(); }
+  // The clock the node measures waits by (a FakeClock in tests).
+  const Clock* clock() const { return clock_; }
   const NodeCounters& counters() const { return counters_; }
 
   // This node's metrics (docs/operations.md): components register their
@@ -180,6 +191,9 @@ class Node final : private SchedulerHost {
   void OnMemberLeft(int id) override EXCLUDES(mu_);
   void OnBarrierReleased(int customer_id, const Status& status) override
       EXCLUDES(mu_);
+  // Every change of ring_: sets it and its atomics, then tells every
+  // customer (Customer::OnRingChanged).
+  void SetRingLocked(std::shared_ptr<const KeyRing> ring) REQUIRES(mu_);
   // Wakes the heartbeat thread for a liveness check in `delay_ms`.
   void RequestLivenessCheck(int64_t delay_ms) override EXCLUDES(hb_mu_);
 

@@ -88,6 +88,7 @@ void ExpectMetaEq(const Meta& a, const Meta& b) {
   EXPECT_EQ(a.value_bytes, b.value_bytes);
   EXPECT_EQ(a.status_code, b.status_code);
   EXPECT_EQ(a.status_message, b.status_message);
+  EXPECT_EQ(a.moved_epoch, b.moved_epoch);
   EXPECT_EQ(a.control, b.control);
   ASSERT_EQ(a.nodes.size(), b.nodes.size());
   for (size_t i = 0; i < a.nodes.size(); ++i) {
@@ -125,6 +126,7 @@ Meta FullDataMeta() {
   m.value_bytes = 4;
   m.status_code = static_cast<int>(Code::kAborted);
   m.status_message = "server 9 refused";
+  m.moved_epoch = 0x8000000000000003ULL;
   return m;
 }
 

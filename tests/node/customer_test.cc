@@ -64,6 +64,7 @@ class CustomerTest : public ::testing::Test {
           std::lock_guard<std::mutex> lock(mu_);
           order_.push_back(ts);
           threads_.push_back(std::this_thread::get_id());
+          return true;
         });
     customer_->Start();
   }
@@ -180,7 +181,8 @@ TEST_F(CustomerTest, AMessageQueuedDuringAClaimRunsAfterIt) {
 
 TEST_F(CustomerTest, AHeldCustomerRefusesClaims) {
   customer_ = std::make_unique<Customer>(
-      78, 0, cluster_->worker(0)->node(), [](Message&) {}, /*held=*/true);
+      78, 0, cluster_->worker(0)->node(), [](Message&) { return true; },
+      /*held=*/true);
   customer_->Start();
   customer_->set_inline_predicate([](const Meta&) { return true; });
   EXPECT_FALSE(customer_->Claim(Response(1).meta));
@@ -195,8 +197,10 @@ TEST_F(CustomerTest, AHeldCustomerRefusesClaims) {
 TEST_F(CustomerTest, NothingRunsBeforeStartAndStopIsIdempotent) {
   Node* node = cluster_->worker(0)->node();
   std::atomic<int> handled{0};
-  auto customer = std::make_unique<Customer>(
-      79, 0, node, [&](Message&) { handled.fetch_add(1); });
+  auto customer = std::make_unique<Customer>(79, 0, node, [&](Message&) {
+    handled.fetch_add(1);
+    return true;
+  });
   customer->Accept(Response(1));
   EXPECT_EQ(handled.load(), 0);
   customer->Start();
@@ -206,7 +210,7 @@ TEST_F(CustomerTest, NothingRunsBeforeStartAndStopIsIdempotent) {
   customer->Stop();
   customer.reset();
   // A customer never started is destroyed without touching the node.
-  Customer idle(80, 0, node, [](Message&) {});
+  Customer idle(80, 0, node, [](Message&) { return true; });
 }
 
 // Many messages, claims and queueing mixed: every message is handled once,
