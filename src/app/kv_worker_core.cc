@@ -199,8 +199,9 @@ class KVWorkerCore::Impl {
   void BuildSlices(bool push, const RawKVs& kvs, const SlicePlan& plan,
                    const std::vector<size_t>& seg_vals,
                    std::vector<std::pair<int, RawKVs>>* slices) const;
+  // `order`: what is known of each slice's keys (AddKVFrames).
   void Dispatch(int64_t ts, bool push, bool pull, int cmd, int priority,
-                uint64_t epoch, Pending pending,
+                uint64_t epoch, KeyOrder order, Pending pending,
                 std::vector<std::pair<int, RawKVs>> slices);
   void Process(Message& msg);
   // A request of this app to `recipient`, with no frames yet.
@@ -452,8 +453,10 @@ int64_t KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
-  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), std::move(p),
-           std::move(slices));
+  // SliceKeys checked that the keys are sorted and unique, and so is each
+  // slice.
+  Dispatch(ts, push, pull, cmd, priority, ring->epoch(),
+           KeyOrder::kSortedUnique, std::move(p), std::move(slices));
   return ts;
 }
 
@@ -512,13 +515,15 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
     return ts;
   }
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+  // The application's slicer may repeat a key within a slice.
   Dispatch(ts, push, pull, cmd, priority, ring ? ring->epoch() : 0,
-           std::move(p), std::move(slices));
+           KeyOrder::kUnknown, std::move(p), std::move(slices));
   return ts;
 }
 
 void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
-                                  int priority, uint64_t epoch, Pending p,
+                                  int priority, uint64_t epoch, KeyOrder order,
+                                  Pending p,
                                   std::vector<std::pair<int, RawKVs>> slices) {
   std::vector<int> recipients;
   recipients.reserve(slices.size());
@@ -563,7 +568,7 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     msg.meta.priority = priority;
     msg.meta.epoch = epoch;
     msg.meta.done_below = done_below;
-    AddKVFrames(s.second, &msg);
+    AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
     Status st = app_->node()->Send(std::move(msg));
     if (st.ok()) continue;
     if (replicated) {
@@ -694,7 +699,10 @@ void KVWorkerCore::Impl::Process(Message& msg) {
   if (msg.meta.request || !tracker()->Expecting(ts, sender)) return;
   if (msg.meta.status_code != 0) return;  // The customer fails the request.
   RawKVs raw;
-  Status s = ParseKVFrames(msg, value_bytes_, &raw);
+  const Options& options = app_->node()->options();
+  Status s = ParseKVFrames(
+      msg, value_bytes_,
+      KVLimits{options.max_keys_per_request, options.max_frame_mb}, &raw);
   Pending done;
   {
     MutexLock lock(&mu_);
