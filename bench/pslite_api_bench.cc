@@ -9,10 +9,14 @@
 // 1000), window=W requests in flight per worker (default 8), seconds=S
 // measured (default 3), warmup=S (default 1), seed=N, requests=N (if > 0:
 // issue exactly N requests per worker, without warm-up, instead of running
-// for `seconds`: for instruction counts under callgrind).
+// for `seconds`: for instruction counts under callgrind), layout=L (below).
 //
-// Every worker draws 16 sets of `keys` distinct uniformly random 64-bit keys
-// (so they spread over every server's range), sorted, and keeps `window`
+// Every worker makes 16 sets of `keys` distinct keys, sorted, laid out by
+// `layout`: `random` (the default), uniformly random 64-bit keys, so they
+// spread over every server's range; `dense`, a dense tensor's keys in
+// MXNet/BytePS style, each server's share consecutive from the start of its
+// range (GetServerKeyRanges()[r].begin() + k); `strided`, ps-lite's
+// test_kv_app_benchmark's keys, kMaxKey / keys * i + set. It keeps `window`
 // requests of one float per key in flight, cycling over the sets. The
 // server's handle does no work, as in ps-lite's own benchmarks: a push is
 // answered at once, a pull with the request's keys and a preallocated array
@@ -44,6 +48,7 @@ struct Args {
   double warmup = 1;
   uint64_t seed = 1;
   size_t requests = 0;
+  std::string layout = "random";
 };
 
 Args Parse(int argc, char** argv) {
@@ -61,6 +66,12 @@ Args Parse(int argc, char** argv) {
     if (k == "warmup") a.warmup = std::atof(v.c_str());
     if (k == "seed") a.seed = std::strtoull(v.c_str(), nullptr, 10);
     if (k == "requests") a.requests = std::strtoull(v.c_str(), nullptr, 10);
+    if (k == "layout") a.layout = v;
+  }
+  if (a.layout != "random" && a.layout != "dense" && a.layout != "strided") {
+    std::fprintf(stderr, "layout=%s: random, dense or strided\n",
+                 a.layout.c_str());
+    std::exit(2);
   }
   if (a.keys == 0) a.keys = 1;
   if (a.window < 1) a.window = 1;
@@ -94,8 +105,22 @@ void RunWorker(const Args& a) {
   constexpr int kSets = 16;
   std::vector<ps::SArray<ps::Key>> sets;
   const int sets_wanted = a.keys >= 1000000 ? 2 : kSets;  // memory
+  const std::vector<ps::Range>& ranges =
+      ps::Postoffice::Get()->GetServerKeyRanges();
   for (int s = 0; s < sets_wanted; ++s) {
     std::vector<ps::Key> keys;
+    if (a.layout == "dense") {
+      // Server r's share from the start of its range, the set's own part.
+      const size_t num = ranges.size();
+      for (size_t r = 0; r < num; ++r) {
+        const size_t share = a.keys / num + (r < a.keys % num ? 1 : 0);
+        const ps::Key base = ranges[r].begin() + s * share;
+        for (size_t k = 0; k < share; ++k) keys.push_back(base + k);
+      }
+    } else if (a.layout == "strided") {
+      const ps::Key step = ps::kMaxKey / a.keys;
+      for (size_t i = 0; i < a.keys; ++i) keys.push_back(step * i + s);
+    }
     while (keys.size() < a.keys) {
       while (keys.size() < a.keys) keys.push_back(rng());
       std::sort(keys.begin(), keys.end());
@@ -146,9 +171,9 @@ void RunWorker(const Args& a) {
   const double req_s = run(a.seconds);
   std::printf(
       "PSBENCH rank=%d mode=%s keys=%zu servers=%d workers=%d window=%d "
-      "req_s=%.1f keys_s=%.0f\n",
+      "layout=%s req_s=%.1f keys_s=%.0f\n",
       rank, a.mode.c_str(), a.keys, ps::NumServers(), ps::NumWorkers(),
-      a.window, req_s, req_s * a.keys);
+      a.window, a.layout.c_str(), req_s, req_s * a.keys);
   std::fflush(stdout);
 }
 

@@ -22,7 +22,8 @@ is installed, the worker's instructions per 1000-key push at 1 and 4
 servers (callgrind, the difference of two runs of N1 and N2 requests).
 
 Part "curve" runs Ember with EMBER_CURVE=1 against without (dense 4 MB
-pushes at 1x1 and 2x2, sparse 1000-key pushes and pulls at 2x2), then one
+pushes at 1x1 and 2x2, of 1 M random keys and of a dense tensor's keys,
+which travel as key runs; sparse 1000-key pushes and pulls at 2x2), then one
 core's cipher rates (bench/cipher_bench, when built) and the dense cases in
 raw ZeroMQ with CURVE against without (bench/zmq_topology --curve): the
 ceiling of Ember's ratio.
@@ -125,9 +126,12 @@ class Runner(bl.Runner):
         self.seconds = seconds
 
     def ps_api(self, program, servers, workers, mode, keys, window,
-               program_scheduler=False, seconds=None, env_extra=None):
+               program_scheduler=False, seconds=None, env_extra=None,
+               layout=None):
         args = ["mode=" + mode, "keys=%d" % keys, "window=%d" % window,
                 "seconds=%g" % (seconds or self.seconds), "warmup=0.5"]
+        if layout:
+            args.append("layout=" + layout)
         out = self.cluster(servers, workers, program, args, env_extra,
                            program_scheduler)
         total, n = parse_worker_rates(out)
@@ -252,9 +256,16 @@ def write_outputs(rows, out_dir):
 
 
 # CURVE's cost (docs/security.md): the case, servers, workers, mode, keys,
-# window. 1 M keys is a 4 MB dense push (plus its 8 MB of keys).
+# window[, further arguments]. 1 M random keys is a 4 MB push plus its 8 MB
+# of keys; 1 M keys of a dense tensor ("runs") is 4 MB and three words.
 CURVE_CASES = [("dense 4 MB push", 1, 1, "push", 1000000, 2),
                ("dense 4 MB push", 2, 2, "push", 1000000, 2),
+               # The same with a dense tensor's keys, MXNet/BytePS-style:
+               # each server's part is a key run (docs/protocol.md).
+               ("runs 4 MB push", 1, 1, "push", 1000000, 2,
+                {"layout": "dense"}),
+               ("runs 4 MB push", 2, 2, "push", 1000000, 2,
+                {"layout": "dense"}),
                ("sparse 1000 push", 2, 2, "push", 1000, 8),
                ("sparse 1000 pull", 2, 2, "pull", 1000, 8)]
 
@@ -276,23 +287,28 @@ def interleaved(rounds, names, measure):
 
 def on_off(runner, rounds, title, tag, cases, on_env, off_env, measure=None):
     """Ember with `on_env` against Ember with `off_env`, interleaved, on
-    the same cases; prints and emits on/off per case. `measure(which,
-    servers, workers, mode, keys, window)`, if given, measures instead
-    (which: "on" or "off"), and the envs are unused."""
+    the same cases; prints and emits on/off per case. A case is (name,
+    servers, workers, mode, keys, window) and optionally a dict of further
+    pslite_api_bench arguments ({"layout": "dense"}). `measure(which,
+    servers, workers, mode, keys, window, **further)`, if given, measures
+    instead (which: "on" or "off"), and the envs are unused."""
     if measure is None:
         ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
 
-        def measure(which, s, w, mode, keys, window):
+        def measure(which, s, w, mode, keys, window, layout=None):
             return runner.ps_api(
                 ember_bin, s, w, mode, keys, window,
-                env_extra=on_env if which == "on" else off_env)
+                env_extra=on_env if which == "on" else off_env,
+                layout=layout)
     print("\n%s (req/s, all workers; median of %d rounds)" % (title, rounds),
           flush=True)
     print("%-28s %12s %12s %8s" % ("case", "off", "on", "on/off"), flush=True)
-    for name, s, w, mode, keys, window in cases:
+    for case in cases:
+        name, s, w, mode, keys, window = case[:6]
+        further = case[6] if len(case) > 6 else {}
         got = interleaved(rounds, ["off", "on"],
                           lambda which: measure(which, s, w, mode, keys,
-                                                window))
+                                                window, **further))
         off_m = statistics.median(got["off"])
         on_m = statistics.median(got["on"])
         ratio = statistics.median(ratios(got["on"], got["off"]))

@@ -1,14 +1,49 @@
 #include "app/kv_frames.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <string>
 
 namespace ps {
 
-void AddKVFrames(const RawKVs& kvs, Message* msg, bool keys_as_requested) {
+bool FindKeyRun(const SArray<Key>& keys, KeyOrder order, KeyRun* run) {
+  const size_t n = keys.size();
+  if (order == KeyOrder::kAsIs || n * sizeof(Key) <= kKeyRunFrameBytes) {
+    return false;
+  }
+  const Key* k = keys.data();
+  if (k[1] <= k[0] || k[n - 1] <= k[0]) return false;
+  const uint64_t step = k[1] - k[0];
+  const uint64_t span = k[n - 1] - k[0];
+  // Random keys end here: the last key is not n - 1 steps from the first.
+  if (span % step != 0 || span / step != n - 1) return false;
+  // Sorted and unique, n keys that span n - 1 are every key between; any
+  // other step (or order) needs every gap looked at.
+  if (order != KeyOrder::kSortedUnique || step != 1) {
+    for (size_t i = 2; i < n; ++i) {
+      if (static_cast<uint64_t>(k[i] - k[i - 1]) != step) return false;
+    }
+  }
+  run->first = k[0];
+  run->count = n;
+  run->step = step;
+  return true;
+}
+
+void AddKVFrames(const RawKVs& kvs, Message* msg, bool keys_as_requested,
+                 KeyOrder order) {
   if (kvs.keys.empty()) return;
+  KeyRun run;
   if (keys_as_requested) {
     msg->meta.keys_as_requested = true;
+  } else if (FindKeyRun(kvs.keys, order, &run)) {
+    const uint64_t words[3] = {run.first, run.count, run.step};
+    SArray<char> frame;
+    frame.CopyFrom(reinterpret_cast<const char*>(words), sizeof(words));
+    msg->meta.key_run = true;
+    msg->AddData(frame);
   } else {
     msg->AddData(kvs.keys);
   }
@@ -94,13 +129,84 @@ Status CheckAsRequested(const RawKVs& kvs, size_t value_bytes) {
   return Status::OK();
 }
 
-Status ParseKVFrames(const Message& msg, size_t value_bytes, RawKVs* kvs) {
+namespace {
+
+// A run frame (meta.key_run), checked against `limits` before anything is
+// allocated for it.
+Status ParseKeyRun(const SArray<char>& frame, const KVLimits& limits,
+                   KeyRun* run) {
+  if (frame.size() != kKeyRunFrameBytes) {
+    return Status::Corruption("key run frame of " +
+                              std::to_string(frame.size()) + " bytes; " +
+                              std::to_string(kKeyRunFrameBytes) + " expected");
+  }
+  uint64_t words[3];
+  std::memcpy(words, frame.data(), sizeof(words));
+  const uint64_t first = words[0], count = words[1], step = words[2];
+  if (count == 0) return Status::Corruption("key run of 0 keys");
+  if (step == 0) return Status::Corruption("key run with a step of 0");
+  const uint64_t max_key = std::numeric_limits<Key>::max();
+  if (first > max_key || count - 1 > (max_key - first) / step) {
+    return Status::Corruption("key run of " + std::to_string(count) +
+                              " keys from " + std::to_string(first) +
+                              " in steps of " + std::to_string(step) +
+                              " passes the largest key");
+  }
+  // In the words of the check of a keys frame's count (KVServerCore).
+  if (count > static_cast<uint64_t>(std::max(limits.max_keys_per_request, 0))) {
+    return Status::InvalidArgument("a request of " + std::to_string(count) +
+                                   " keys; EMBER_MAX_KEYS_PER_REQUEST is " +
+                                   std::to_string(limits.max_keys_per_request));
+  }
+  const uint64_t frame_keys =
+      (static_cast<uint64_t>(std::max(limits.max_frame_mb, 0)) << 20) /
+      sizeof(Key);
+  if (count > frame_keys) {
+    return Status::InvalidArgument(
+        "a key run of " + std::to_string(count) +
+        " keys, more than a keys frame may carry (EMBER_MAX_FRAME_MB is " +
+        std::to_string(limits.max_frame_mb) + ")");
+  }
+  run->first = first;
+  run->count = count;
+  run->step = step;
+  return Status::OK();
+}
+
+// The keys of a checked run, in a fresh array.
+SArray<Key> MaterializeRun(const KeyRun& run) {
+  const size_t n = static_cast<size_t>(run.count);
+  SArray<Key> keys;
+  keys.reset(new Key[n], n, [](Key* p) { delete[] p; });
+  Key* k = keys.data();
+  if (run.step == 1) {
+    const Key first = static_cast<Key>(run.first);
+    for (size_t i = 0; i < n; ++i) k[i] = static_cast<Key>(first + i);
+  } else {
+    uint64_t key = run.first;
+    for (size_t i = 0; i < n; ++i, key += run.step)
+      k[i] = static_cast<Key>(key);
+  }
+  return keys;
+}
+
+}  // namespace
+
+Status ParseKVFrames(const Message& msg, size_t value_bytes,
+                     const KVLimits& limits, RawKVs* kvs) {
   const auto& d = msg.data;
   if (msg.meta.keys_as_requested) {
+    if (msg.meta.key_run) {
+      return Status::Corruption(
+          "a message marked both key_run and keys_as_requested");
+    }
     PS_RETURN_IF_ERROR(CheckValueBytes(msg, value_bytes));
     return ParseAsRequested(msg, value_bytes, kvs);
   }
   if (d.empty()) {
+    if (msg.meta.key_run) {
+      return Status::Corruption("a message marked key_run has no frames");
+    }
     *kvs = RawKVs();
     return Status::OK();
   }
@@ -110,26 +216,31 @@ Status ParseKVFrames(const Message& msg, size_t value_bytes, RawKVs* kvs) {
                               " data frames; expected 2 or 3");
   }
   PS_RETURN_IF_ERROR(CheckValueBytes(msg, value_bytes));
-  if (d[0].size() % sizeof(Key) != 0) {
-    return Status::Corruption("key frame of " + std::to_string(d[0].size()) +
-                              " bytes is not a whole number of keys");
+  KeyRun run;
+  size_t n = 0;
+  if (msg.meta.key_run) {
+    PS_RETURN_IF_ERROR(ParseKeyRun(d[0], limits, &run));
+    n = static_cast<size_t>(run.count);
+  } else {
+    if (d[0].size() % sizeof(Key) != 0) {
+      return Status::Corruption("key frame of " + std::to_string(d[0].size()) +
+                                " bytes is not a whole number of keys");
+    }
+    if (reinterpret_cast<uintptr_t>(d[0].data()) % alignof(Key) != 0) {
+      return Status::Corruption("misaligned key frame");
+    }
+    n = d[0].size() / sizeof(Key);
   }
   if (d[1].size() % value_bytes != 0) {
     return Status::Corruption("value frame of " + std::to_string(d[1].size()) +
                               " bytes is not a whole number of " +
                               std::to_string(value_bytes) + "-byte values");
   }
-  if (reinterpret_cast<uintptr_t>(d[0].data()) % alignof(Key) != 0) {
-    return Status::Corruption("misaligned key frame");
-  }
-  const size_t n = d[0].size() / sizeof(Key);
   const size_t nvals = d[1].size() / value_bytes;
   if (n == 0 && nvals != 0) {
     return Status::Corruption("values without keys");
   }
-  kvs->keys = SArray<Key>(d[0]);
-  kvs->vals = d[1];
-  kvs->lens = SArray<int>();
+  SArray<int> lens;
   if (d.size() == 3) {
     if (d[2].size() != n * sizeof(int)) {
       return Status::Corruption("length frame of " +
@@ -137,7 +248,7 @@ Status ParseKVFrames(const Message& msg, size_t value_bytes, RawKVs* kvs) {
                                 std::to_string(n) + " keys");
     }
     size_t total = 0;
-    PS_RETURN_IF_ERROR(ParseLens(d[2], &kvs->lens, &total));
+    PS_RETURN_IF_ERROR(ParseLens(d[2], &lens, &total));
     // Only a pull request may carry lengths without values (it asks for
     // them); otherwise the lengths must account for every value.
     bool pull_request = msg.meta.request && !msg.meta.push;
@@ -150,6 +261,9 @@ Status ParseKVFrames(const Message& msg, size_t value_bytes, RawKVs* kvs) {
                               " values do not divide evenly over " +
                               std::to_string(n) + " keys");
   }
+  kvs->keys = msg.meta.key_run ? MaterializeRun(run) : SArray<Key>(d[0]);
+  kvs->vals = d[1];
+  kvs->lens = lens;
   return Status::OK();
 }
 

@@ -4,24 +4,68 @@
 #ifndef PS_APP_KV_FRAMES_H_
 #define PS_APP_KV_FRAMES_H_
 
+#include <cstddef>
+#include <cstdint>
+
 #include "message/message.h"
 #include "ps/internal/kv_core.h"
 
 namespace ps {
 
-// Appends kvs's frames to `msg` without copying. No keys: no frames. With
-// `keys_as_requested` (a pull response whose keys are the request's), the
-// keys frame is left out and msg->meta says so.
+// A key run: keys in equal steps, first, first + step, ..., first +
+// (count - 1) * step (step 1: a dense tensor, a range of an MXNet/BytePS-
+// style key encoding; larger steps: a strided layout such as ps-lite's
+// test_kv_app_benchmark). It travels as a run frame of kKeyRunFrameBytes,
+// the three words first, count, step as uint64 in host byte order, instead
+// of count keys; meta.key_run marks it (docs/protocol.md, "Key runs").
+// Only where that is shorter: count * sizeof(Key) > 24.
+struct KeyRun {
+  uint64_t first = 0;
+  uint64_t count = 0;
+  uint64_t step = 0;
+};
+constexpr size_t kKeyRunFrameBytes = 3 * sizeof(uint64_t);
+
+// What the caller of AddKVFrames knows of the keys, which decides how much
+// it takes to find a run. The first two keys and the last one rule out all
+// but runs; a run in steps of 1 of sorted and unique keys needs nothing
+// more, any other run every gap looked at.
+enum class KeyOrder {
+  kUnknown,       // anything
+  kSortedUnique,  // ascending without duplicates
+  kAsIs,          // never a run: the keys frame as it is
+};
+
+// True, and the run in *run, if `keys` go as a run frame (see above),
+// given what `order` says of them.
+bool FindKeyRun(const SArray<Key>& keys, KeyOrder order, KeyRun* run);
+
+// Appends kvs's frames to `msg` without copying; keys that are a run
+// (FindKeyRun) go as a run frame and msg->meta.key_run says so. No keys: no
+// frames. With `keys_as_requested` (a pull response whose keys are the
+// request's), the keys frame is left out and msg->meta says so.
 void AddKVFrames(const RawKVs& kvs, Message* msg,
-                 bool keys_as_requested = false);
+                 bool keys_as_requested = false,
+                 KeyOrder order = KeyOrder::kUnknown);
+
+// A receiver's limits (docs/protocol.md, "Limits"), which bound what a run
+// frame may stand for: no more keys than a request may have, nor than a
+// keys frame could carry.
+struct KVLimits {
+  int max_keys_per_request = 1 << 28;  // EMBER_MAX_KEYS_PER_REQUEST
+  int max_frame_mb = 1024;             // EMBER_MAX_FRAME_MB
+};
 
 // Reads the frames of `msg` into `kvs` (sharing the buffers). kCorruption if
 // the frame count or sizes are inconsistent with `value_bytes`-byte values.
-// A pull response marked keys_as_requested has no keys frame: kvs->keys is
-// left empty for the caller, who knows the keys, to fill and check against
-// the values (CheckAsRequested).
+// A run frame (meta.key_run) becomes a fresh keys array, after every check
+// has passed: kCorruption if it is malformed (not 24 bytes, a count or
+// step of 0, keys beyond kMaxKey), kInvalidArgument if it stands for more
+// keys than `limits` allow. A pull response marked keys_as_requested has no
+// keys frame: kvs->keys is left empty for the caller, who knows the keys, to
+// fill and check against the values (CheckAsRequested).
 [[nodiscard]] Status ParseKVFrames(const Message& msg, size_t value_bytes,
-                                   RawKVs* kvs);
+                                   const KVLimits& limits, RawKVs* kvs);
 
 // For a keys_as_requested response after kvs->keys was set to the request's
 // keys: the values and lengths fit that many keys.

@@ -334,11 +334,14 @@ class KVServerCore::Impl {
     req.push = msg.meta.push;
     req.pull = msg.meta.pull;
     req.clock = msg.meta.clock;
-    Status s = ParseKVFrames(msg, value_bytes_, &req.kvs);
+    const Options& options = app_->node()->options();
+    Status s = ParseKVFrames(
+        msg, value_bytes_,
+        KVLimits{options.max_keys_per_request, options.max_frame_mb}, &req.kvs);
     const int op = req.push && req.pull ? 2 : req.push ? 0 : 1;
     requests_[op]->Add();
     keys_[op]->Add(req.kvs.keys.size());
-    const int max_keys = app_->node()->options().max_keys_per_request;
+    const int max_keys = options.max_keys_per_request;
     if (s.ok() && req.kvs.keys.size() > static_cast<size_t>(max_keys)) {
       s = Status::InvalidArgument(
           "a request of " + std::to_string(req.kvs.keys.size()) +
@@ -500,7 +503,11 @@ class KVServerCore::Impl {
     std::vector<int> unsent;
     req->origin_timestamp = origin_ts;
     for (int t : targets) {
-      Status st = ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below);
+      // A run arrived as a run (sorted and unique); keys that did not are
+      // forwarded as they came.
+      Status st =
+          ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below,
+                      meta.key_run ? KeyOrder::kSortedUnique : KeyOrder::kAsIs);
       if (!st.ok()) {
         LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
                      << st;
@@ -514,9 +521,11 @@ class KVServerCore::Impl {
   }
 
   // Sends target `t` a copy of push `req` (the worker's timestamp
-  // `origin_ts`) of the data of server `whose`, under local timestamp `ts`.
+  // `origin_ts`) of the data of server `whose`, under local timestamp `ts`;
+  // `order` is what is known of its keys (AddKVFrames).
   Status ForwardCopy(int t, int64_t ts, int whose, const RawRequest& req,
-                     int64_t origin_ts, int64_t done_below) {
+                     int64_t origin_ts, int64_t done_below,
+                     KeyOrder order = KeyOrder::kUnknown) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -528,7 +537,7 @@ class KVServerCore::Impl {
     m.meta.origin_customer = req.customer_id;
     m.meta.origin_timestamp = origin_ts;
     m.meta.done_below = done_below;
-    AddKVFrames(req.kvs, &m);
+    AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, order);
     return app_->node()->Send(std::move(m));
   }
 

@@ -253,8 +253,10 @@ class KVWorkerCore::Impl {
                    std::vector<std::pair<int, RawKVs>>* slices) const;
   // Sends a sliced request (stamped with `epoch`, the epoch of the ring
   // that sliced it, and the worker clock `clock`) and records it.
+  // `order`: what is known of each slice's keys (AddKVFrames).
   void Dispatch(int64_t ts, bool push, bool pull, int cmd, int priority,
-                uint64_t epoch, int64_t clock, Pending pending,
+                uint64_t epoch, int64_t clock, KeyOrder order,
+                Pending pending,
                 std::vector<std::pair<int, RawKVs>> slices);
   // Customer::Handler: false for a refusal taken over for re-routing.
   bool Process(Message& msg);
@@ -534,8 +536,10 @@ int64_t KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   p.sink = std::move(sink);
   p.cb = std::move(cb);
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
+  // SliceKeys checked that the keys are sorted and unique, and so is each
+  // slice.
   Dispatch(ts, push, pull, cmd, priority, ring->epoch(), clock_.load(),
-           std::move(p), std::move(slices));
+           KeyOrder::kSortedUnique, std::move(p), std::move(slices));
   return ts;
 }
 
@@ -601,13 +605,15 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
     tracker()->Fail(ts, s);
     return ts;
   }
+  // The application's slicer may repeat a key within a slice.
   Dispatch(ts, push, pull, cmd, priority, ring->epoch(), clock_.load(),
-           std::move(p), std::move(slices));
+           KeyOrder::kUnknown, std::move(p), std::move(slices));
   return ts;
 }
 
 void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
                                   int priority, uint64_t epoch, int64_t clock,
+                                  KeyOrder order,
                                   Pending p,
                                   std::vector<std::pair<int, RawKVs>> slices) {
   std::vector<int> recipients;
@@ -657,7 +663,7 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     msg.meta.priority = priority;
     msg.meta.epoch = epoch;
     msg.meta.done_below = done_below;
-    AddKVFrames(s.second, &msg);
+    AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
     Status st = app_->node()->Send(std::move(msg));
     if (st.ok()) continue;
     if (replicated) {
@@ -793,7 +799,10 @@ bool KVWorkerCore::Impl::Process(Message& msg) {
     return msg.meta.moved_epoch == 0 || !OnMoved(ts, sender, msg.meta);
   }
   RawKVs raw;
-  Status s = ParseKVFrames(msg, value_bytes_, &raw);
+  const Options& options = app_->node()->options();
+  Status s = ParseKVFrames(
+      msg, value_bytes_,
+      KVLimits{options.max_keys_per_request, options.max_frame_mb}, &raw);
   Pending done;
   int64_t parent = -1;  // A failed child's parent fails too.
   {
@@ -1028,8 +1037,10 @@ void KVWorkerCore::Impl::Reroute(int64_t ts, size_t slot) {
   VLOG(1) << "re-routing the part of request " << ts << " for node "
           << c.parent_peer << " (" << c.keys.size() << " keys) as request "
           << child << " by ring epoch " << ring->epoch();
+  // A part of a request the application's slicer may have cut: keys may
+  // repeat.
   Dispatch(child, push, c.pull, cmd, priority, ring->epoch(), clock,
-           std::move(c), std::move(slices));
+           KeyOrder::kUnknown, std::move(c), std::move(slices));
 }
 
 void KVWorkerCore::Impl::DeliverToParent(int64_t ts, Pending* child) {

@@ -60,7 +60,8 @@ std::string Meta::DebugString() const {
   } else {
     os << " app=" << app_id << " customer=" << customer_id
        << " ts=" << timestamp << (request ? " request" : " response")
-       << (push ? " push" : "") << (pull ? " pull" : "");
+       << (push ? " push" : "") << (pull ? " pull" : "")
+       << (key_run ? " key_run" : "");
     if (replica_of != 0) {
       os << " replica_of=" << replica_of << " origin=" << origin_sender << "/"
          << origin_customer << "/" << origin_timestamp;
@@ -138,7 +139,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(clock) X(clock_tick) X(keys_as_requested) X(value_bytes)                \
   X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
-  X(state_copy) X(moved_epoch)
+  X(state_copy) X(moved_epoch) X(key_run)
 // clang-format on
 
 }  // namespace

@@ -90,6 +90,9 @@ struct Meta {
   bool clock_tick = false;  // a KVWorker::Clock() notice
   // A pull response whose keys are the request's: no keys frame.
   bool keys_as_requested = false;
+  // The keys frame is a key run: first key, count and step of keys in
+  // equal steps (app/kv_frames.h), not every key.
+  bool key_run = false;
   int value_bytes = 0;
   // Proof of membership (docs/protocol.md, "Authentication"); Node fills it
   // in and checks it.

@@ -251,6 +251,39 @@ TEST_F(ReplicationTest, AKilledServerLosesNothingAndTheRunGoesOn) {
   ExpectAll(keys, 2 * (3 + 1 + 2));
 }
 
+// A dense push (consecutive keys, sent as key runs) is forwarded to the
+// copy as a run and applied there key by key: after the owner dies, its
+// heir answers every key exactly.
+TEST_F(ReplicationTest, CopiesOfKeyRunsAreAppliedExactly) {
+  Form(3, 1, 1);
+  const std::vector<Range>& ranges = cluster_->worker(0)->GetServerKeyRanges();
+  const size_t n = 1000;
+  std::vector<Key> keys;
+  for (const Range& r : ranges) {
+    for (Key k = 0; k < n; ++k) keys.push_back(r.begin() + k);
+  }
+  auto received = [&](int rank) {
+    return server_po_[rank]->node()->van()->counters().received_bytes.load();
+  };
+  std::vector<uint64_t> before;
+  for (int r = 0; r < 3; ++r) before.push_back(received(r));
+  PushOnes(keys, 3);
+  for (auto& s : servers_) EXPECT_EQ(s->applied(), 6);
+  // Each server received its part of 3 pushes and copies of its
+  // predecessor's: values, runs, headers and acknowledgements, not keys.
+  for (int r = 0; r < 3; ++r) {
+    const uint64_t got = received(r) - before[r];
+    EXPECT_GE(got, 6 * n * sizeof(float));
+    EXPECT_LT(got, 6 * (n * sizeof(float) + 400)) << "server " << r;
+  }
+  Kill(1);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return cluster_->worker(0)->node()->key_ring()->epoch() == 2; }));
+  ExpectAll(keys, 3);
+  PushOnes(keys, 1);
+  ExpectAll(keys, 4);
+}
+
 TEST_F(ReplicationTest,
        APushAppliedByTheCopyBeforeTheOwnerDiedIsNotAppliedTwice) {
   Form(3, 1, 1);

@@ -1,7 +1,8 @@
 // Fuzz target: a received message as the van sees it. The input is split
 // into a header and data frames (FuzzFrames); the header is decoded, checked
 // against the frames, and, when it decodes, the key-value frames are parsed
-// as a server and as a worker would, and a node table's ring is built.
+// as a server and as a worker would (key runs included), and a node table's
+// ring is built.
 // Nothing may crash, leak or allocate by an unchecked number.
 #include <cstddef>
 #include <cstdint>
@@ -22,9 +23,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   msg.data.assign(frames.begin() + 1, frames.end());
   if (!ps::CheckFrames(frame_bytes, msg.data).ok()) return 0;
   (void)msg.meta.DebugString();
+  // Small limits: a key run may stand for at most 2^16 keys here.
+  const ps::KVLimits limits{/*max_keys_per_request=*/1 << 16,
+                            /*max_frame_mb=*/1};
   for (size_t value_bytes : {1, 4, 8}) {
     ps::RawKVs kvs;
-    if (ps::ParseKVFrames(msg, value_bytes, &kvs).ok() &&
+    if (ps::ParseKVFrames(msg, value_bytes, limits, &kvs).ok() &&
         msg.meta.keys_as_requested) {
       // The worker fills in the request's keys: any sorted array will do.
       kvs.keys = ps::SArray<ps::Key>(kvs.vals.size() / value_bytes);

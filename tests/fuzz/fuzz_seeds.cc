@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/kv_frames.h"
 #include "message/message.h"
 #include "model/checkpoint.h"
 #include "model/model_control.h"
@@ -67,6 +68,17 @@ void MessageSeeds() {
   Write("message", "push", Frames(push));
   push.data.push_back(Frame(std::vector<int>{1, 1, 1}));
   Write("message", "push_lens", Frames(push));
+
+  // A push of keys 100..163 as a key run.
+  ps::Message run;
+  run.meta = push.meta;
+  ps::RawKVs dense;
+  dense.keys = ps::SArray<ps::Key>(64);
+  for (size_t i = 0; i < dense.keys.size(); ++i) dense.keys[i] = 100 + i;
+  dense.vals = Frame(std::vector<float>(64, 0.5f));
+  ps::AddKVFrames(dense, &run, /*keys_as_requested=*/false,
+                  ps::KeyOrder::kSortedUnique);
+  Write("message", "push_key_run", Frames(run));
 
   ps::Message pull;
   pull.meta.sender = 8;

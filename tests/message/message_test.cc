@@ -455,9 +455,12 @@ Message MakeMessage(std::vector<SArray<char>> frames, int value_bytes = 0) {
   return msg;
 }
 
+// The receiver's limits in these tests.
+const KVLimits kLimits{/*max_keys_per_request=*/1 << 20, /*max_frame_mb=*/64};
+
 Status Parse(const Message& msg, size_t value_bytes = sizeof(float)) {
   RawKVs kvs;
-  return ParseKVFrames(msg, value_bytes, &kvs);
+  return ParseKVFrames(msg, value_bytes, kLimits, &kvs);
 }
 
 TEST(KVFramesTest, RoundTripWithoutLensSharesBuffers) {
@@ -474,7 +477,7 @@ TEST(KVFramesTest, RoundTripWithoutLensSharesBuffers) {
   EXPECT_EQ(msg.data[1].data(), in.vals.data());
 
   RawKVs out;
-  ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), &out).ok());
+  ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), kLimits, &out).ok());
   EXPECT_EQ(std::vector<Key>(out.keys.begin(), out.keys.end()),
             std::vector<Key>({1, 5, 9}));
   EXPECT_EQ(out.keys.data(), in.keys.data());
@@ -494,7 +497,7 @@ TEST(KVFramesTest, RoundTripWithLens) {
   ASSERT_EQ(msg.data.size(), 3u);
 
   RawKVs out;
-  ASSERT_TRUE(ParseKVFrames(msg, sizeof(double), &out).ok());
+  ASSERT_TRUE(ParseKVFrames(msg, sizeof(double), kLimits, &out).ok());
   EXPECT_EQ(out.keys.size(), 3u);
   EXPECT_EQ(out.vals.size(), 4 * sizeof(double));
   EXPECT_EQ(std::vector<int>(out.lens.begin(), out.lens.end()),
@@ -517,7 +520,7 @@ TEST(KVFramesTest, RoundTripThroughHeaderCodec) {
   ASSERT_TRUE(CheckFrames(frame_bytes, msg.data).ok());
   received.data = msg.data;
   RawKVs out;
-  ASSERT_TRUE(ParseKVFrames(received, sizeof(float), &out).ok());
+  ASSERT_TRUE(ParseKVFrames(received, sizeof(float), kLimits, &out).ok());
   EXPECT_EQ(out.keys[0], kMaxKey);
   EXPECT_EQ(SArray<float>(out.vals)[1], 1.5f);
   EXPECT_EQ(out.lens[0], 2);
@@ -532,7 +535,7 @@ TEST(KVFramesTest, NoKeysMeansNoFrames) {
 
   RawKVs out;
   out.keys = SArray<Key>({1});
-  ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), &out).ok());
+  ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), kLimits, &out).ok());
   EXPECT_TRUE(out.keys.empty());
   EXPECT_TRUE(out.vals.empty());
   EXPECT_TRUE(out.lens.empty());
@@ -546,7 +549,7 @@ TEST(KVFramesTest, KeysWithoutValuesParse) {
   AddKVFrames(in, &msg);
   ASSERT_EQ(msg.data.size(), 2u);
   RawKVs out;
-  ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), &out).ok());
+  ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), kLimits, &out).ok());
   EXPECT_EQ(out.keys.size(), 2u);
   EXPECT_TRUE(out.vals.empty());
 }
@@ -578,7 +581,7 @@ TEST(KVFramesTest, KeysAsRequestedLeavesOutTheKeysFrame) {
   EXPECT_TRUE(received.meta.keys_as_requested);
   received.data = msg.data;
   RawKVs out;
-  ASSERT_TRUE(ParseKVFrames(received, sizeof(float), &out).ok());
+  ASSERT_TRUE(ParseKVFrames(received, sizeof(float), kLimits, &out).ok());
   EXPECT_TRUE(out.keys.empty());
   EXPECT_EQ(out.vals.size(), 3 * sizeof(float));
   EXPECT_EQ(out.lens.size(), 2u);
@@ -616,9 +619,9 @@ TEST(KVFramesTest, KeysAsRequestedIsRefusedWhereItCannotBe) {
   EXPECT_EQ(Parse(doubles).code(), Code::kInvalidArgument);
   // Values that do not divide over the keys the receiver sent.
   RawKVs kvs;
-  ASSERT_TRUE(
-      ParseKVFrames(AsRequested({Bytes<float>({1, 2, 3})}), sizeof(float), &kvs)
-          .ok());
+  ASSERT_TRUE(ParseKVFrames(AsRequested({Bytes<float>({1, 2, 3})}),
+                            sizeof(float), kLimits, &kvs)
+                  .ok());
   kvs.keys = SArray<Key>({1, 2});
   EXPECT_EQ(CheckAsRequested(kvs, sizeof(float)).code(), Code::kCorruption);
   kvs.keys = SArray<Key>({1, 2, 3});
@@ -721,6 +724,205 @@ TEST(KVFramesTest, RejectsSenderWithDifferentValueSize) {
   // A sender that does not say (0) is checked by sizes alone.
   msg.meta.value_bytes = 0;
   EXPECT_TRUE(Parse(msg, sizeof(float)).ok());
+}
+
+// --- Key runs: keys in equal steps travel as (first key, count, step).
+
+// Keys first, first + step, ..., n of them.
+SArray<Key> KeysInSteps(Key first, size_t n, Key step = 1) {
+  SArray<Key> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = first + i * step;
+  return keys;
+}
+
+// A run frame as the wire carries it: first key, count, step.
+SArray<char> RunFrame(uint64_t first, uint64_t count, uint64_t step = 1) {
+  return Bytes<uint64_t>({first, count, step});
+}
+
+// A message whose keys frame is a run frame.
+Message RunMessage(std::vector<SArray<char>> frames) {
+  Message msg = MakeMessage(std::move(frames), sizeof(float));
+  msg.meta.key_run = true;
+  return msg;
+}
+
+TEST(KeyRunTest, KeysInEqualStepsTravelAsARunAndComeBackWhole) {
+  // Steps of 1 (a dense tensor), and ps-lite's test_kv_app_benchmark's
+  // layout (kMaxKey / num * i + rank).
+  const Key wide = kMaxKey / 10000000;
+  for (const SArray<Key>& keys :
+       {KeysInSteps(1000, 500), KeysInSteps(3, 500, wide)}) {
+    RawKVs in;
+    in.keys = keys;
+    std::vector<float> vals(1000);
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
+    in.vals = Bytes<float>(vals);
+    in.lens = SArray<int>(500, 2);
+    for (KeyOrder order : {KeyOrder::kUnknown, KeyOrder::kSortedUnique}) {
+      Message msg;
+      msg.meta.request = true;
+      msg.meta.push = true;
+      msg.meta.value_bytes = sizeof(float);
+      AddKVFrames(in, &msg, /*keys_as_requested=*/false, order);
+      EXPECT_TRUE(msg.meta.key_run);
+      ASSERT_EQ(msg.data.size(), 3u);
+      EXPECT_EQ(msg.data[0].size(), kKeyRunFrameBytes);
+      // Values and lengths are still the caller's buffers.
+      EXPECT_EQ(msg.data[1].data(), in.vals.data());
+      EXPECT_EQ(static_cast<void*>(msg.data[2].data()),
+                static_cast<void*>(in.lens.data()));
+
+      Message received;
+      std::vector<uint64_t> frame_bytes;
+      ASSERT_TRUE(
+          Decode(Encode(msg.meta, msg.data), &received.meta, &frame_bytes)
+              .ok());
+      EXPECT_TRUE(received.meta.key_run);
+      ASSERT_TRUE(CheckFrames(frame_bytes, msg.data).ok());
+      received.data = msg.data;
+      RawKVs out;
+      ASSERT_TRUE(ParseKVFrames(received, sizeof(float), kLimits, &out).ok());
+      EXPECT_EQ(std::vector<Key>(out.keys.begin(), out.keys.end()),
+                std::vector<Key>(in.keys.begin(), in.keys.end()));
+      EXPECT_EQ(out.vals.data(), in.vals.data());
+      EXPECT_EQ(out.lens.size(), 500u);
+    }
+  }
+}
+
+TEST(KeyRunTest, APullRequestRunParsesWithoutValues) {
+  RawKVs in;
+  in.keys = KeysInSteps(7, 4);  // 4 keys: 32 bytes, more than a run frame.
+  Message msg;
+  msg.meta.request = true;
+  msg.meta.pull = true;
+  AddKVFrames(in, &msg, false, KeyOrder::kSortedUnique);
+  ASSERT_TRUE(msg.meta.key_run);
+  ASSERT_EQ(msg.data.size(), 2u);  // The run, and an empty values frame.
+  EXPECT_TRUE(msg.data[1].empty());
+  RawKVs out;
+  ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), kLimits, &out).ok());
+  EXPECT_EQ(std::vector<Key>(out.keys.begin(), out.keys.end()),
+            std::vector<Key>({7, 8, 9, 10}));
+  EXPECT_TRUE(out.vals.empty());
+}
+
+TEST(KeyRunTest, KeysThatAreNoRunOrTooFewGoAsTheyAre) {
+  // Unequal steps (told by the ends; told only by the gaps); a
+  // permutation; a repeated key whose ends look like a run; descending;
+  // three keys (24 bytes, no saving); an order that forbids runs.
+  const std::vector<std::pair<std::vector<Key>, KeyOrder>> cases = {
+      {{1, 2, 4, 5, 6}, KeyOrder::kSortedUnique},
+      {{1, 3, 5, 6, 9}, KeyOrder::kSortedUnique},
+      {{1, 3, 2, 4}, KeyOrder::kUnknown},
+      {{1, 2, 2, 4}, KeyOrder::kUnknown},
+      {{5, 4, 3, 2}, KeyOrder::kUnknown},
+      {{5, 4, 3, 2}, KeyOrder::kSortedUnique},
+      {{8, 9, 10}, KeyOrder::kSortedUnique},
+      {{1, 2, 3, 4}, KeyOrder::kAsIs},
+  };
+  for (const auto& c : cases) {
+    RawKVs in;
+    in.keys = SArray<Key>(c.first);
+    in.vals = Bytes<float>(std::vector<float>(c.first.size(), 1.f));
+    Message msg;
+    AddKVFrames(in, &msg, false, c.second);
+    EXPECT_FALSE(msg.meta.key_run) << c.first.size() << " keys";
+    ASSERT_EQ(msg.data.size(), 2u);
+    EXPECT_EQ(static_cast<void*>(msg.data[0].data()),
+              static_cast<void*>(in.keys.data()));
+    RawKVs out;
+    ASSERT_TRUE(ParseKVFrames(msg, sizeof(float), kLimits, &out).ok());
+    EXPECT_EQ(out.keys.data(), in.keys.data());
+  }
+  // Runs up to the largest key.
+  KeyRun run;
+  ASSERT_TRUE(
+      FindKeyRun(KeysInSteps(kMaxKey - 3, 4), KeyOrder::kUnknown, &run));
+  EXPECT_EQ(run.first, kMaxKey - 3);
+  EXPECT_EQ(run.count, 4u);
+  EXPECT_EQ(run.step, 1u);
+  ASSERT_TRUE(
+      FindKeyRun(KeysInSteps(kMaxKey - 30, 4, 10), KeyOrder::kUnknown, &run));
+  EXPECT_EQ(run.step, 10u);
+  // A keys_as_requested response sends no keys at all.
+  RawKVs in;
+  in.keys = KeysInSteps(1, 10);
+  in.vals = Bytes<float>(std::vector<float>(10, 1.f));
+  Message msg;
+  msg.meta.pull = true;
+  AddKVFrames(in, &msg, /*keys_as_requested=*/true, KeyOrder::kSortedUnique);
+  EXPECT_FALSE(msg.meta.key_run);
+  EXPECT_TRUE(msg.meta.keys_as_requested);
+  EXPECT_EQ(msg.data.size(), 1u);
+}
+
+TEST(KeyRunTest, MalformedRunsAreRefusedBeforeAnythingIsAllocated) {
+  SArray<char> vals = Bytes<float>({1, 2, 3, 4});
+  // Good: 4 keys up to kMaxKey, in steps of 1 and of 5.
+  EXPECT_TRUE(Parse(RunMessage({RunFrame(kMaxKey - 3, 4), vals})).ok());
+  EXPECT_TRUE(Parse(RunMessage({RunFrame(kMaxKey - 15, 4, 5), vals})).ok());
+  // Not 24 bytes.
+  EXPECT_EQ(Parse(RunMessage({SArray<char>(16), vals})).code(),
+            Code::kCorruption);
+  EXPECT_EQ(Parse(RunMessage({SArray<char>(32), vals})).code(),
+            Code::kCorruption);
+  // No keys; a step of 0 (one key again and again).
+  Status zero = Parse(RunMessage({RunFrame(5, 0), SArray<char>()}));
+  EXPECT_EQ(zero.code(), Code::kCorruption) << zero;
+  Status still = Parse(RunMessage({RunFrame(5, 4, 0), vals}));
+  EXPECT_EQ(still.code(), Code::kCorruption) << still;
+  // Past the largest key: by one, by a step, and by counts and steps whose
+  // product wraps around.
+  Status past = Parse(RunMessage({RunFrame(kMaxKey - 2, 4), vals}));
+  EXPECT_EQ(past.code(), Code::kCorruption) << past;
+  EXPECT_EQ(Parse(RunMessage({RunFrame(kMaxKey - 14, 4, 5), vals})).code(),
+            Code::kCorruption);
+  EXPECT_EQ(Parse(RunMessage({RunFrame(2, ~uint64_t{0}), vals})).code(),
+            Code::kCorruption);
+  EXPECT_EQ(
+      Parse(RunMessage({RunFrame(0, 4, (~uint64_t{0} / 3) + 1), vals})).code(),
+      Code::kCorruption);
+  // More keys than a request may have (the limit's words, as for a keys
+  // frame), or than a keys frame of EMBER_MAX_FRAME_MB could carry; a huge
+  // count never reaches an allocation.
+  KVLimits small{/*max_keys_per_request=*/100, /*max_frame_mb=*/64};
+  RawKVs kvs;
+  Status many = ParseKVFrames(RunMessage({RunFrame(0, 101), SArray<char>()}),
+                              sizeof(float), small, &kvs);
+  EXPECT_EQ(many.code(), Code::kInvalidArgument) << many;
+  EXPECT_NE(many.message().find("EMBER_MAX_KEYS_PER_REQUEST is 100"),
+            std::string::npos)
+      << many;
+  EXPECT_TRUE(ParseKVFrames(RunMessage({RunFrame(0, 100), SArray<char>()}),
+                            sizeof(float), small, &kvs)
+                  .ok());
+  EXPECT_EQ(kvs.keys.size(), 100u);
+  KVLimits tiny_frames{/*max_keys_per_request=*/1 << 28, /*max_frame_mb=*/1};
+  const uint64_t frame_keys = (uint64_t{1} << 20) / sizeof(Key);
+  Status big =
+      ParseKVFrames(RunMessage({RunFrame(0, frame_keys + 1), SArray<char>()}),
+                    sizeof(float), tiny_frames, &kvs);
+  EXPECT_EQ(big.code(), Code::kInvalidArgument) << big;
+  EXPECT_NE(big.message().find("EMBER_MAX_FRAME_MB is 1"), std::string::npos)
+      << big;
+  EXPECT_EQ(Parse(RunMessage({RunFrame(0, uint64_t{1} << 30), vals})).code(),
+            Code::kInvalidArgument);
+  // The values and lengths must fit the run's count.
+  EXPECT_EQ(Parse(RunMessage({RunFrame(0, 3), vals})).code(),
+            Code::kCorruption);
+  EXPECT_EQ(
+      Parse(RunMessage({RunFrame(0, 4), vals, Bytes<int>({1, 1, 2})})).code(),
+      Code::kCorruption);
+  EXPECT_TRUE(
+      Parse(RunMessage({RunFrame(0, 3), vals, Bytes<int>({1, 1, 2})})).ok());
+  // A run needs frames, and is never a keys_as_requested response.
+  EXPECT_EQ(Parse(RunMessage({})).code(), Code::kCorruption);
+  Message both = RunMessage({vals});
+  both.meta.pull = true;
+  both.meta.keys_as_requested = true;
+  EXPECT_EQ(Parse(both).code(), Code::kCorruption);
 }
 
 TEST(NamesTest, EveryRoleAndControlHasItsNameAndOthersAreUnknown) {

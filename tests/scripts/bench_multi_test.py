@@ -174,6 +174,19 @@ class ReplicasTest(unittest.TestCase):
             ("zmq", ["--forward=none"]), ("zmq", ["--forward=ack"]),
             ("zmq", ["--forward=chain"])])
 
+    def test_further_arguments_of_a_case_reach_the_measure(self):
+        seen = []
+
+        def measure(which, s, w, mode, keys, window, layout=None):
+            seen.append(layout)
+            return 1.0
+        with contextlib.redirect_stdout(io.StringIO()):
+            bm.on_off(None, 2, "title", "tag",
+                      [("runs", 1, 1, "push", 1000, 2, {"layout": "dense"}),
+                       ("random", 1, 1, "push", 1000, 2)], None, None,
+                      measure=measure)
+        self.assertEqual(seen, ["dense"] * 4 + [None] * 4)
+
 
 class PortTest(unittest.TestCase):
     def test_free_port_can_be_bound(self):
