@@ -255,8 +255,7 @@ class KVWorkerCore::Impl {
   // that sliced it, and the worker clock `clock`) and records it.
   // `order`: what is known of each slice's keys (AddKVFrames).
   void Dispatch(int64_t ts, bool push, bool pull, int cmd, int priority,
-                uint64_t epoch, int64_t clock, KeyOrder order,
-                Pending pending,
+                uint64_t epoch, int64_t clock, KeyOrder order, Pending pending,
                 std::vector<std::pair<int, RawKVs>> slices);
   // Customer::Handler: false for a refusal taken over for re-routing.
   bool Process(Message& msg);
@@ -613,8 +612,7 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
 
 void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
                                   int priority, uint64_t epoch, int64_t clock,
-                                  KeyOrder order,
-                                  Pending p,
+                                  KeyOrder order, Pending p,
                                   std::vector<std::pair<int, RawKVs>> slices) {
   std::vector<int> recipients;
   recipients.reserve(slices.size());
