@@ -166,6 +166,28 @@ class RerouteTest
     return out;
   }
 
+  // Two values per key: 2i + 1 and 2i + 2 for key i.
+  std::vector<float> TwoPerKey() const {
+    std::vector<float> vals;
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      vals.push_back(2.0f * i + 1);
+      vals.push_back(2.0f * i + 2);
+    }
+    return vals;
+  }
+
+  // Worker 0's push `ts` of 1 to every key completes, and every key holds
+  // exactly that 1 on its owner; no server saw a duplicate.
+  void ExpectAppliedOnce(int ts) {
+    Status s = workers_[0]->WaitBounded(ts);
+    ASSERT_TRUE(s.ok()) << s;
+    std::vector<float> out = PullAll(1);
+    size_t wrong = 0;
+    for (float v : out) wrong += v != 1.0f;
+    EXPECT_EQ(wrong, 0u) << "keys not applied exactly once";
+    EXPECT_EQ(Duplicates(), 0);
+  }
+
   std::unique_ptr<InProcCluster> cluster_;
   std::vector<std::unique_ptr<KVServer<float>>> servers_;
   std::vector<std::unique_ptr<TestWorker>> workers_;
@@ -188,15 +210,9 @@ TEST_P(RerouteTest, APushSlicedByAnOldRingIsAppliedOnceAtTheNewOwners) {
   ASSERT_NO_FATAL_FAILURE(ExpectHeld(ts));
   EXPECT_EQ(Rerouted(), 0);
   InstallOnWorker0(ring2);
-  Status s = w0->WaitBounded(ts);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(ExpectAppliedOnce(ts));
   EXPECT_EQ(Waiting(), 0);
   EXPECT_EQ(Rerouted(), 1);
-  std::vector<float> out = PullAll(1);
-  size_t wrong = 0;
-  for (float v : out) wrong += v != 1.0f;
-  EXPECT_EQ(wrong, 0u) << "keys not applied exactly once";
-  EXPECT_EQ(Duplicates(), 0);
 }
 
 // A pull (with lens) sliced by the old ring gets the new owners' values,
@@ -207,11 +223,7 @@ TEST_P(RerouteTest, APullSlicedByAnOldRingReturnsTheNewOwnersValuesInOrder) {
   InstallOnAllButWorker0(ring2);
   // Worker 1, on the new ring, stores two values per key at their new
   // owners: 2i + 1 and 2i + 2 for key i (pushed with lens).
-  std::vector<float> vals;
-  for (size_t i = 0; i < keys_.size(); ++i) {
-    vals.push_back(2.0f * i + 1);
-    vals.push_back(2.0f * i + 2);
-  }
+  const std::vector<float> vals = TwoPerKey();
   const std::vector<int> twos(keys_.size(), 2);
   ASSERT_TRUE(
       workers_[1]->WaitBounded(workers_[1]->Push(keys_, vals, twos)).ok());
@@ -233,11 +245,7 @@ TEST_P(RerouteTest, APullSlicedByAnOldRingReturnsTheNewOwnersValuesInOrder) {
 TEST_P(RerouteTest, APushWithLensIsCutPerKey) {
   auto ring2 = Shrink1(*ring1_);
   InstallOnAllButWorker0(ring2);
-  std::vector<float> vals;
-  for (size_t i = 0; i < keys_.size(); ++i) {
-    vals.push_back(2.0f * i + 1);
-    vals.push_back(2.0f * i + 2);
-  }
+  const std::vector<float> vals = TwoPerKey();
   const std::vector<int> twos(keys_.size(), 2);
   TestWorker* w0 = workers_[0].get();
   const int ts = w0->Push(keys_, vals, twos);
@@ -266,14 +274,8 @@ TEST_P(RerouteTest, AReroutedPartRefusedAgainIsReroutedAgain) {
   ASSERT_TRUE(WaitUntil([&] { return Rerouted() == 1 && Waiting() == 1; }));
   EXPECT_TRUE(w0->Open(ts));
   InstallOnWorker0(ring3);
-  Status s = w0->WaitBounded(ts);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(ExpectAppliedOnce(ts));
   EXPECT_EQ(Rerouted(), 2);
-  std::vector<float> out = PullAll(1);
-  size_t wrong = 0;
-  for (float v : out) wrong += v != 1.0f;
-  EXPECT_EQ(wrong, 0u) << "keys not applied exactly once";
-  EXPECT_EQ(Duplicates(), 0);
 }
 
 // A part that waits for a ring is not a silent wait: every
@@ -330,11 +332,7 @@ TEST_P(RerouteRangeTest, ARequestOfACustomSlicerIsReroutedByTheRing) {
   const int ts = w0->Push(keys_, ones);
   ASSERT_NO_FATAL_FAILURE(ExpectHeld(ts));
   InstallOnWorker0(ring2);
-  ASSERT_TRUE(w0->WaitBounded(ts).ok());
-  std::vector<float> out = PullAll(1);
-  size_t wrong = 0;
-  for (float v : out) wrong += v != 1.0f;
-  EXPECT_EQ(wrong, 0u) << "keys not applied exactly once";
+  ASSERT_NO_FATAL_FAILURE(ExpectAppliedOnce(ts));
 }
 
 INSTANTIATE_TEST_SUITE_P(
