@@ -1,0 +1,284 @@
+// Servers joining a running cluster over the in-process transport
+// (docs/replication.md, "Joining"): the scheduler admits the newcomer and
+// gives it a share of the key ranges under the next ring epoch; the former
+// owners hand the state of those keys over to it while workers push; no
+// push is lost or applied twice.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "node/node.h"
+#include "partition/key_ring.h"
+#include "ps/ps.h"
+#include "testutil/inproc_cluster.h"
+#include "testutil/log_capture.h"
+
+namespace ps {
+namespace {
+
+// `n` keys spread evenly over the whole key space.
+std::vector<Key> SpreadKeys(size_t n) {
+  std::vector<Key> keys(n);
+  const Key step = kMaxKey / n;
+  for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
+  return keys;
+}
+
+// A summing server (KVServerDefaultHandle, whose state can be copied) that
+// counts the pushes its handle applied.
+class CountingServer {
+ public:
+  explicit CountingServer(Postoffice* po) : server_(0, po) {
+    // The state handle first: setting the request handle starts delivery,
+    // and a newcomer's first messages are the state of its keys.
+    server_.set_state_handle(
+        [this](const std::function<bool(Key)>& want, size_t max_bytes,
+               std::vector<std::string>* chunks) {
+          return default_.DumpState(want, max_bytes, chunks);
+        },
+        [this](const char* data, size_t size) {
+          return default_.LoadState(data, size);
+        });
+    server_.set_request_handle([this](const KVMeta& meta,
+                                      const KVPairs<float>& data,
+                                      KVServer<float>* s) {
+      if (meta.push && meta.replica_of == 0) own_.fetch_add(1);
+      default_(meta, data, s);
+    });
+  }
+  // Pushes applied as their keys' owner (not as a copy).
+  int own() const { return own_.load(); }
+
+ private:
+  KVServerDefaultHandle<float> default_;
+  std::atomic<int> own_{0};
+  KVServer<float> server_;
+};
+
+class TestWorker : public KVWorker<float> {
+ public:
+  using KVWorker<float>::KVWorker;
+  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
+};
+
+class JoinTest : public ::testing::TestWithParam<int> {
+ protected:
+  void Form(int servers, int workers, int replicas) {
+    cluster_ = std::make_unique<InProcCluster>(
+        servers, workers, [replicas](Options* o) { o->replicas = replicas; });
+    cluster_->Start();
+    for (int i = 0; i < servers; ++i) {
+      servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
+    }
+    for (int w = 0; w < workers; ++w) {
+      workers_.push_back(
+          std::make_unique<TestWorker>(0, 0, cluster_->worker(w)));
+    }
+  }
+  void TearDown() override {
+    workers_.clear();
+    servers_.clear();
+    if (cluster_ && finalize_) cluster_->Finalize();
+    cluster_.reset();
+  }
+
+  // Starts a server that joins the running cluster (`join`: EMBER_JOIN=1)
+  // and creates its app; its Postoffice.
+  Postoffice* Join(bool join) {
+    Postoffice* po = cluster_->AddServer(join);
+    Status s = po->StartStatus(0, true);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return nullptr;
+    servers_.push_back(std::make_unique<CountingServer>(po));
+    return po;
+  }
+
+  // Every worker pushes 1 to every key `times` times, one request at a
+  // time; `during` runs (on this thread) once every worker has done
+  // `after` pushes, while they go on.
+  void PushOnes(const std::vector<Key>& keys, int times, int after,
+                const std::function<void()>& during) {
+    std::vector<float> ones(keys.size(), 1.0f);
+    std::vector<std::thread> threads;
+    std::atomic<int> ready{0};
+    std::atomic<bool> go_on{during == nullptr};
+    for (auto& w : workers_) {
+      TestWorker* kv = w.get();
+      threads.emplace_back([&, kv] {
+        for (int i = 0; i < times; ++i) {
+          if (i == after) ready.fetch_add(1);
+          Status s = kv->WaitBounded(kv->Push(keys, ones));
+          ASSERT_TRUE(s.ok()) << s;
+          // The last push waits for `during` to end, so that the pushes
+          // overlap all of it.
+          if (i + 2 == times) {
+            while (!go_on.load()) std::this_thread::yield();
+          }
+        }
+      });
+    }
+    if (during) {
+      ASSERT_TRUE(WaitUntil(
+          [&] { return ready.load() == static_cast<int>(workers_.size()); }));
+      during();
+      go_on.store(true);
+    }
+    for (auto& t : threads) t.join();
+  }
+  void ExpectAll(const std::vector<Key>& keys, float expected) {
+    std::vector<float> out;
+    Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(out.size(), keys.size());
+    size_t wrong = 0;
+    size_t first = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (out[i] != expected) {
+        ++wrong;
+        if (first == keys.size()) first = i;
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "keys off " << expected << ", e.g. key "
+                         << (wrong ? keys[first] : 0) << " = "
+                         << (wrong ? out[first] : 0);
+  }
+  // The most loaded server's share of the key space over the mean.
+  static double Balance(const KeyRing& ring) {
+    double most = 0;
+    for (int s = 0; s < ring.num_servers(); ++s) {
+      most = std::max(most, static_cast<double>(ring.Share(s)));
+    }
+    const double mean = 18446744073709551616.0 / ring.num_servers();
+    return most / mean;
+  }
+
+  std::unique_ptr<InProcCluster> cluster_;
+  std::vector<std::unique_ptr<CountingServer>> servers_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;
+  bool finalize_ = true;
+};
+
+// A third server joins 2 while 2 workers push 1 to keys spread over the
+// key space: it takes a third of the key space, the state of its keys
+// comes with them, and every key ends at exactly workers x pushes.
+TEST_P(JoinTest, AServerJoinsWhileWorkersPushAndTakesItsShare) {
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  PushOnes(keys, 30, 10, [&] { newcomer = Join(/*join=*/true); });
+  ASSERT_NE(newcomer, nullptr);
+  ExpectAll(keys, 2 * 30);
+  const int id = newcomer->node()->my_id();
+  auto ring = cluster_->worker(1)->node()->key_ring();
+  EXPECT_EQ(ring->epoch(), 2u);
+  ASSERT_EQ(ring->num_servers(), 3);
+  EXPECT_GE(ring->IndexOf(id), 0);
+  EXPECT_LE(Balance(*ring), 1.10);
+  // Every node has the ring (the scheduler's too).
+  for (Postoffice* po : cluster_->all()) {
+    EXPECT_EQ(po->node()->key_ring()->epoch(), 2u);
+  }
+  // The newcomer serves its keys: pushes after the join reach it as owner.
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("has joined: it holds the state of its ranges").empty();
+  }));
+  const int before = servers_.back()->own();
+  PushOnes(keys, 1, 0, nullptr);
+  EXPECT_EQ(servers_.back()->own(), before + 2);
+  ExpectAll(keys, 2 * 31);
+  EXPECT_EQ(cluster_->worker(0)->node()->server_ids().size(), 3u);
+}
+
+// After a failover leaves a server slot vacant, a server started later with
+// the usual settings (no EMBER_JOIN) takes it: the cluster runs on 2
+// servers again, with copies, and no push is lost.
+TEST_P(JoinTest, AReplacementTakesAVacantSlotAfterAFailover) {
+  if (GetParam() == 0) GTEST_SKIP() << "a failover needs copies";
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 5, 0, nullptr);
+  cluster_->KillByHeartbeat(cluster_->server(1));
+  finalize_ = false;  // A member died: no final barrier.
+  for (int w = 0; w < 2; ++w) {
+    Node* node = cluster_->worker(w)->node();
+    ASSERT_TRUE(
+        WaitUntil([node] { return node->key_ring()->num_servers() == 1; }));
+  }
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  PushOnes(keys, 20, 5, [&] { newcomer = Join(/*join=*/false); });
+  ASSERT_NE(newcomer, nullptr);
+  ExpectAll(keys, 2 * 25);
+  auto ring = cluster_->worker(0)->node()->key_ring();
+  EXPECT_EQ(ring->epoch(), 3u);
+  ASSERT_EQ(ring->num_servers(), 2);
+  EXPECT_GE(ring->IndexOf(newcomer->node()->my_id()), 0);
+  EXPECT_LE(Balance(*ring), 1.10);
+  EXPECT_EQ(ring->replicas(), 1);
+  // Each server's data is whole on the other again.
+  ASSERT_TRUE(WaitUntil([&] {
+    return log.Find("copies restored").size() >= 2;
+  })) << "copies not restored";
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "k" + std::to_string(info.param);
+                         });
+
+// While a server is receiving its ranges, another join is refused with a
+// clear reason, and the cluster is untouched.
+TEST(JoinRefusal, AJoinDuringAnotherIsRefused) {
+  InProcCluster cluster(2, 1);
+  cluster.Start();
+  std::vector<std::unique_ptr<KVServer<float>>> apps;
+  for (int i = 0; i < 2; ++i) {
+    apps.push_back(std::make_unique<KVServer<float>>(0, cluster.server(i)));
+    apps.back()->set_request_handle(KVServerDefaultHandle<float>());
+  }
+  // The first newcomer creates no app: its hand-over never ends.
+  Postoffice* first = cluster.AddServer(true);
+  ASSERT_TRUE(first->StartStatus(0, true).ok());
+  LogCapture log;
+  Postoffice* second = cluster.AddServer(true);
+  Status s = second->StartStatus(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("a membership change is under way"),
+            std::string::npos)
+      << s;
+  // The first join's ring stands.
+  Node* worker = cluster.worker(0)->node();
+  EXPECT_TRUE(WaitUntil([worker] { return worker->ring_epoch() == 2; }));
+  EXPECT_EQ(worker->key_ring()->num_servers(), 3);
+  apps.clear();
+}
+
+// A late server without EMBER_JOIN when no slot is vacant is refused, and
+// so is a join with a wrong cluster token: a join needs the same proofs as
+// at formation.
+TEST(JoinRefusal, LateServersWithoutTheRightToJoinAreRefused) {
+  InProcCluster cluster(2, 1, [](Options* o) { o->cluster_token = "secret"; });
+  cluster.Start();
+  Postoffice* extra = cluster.AddServer(false);
+  Status s = extra->StartStatus(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("one too many"), std::string::npos) << s;
+  Postoffice* forged = cluster.AddServer(
+      true, [](Options* o) { o->cluster_token = "not the secret"; });
+  s = forged->StartStatus(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("cluster token"), std::string::npos) << s;
+  EXPECT_EQ(cluster.worker(0)->node()->key_ring()->num_servers(), 2);
+  EXPECT_EQ(cluster.worker(0)->node()->key_ring()->epoch(), 1u);
+}
+
+}  // namespace
+}  // namespace ps
