@@ -280,5 +280,38 @@ TEST(JoinRefusal, LateServersWithoutTheRightToJoinAreRefused) {
   EXPECT_EQ(cluster.worker(0)->node()->key_ring()->epoch(), 1u);
 }
 
+// A later node table must carry the run's key, as the first one: one sent
+// with the scheduler's proof of origin but another run's key is dropped,
+// counted and logged, and the member's table and ring stand.
+TEST(JoinRefusal, ALaterNodeTableWithoutTheRunKeyIsDropped) {
+  InProcCluster cluster(2, 1);
+  cluster.Start();
+  Node* worker = cluster.worker(0)->node();
+  auto ring = KeyRing::EvenSplit({8, 10, 12}, 2);
+  ASSERT_TRUE(ring.ok());
+  Message table;
+  table.meta.control = Control::kNodeTable;
+  table.meta.recipient = worker->my_id();
+  NodeInfo extra;
+  extra.id = 12;
+  extra.role = Role::kServer;
+  extra.host = "elsewhere";
+  extra.port = 7;
+  extra.rank = 2;
+  table.meta.nodes = {extra};
+  table.meta.ring = ring->ToInfo();
+  table.meta.run_key = std::string(16, 'x');
+  const uint64_t before = worker->counters().dropped_bad_control;
+  LogCapture log;
+  // From the scheduler's node: the worker's process key proves its origin.
+  ASSERT_TRUE(cluster.scheduler()->node()->Send(std::move(table)).ok());
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !log.Find("its run key is not this run's").empty(); }));
+  EXPECT_EQ(worker->counters().dropped_bad_control, before + 1);
+  EXPECT_EQ(worker->key_ring()->epoch(), 1u);
+  EXPECT_EQ(worker->server_ids().size(), 2u);
+  cluster.Finalize();
+}
+
 }  // namespace
 }  // namespace ps
