@@ -707,7 +707,9 @@ class KVServerCore::Impl {
         it = it->second.target == dead ? copies_.erase(it) : std::next(it);
       }
     }
-    RestoreCopies();
+    HandOverForDead(dead);
+    // A server that joined copies its data once it has it all.
+    if (!holding_.load(std::memory_order_relaxed)) RestoreCopies();
   }
 
   // --- Restoring copies (docs/replication.md, "Restoring copies").
@@ -1000,12 +1002,15 @@ class KVServerCore::Impl {
 
   // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries, 3
   // pending pushes (bsp), 4 the end of a hand-over (no frame).
-  Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame) {
+  // `whose`: the server whose state it is (0: this one's); a hand-over an
+  // heir makes for a dead server names it.
+  Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame,
+                   int whose = 0) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
     m.meta.state_copy = kind;
-    m.meta.replica_of = app_->node()->my_id();
+    m.meta.replica_of = whose != 0 ? whose : app_->node()->my_id();
     m.meta.value_bytes = static_cast<int>(value_bytes_);
     if (kind != 4) m.AddData(frame);  // The end of a hand-over has none.
     return app_->node()->Send(std::move(m));
@@ -1015,9 +1020,24 @@ class KVServerCore::Impl {
   void LoadCopy(const Message& msg) {
     Status s;
     StateHooks hooks;
+    // A hand-over an heir makes for a dead former owner names it: taken
+    // only while this server still awaits that owner's end (HandOverForDead).
+    const int whose =
+        msg.meta.replica_of != 0 ? msg.meta.replica_of : msg.meta.sender;
+    bool ignore = false;
     {
       MutexLock lock(&mu_);
       hooks = hooks_;
+      ignore = whose != msg.meta.sender &&
+               (msg.meta.state_copy == 1 || msg.meta.state_copy == 4) &&
+               !awaiting_.count(whose);
+    }
+    if (ignore) {
+      VLOG(1) << "server app " << app_->app_id() << ": a hand-over from node "
+              << msg.meta.sender << " for node " << whose
+              << ", whose own has ended: ignored";
+      SendAck(msg.meta, Status::OK());
+      return;
     }
     std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
     if (!ring || ring->IndexOf(msg.meta.sender) < 0) {
@@ -1069,7 +1089,7 @@ class KVServerCore::Impl {
       }
     }
     SendAck(msg.meta, s);
-    if (s.ok() && msg.meta.state_copy == 4) OnHandoverEnd(msg.meta.sender);
+    if (s.ok() && msg.meta.state_copy == 4) OnHandoverEnd(whose);
   }
 
   // --- Joining (docs/replication.md, "Joining").
@@ -1104,6 +1124,11 @@ class KVServerCore::Impl {
     }
     // A failover adds nobody: OnFailover restores the copies.
     if (newcomers.empty()) return;
+    {
+      MutexLock lock(&mu_);
+      join_prev_ring_ = prev;
+      join_ring_ = ring;
+    }
     if (prev->IndexOf(me) >= 0) {
       for (int n : newcomers) {
         if (n != me) HandOver(*prev, *ring, n);
@@ -1112,10 +1137,12 @@ class KVServerCore::Impl {
     if (!waiting) RestoreCopies();
   }
 
-  // Sends newcomer `to` the state of the keys this server owned under
-  // `prev` that `to` owns under `ring`, then the end of the hand-over.
-  void HandOver(const KeyRing& prev, const KeyRing& ring, int to) {
-    const int me = app_->node()->my_id();
+  // Sends newcomer `to` the state of the keys server `whose` (0: this one)
+  // owned under `prev` that `to` owns under `ring`, then the end of the
+  // hand-over.
+  void HandOver(const KeyRing& prev, const KeyRing& ring, int to,
+                int whose = 0) {
+    const int me = whose != 0 ? whose : app_->node()->my_id();
     const std::string app = "server app " + std::to_string(app_->app_id());
     StateHooks hooks;
     bool bsp = false;
@@ -1160,9 +1187,9 @@ class KVServerCore::Impl {
     Status st;
     for (std::string& c : chunks) {
       bytes += c.size();
-      if (st.ok()) st = SendState(to, ts, 1, Adopt(std::move(c)));
+      if (st.ok()) st = SendState(to, ts, 1, Adopt(std::move(c)), whose);
     }
-    if (st.ok()) st = SendState(to, ts, 4, SArray<char>());
+    if (st.ok()) st = SendState(to, ts, 4, SArray<char>(), whose);
     if (!st.ok()) {
       LOG(ERROR) << app << ": hand-over to node " << to << " failed: " << st;
       MutexLock lock(&mu_);
@@ -1171,7 +1198,40 @@ class KVServerCore::Impl {
     }
     LOG(INFO) << app << ": handing the keys that moved to node " << to
               << " under ring epoch " << ring.epoch() << " over ("
-              << chunks.size() << " chunk(s), " << bytes << " bytes)";
+              << chunks.size() << " chunk(s), " << bytes << " bytes)"
+              << (whose != 0 ? " for dead node " + std::to_string(whose) +
+                                   ", from its copy here"
+                             : std::string());
+  }
+
+  // Server `dead` failed over. If it was a former owner of keys that moved
+  // to a server that joined, it may have died before handing them over:
+  // its heir (this server, if it took over the dead server's ranges) hands
+  // them over from its copy, which holds them as they were at the switch
+  // (the dead server applied no push to them after it). The newcomer takes
+  // it only if it still awaits the dead server's end (LoadCopy).
+  void HandOverForDead(int dead) {
+    std::shared_ptr<const KeyRing> prev, joined;
+    {
+      MutexLock lock(&mu_);
+      prev = join_prev_ring_;
+      joined = join_ring_;
+    }
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    const int me = app_->node()->my_id();
+    if (!prev || !joined || !ring || prev->IndexOf(dead) < 0 ||
+        joined->IndexOf(dead) < 0 || ring->IndexOf(me) < 0) {
+      return;
+    }
+    const std::vector<Range> ranges = joined->RangesOf(joined->IndexOf(dead));
+    if (ranges.empty()) return;
+    const int heir =
+        ring->server_ids()[ring->range_owner(ring->RangeAt(ranges[0].begin()))];
+    if (heir != me) return;
+    for (int n : joined->server_ids()) {
+      if (prev->IndexOf(n) >= 0 || n == dead || ring->IndexOf(n) < 0) continue;
+      HandOver(*prev, *joined, n, dead);
+    }
   }
 
   // Server `from` ended its hand-over to this server.
@@ -1288,6 +1348,10 @@ class KVServerCore::Impl {
   // requests held meanwhile.
   std::shared_ptr<const KeyRing> handover_ring_ GUARDED_BY(mu_);
   std::set<int> awaiting_ GUARDED_BY(mu_);
+  // The rings before and after the last join this app saw (a former
+  // owner's heir hands over for it, HandOverForDead).
+  std::shared_ptr<const KeyRing> join_prev_ring_ GUARDED_BY(mu_);
+  std::shared_ptr<const KeyRing> join_ring_ GUARDED_BY(mu_);
   std::vector<Message> held_ GUARDED_BY(mu_);
   std::atomic<bool> holding_{false};  // !awaiting_.empty(), without a lock
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);

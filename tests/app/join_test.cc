@@ -229,6 +229,45 @@ TEST_P(JoinTest, AReplacementTakesAVacantSlotAfterAFailover) {
   })) << "copies not restored";
 }
 
+// A former owner dies before handing its keys over (it never heard of the
+// join): with two copies its heir still holds those keys as they were, and
+// hands them over in its place; the newcomer's wait ends and no push is lost.
+TEST_P(JoinTest, AnHeirHandsOverForAFormerOwnerThatDied) {
+  if (GetParam() == 0) GTEST_SKIP() << "a failover needs copies";
+  Form(3, 2, 2);
+  finalize_ = false;  // A member dies: no final barrier.
+  const std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 5, 0, nullptr);
+  Postoffice* victim = cluster_->server(1);
+  const int dead = victim->node()->my_id();
+  cluster_->network()->Sever(cluster_->AddressOf(dead));
+  LogCapture log;
+  Postoffice* newcomer = Join(/*join=*/true);
+  ASSERT_NE(newcomer, nullptr);
+  const int id = newcomer->node()->my_id();
+  // The victim never hands over; the others do.
+  ASSERT_TRUE(WaitUntil([&] {
+    return log.Find("handing the keys that moved to node " + std::to_string(id))
+               .size() == 2;
+  }));
+  EXPECT_TRUE(log.Find("has joined").empty());
+  cluster_->KillByHeartbeat(victim);
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  // (The heir logs once it has sent.)
+  EXPECT_TRUE(WaitUntil([&] {
+    return !log.Find("for dead node " + std::to_string(dead) +
+                     ", from its copy")
+                .empty();
+  }));
+  for (int w = 0; w < 2; ++w) {
+    Node* node = cluster_->worker(w)->node();
+    ASSERT_TRUE(WaitUntil([node] { return node->ring_epoch() == 3; }));
+  }
+  PushOnes(keys, 5, 0, nullptr);
+  ExpectAll(keys, 2 * 10);
+  EXPECT_GE(cluster_->worker(0)->node()->key_ring()->IndexOf(id), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "k" + std::to_string(info.param);
