@@ -1001,7 +1001,8 @@ class KVServerCore::Impl {
   }
 
   // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries, 3
-  // pending pushes (bsp), 4 the end of a hand-over (no frame).
+  // pending pushes (bsp), 4 the end of a hand-over (no frame), 5 a chunk of
+  // a hand-over.
   // `whose`: the server whose state it is (0: this one's); a hand-over an
   // heir makes for a dead server names it.
   Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame,
@@ -1020,22 +1021,29 @@ class KVServerCore::Impl {
   void LoadCopy(const Message& msg) {
     Status s;
     StateHooks hooks;
-    // A hand-over an heir makes for a dead former owner names it: taken
-    // only while this server still awaits that owner's end (HandOverForDead).
+    // A hand-over (its chunks, 5, and its end, 4) is taken only while this
+    // server awaits it: a copy the network delivers late, after the end,
+    // would replace what later pushes made of those keys. One an heir
+    // makes for a dead former owner names it (HandOverForDead).
     const int whose =
         msg.meta.replica_of != 0 ? msg.meta.replica_of : msg.meta.sender;
     bool ignore = false;
     {
       MutexLock lock(&mu_);
       hooks = hooks_;
-      ignore = whose != msg.meta.sender &&
-               (msg.meta.state_copy == 1 || msg.meta.state_copy == 4) &&
+      ignore = (msg.meta.state_copy == 4 || msg.meta.state_copy == 5) &&
                !awaiting_.count(whose);
     }
     if (ignore) {
-      VLOG(1) << "server app " << app_->app_id() << ": a hand-over from node "
-              << msg.meta.sender << " for node " << whose
-              << ", whose own has ended: ignored";
+      uint64_t left_out = 0;
+      if (reject_log_.Allow("handover " + std::to_string(msg.meta.sender),
+                            Clock::Real()->NowMs(), &left_out)) {
+        LOG(WARNING) << "server app " << app_->app_id()
+                     << ": ignoring a hand-over message from node "
+                     << msg.meta.sender << " (of the keys of node " << whose
+                     << "): this server awaits none from it"
+                     << LogLimiter::Since(left_out);
+      }
       SendAck(msg.meta, Status::OK());
       return;
     }
@@ -1056,7 +1064,7 @@ class KVServerCore::Impl {
     } else if (msg.data.size() != 1) {
       s = Status::Corruption("a state copy of " +
                              std::to_string(msg.data.size()) + " frames");
-    } else if (msg.meta.state_copy == 1) {
+    } else if (msg.meta.state_copy == 1 || msg.meta.state_copy == 5) {
       if (!hooks.load) {
         s = Status::Unavailable(
             "this server's request handle has no state handle "
@@ -1095,7 +1103,7 @@ class KVServerCore::Impl {
   // --- Joining (docs/replication.md, "Joining").
   //
   // When a ring adds servers, every server that owned a range that moved
-  // to a newcomer sends it the state of those keys (chunks, state_copy 1)
+  // to a newcomer sends it the state of those keys (chunks, state_copy 5)
   // and then the end of its hand-over (state_copy 4); every other server
   // sends the end alone. It reads that state on its app thread when it
   // hears of the ring: a request sliced by the older ring for keys that
@@ -1187,7 +1195,7 @@ class KVServerCore::Impl {
     Status st;
     for (std::string& c : chunks) {
       bytes += c.size();
-      if (st.ok()) st = SendState(to, ts, 1, Adopt(std::move(c)), whose);
+      if (st.ok()) st = SendState(to, ts, 5, Adopt(std::move(c)), whose);
     }
     if (st.ok()) st = SendState(to, ts, 4, SArray<char>(), whose);
     if (!st.ok()) {

@@ -196,7 +196,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
       meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
-      meta->state_copy > 4) {
+      meta->state_copy > 5) {
     return Status::Corruption(
         "message header with a negative replication "
         "field");

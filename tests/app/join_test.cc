@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "message/message.h"
 #include "node/node.h"
 #include "partition/key_ring.h"
 #include "ps/ps.h"
@@ -55,6 +56,13 @@ class CountingServer {
   }
   // Pushes applied as their keys' owner (not as a copy).
   int own() const { return own_.load(); }
+  // The store's state of the keys `want` holds, as a copy sends it. Only
+  // while no request runs.
+  std::vector<std::string> Dump(const std::function<bool(Key)>& want) {
+    std::vector<std::string> chunks;
+    EXPECT_TRUE(default_.DumpState(want, 4 << 20, &chunks).ok());
+    return chunks;
+  }
 
  private:
   KVServerDefaultHandle<float> default_;
@@ -266,6 +274,47 @@ TEST_P(JoinTest, AnHeirHandsOverForAFormerOwnerThatDied) {
   PushOnes(keys, 5, 0, nullptr);
   ExpectAll(keys, 2 * 10);
   EXPECT_GE(cluster_->worker(0)->node()->key_ring()->IndexOf(id), 0);
+}
+
+// A chunk of a hand-over that the network delivers again after the
+// hand-over's end (here: the former owner's stale values of the moved keys,
+// sent anew) is ignored, not loaded over what later pushes made of them.
+TEST_P(JoinTest, AHandOverChunkDeliveredAfterItsEndIsIgnored) {
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 5, 0, nullptr);
+  auto before = cluster_->worker(0)->node()->key_ring();
+  LogCapture log;
+  Postoffice* newcomer = Join(/*join=*/true);
+  ASSERT_NE(newcomer, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  for (int w = 0; w < 2; ++w) {
+    Node* node = cluster_->worker(w)->node();
+    ASSERT_TRUE(WaitUntil([node] { return node->ring_epoch() == 2; }));
+  }
+  PushOnes(keys, 5, 0, nullptr);
+  // Server 0 still holds the moved keys as they were at the switch (5 + 5).
+  const int from = cluster_->server(0)->node()->my_id();
+  const int to = newcomer->node()->my_id();
+  auto after = newcomer->node()->key_ring();
+  std::vector<std::string> stale = servers_[0]->Dump(
+      [&](Key k) { return before->Owner(k) == from && after->Owner(k) == to; });
+  ASSERT_EQ(stale.size(), 1u);
+  Message late = AppMessage(0, 0, -77, to, /*request=*/true);
+  late.meta.push = true;
+  late.meta.state_copy = 5;
+  late.meta.replica_of = from;
+  late.meta.value_bytes = sizeof(float);
+  SArray<char> frame;
+  frame.CopyFrom(stale[0].data(), stale[0].size());
+  late.AddData(frame);
+  ASSERT_TRUE(cluster_->server(0)->node()->Send(std::move(late)).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("ignoring a hand-over message from node " +
+                     std::to_string(from))
+                .empty();
+  }));
+  ExpectAll(keys, 2 * 10);
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
