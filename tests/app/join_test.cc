@@ -205,6 +205,39 @@ TEST_P(JoinTest, AServerJoinsWhileWorkersPushAndTakesItsShare) {
   EXPECT_EQ(cluster_->worker(0)->node()->server_ids().size(), 3u);
 }
 
+// Under spread placement (a key's ring position is Fmix64(key)) the moved
+// keys are scattered over the key values: small integer keys end exact too.
+TEST_P(JoinTest, AServerJoinsUnderSpreadPlacement) {
+  const int replicas = GetParam();
+  cluster_ = std::make_unique<InProcCluster>(2, 2, [replicas](Options* o) {
+    o->replicas = replicas;
+    o->placement = Placement::kSpread;
+  });
+  cluster_->Start();
+  for (int i = 0; i < 2; ++i) {
+    servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
+    workers_.push_back(std::make_unique<TestWorker>(0, 0, cluster_->worker(i)));
+  }
+  std::vector<Key> keys(3000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  PushOnes(keys, 20, 5, [&] { newcomer = Join(/*join=*/true); });
+  ASSERT_NE(newcomer, nullptr);
+  ExpectAll(keys, 2 * 20);
+  auto ring = newcomer->node()->key_ring();
+  EXPECT_EQ(ring->placement(), Placement::kSpread);
+  // About a third of the keys are the newcomer's, and it serves them.
+  size_t mine = 0;
+  for (Key k : keys) mine += ring->Owner(k) == newcomer->node()->my_id();
+  EXPECT_GT(mine, keys.size() / 4);
+  EXPECT_LT(mine, keys.size() / 2);
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  const int before = servers_.back()->own();
+  PushOnes(keys, 1, 0, nullptr);
+  EXPECT_EQ(servers_.back()->own(), before + 2);
+}
+
 // After a failover leaves a server slot vacant, a server started later with
 // the usual settings (no EMBER_JOIN) takes it: the cluster runs on 2
 // servers again, with copies, and no push is lost.
