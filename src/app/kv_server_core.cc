@@ -49,9 +49,28 @@ class KVServerCore::Impl {
     app_->set_watch_handler([this](int64_t ms) { LogLongWaits(ms); });
     app_->set_failover_handler(
         [this](int dead, const Status&) { OnFailover(dead); });
+    app_->set_ring_handler([this] { OnRingChanged(); });
     app_->node()->AddStateApp(app_->app_id());
-    MutexLock lock(&mu_);
-    synced_ring_ = app_->node()->key_ring();
+    std::shared_ptr<const KeyRing> joined = app_->node()->joined_ring();
+    const int me = app_->node()->my_id();
+    bool handed_over = false;
+    {
+      MutexLock lock(&mu_);
+      synced_ring_ = app_->node()->key_ring();
+      handover_ring_ = synced_ring_;
+      if (joined) {
+        // A server that joined the running cluster: its ranges' state comes
+        // from every other server of the ring it joined under; its copies
+        // are made once that has arrived.
+        synced_ring_ = nullptr;
+        for (int id : joined->server_ids()) {
+          if (id != me) awaiting_.insert(id);
+        }
+        handed_over = awaiting_.empty();
+        holding_.store(!handed_over, std::memory_order_relaxed);
+      }
+    }
+    if (handed_over) app_->node()->HandoverDone(app_->app_id());
   }
   ~Impl() {
     app_->node()->RemoveStateApp(app_->app_id());
@@ -60,6 +79,7 @@ class KVServerCore::Impl {
     app_->set_peer_failure_handler(nullptr);
     app_->set_watch_handler(nullptr);
     app_->set_failover_handler(nullptr);
+    app_->set_ring_handler(nullptr);
     MutexLock lock(&mu_);
     if (controller_ && (config_.mode != ConsistencyConfig::Mode::kAsp ||
                         app_->node()->options().verbose > 0)) {
@@ -311,6 +331,17 @@ class KVServerCore::Impl {
     }
     if (msg.meta.state_copy != 0) {
       LoadCopy(msg);
+      return;
+    }
+    if (holding_.load(std::memory_order_relaxed) && msg.meta.replica_of == 0 &&
+        !msg.meta.clock_tick) {
+      // A server that joined: its own requests wait for its ranges' state.
+      // (Only the customer thread reads or writes holding_.)
+      Message held;  // Shares msg's frames.
+      held.meta = msg.meta;
+      held.data = msg.data;
+      MutexLock lock(&mu_);
+      held_.push_back(std::move(held));
       return;
     }
     if (msg.meta.clock_tick) {
@@ -676,7 +707,9 @@ class KVServerCore::Impl {
         it = it->second.target == dead ? copies_.erase(it) : std::next(it);
       }
     }
-    RestoreCopies();
+    HandOverForDead(dead);
+    // A server that joined copies its data once it has it all.
+    if (!holding_.load(std::memory_order_relaxed)) RestoreCopies();
   }
 
   // --- Restoring copies (docs/replication.md, "Restoring copies").
@@ -700,6 +733,7 @@ class KVServerCore::Impl {
     uint64_t epoch = 0;
     size_t outstanding = 0;  // chunks yet to be acknowledged
     Status status;
+    bool handover = false;  // a hand-over to a server that joined
   };
 
   // On the customer thread, after the ring changed.
@@ -966,15 +1000,20 @@ class KVServerCore::Impl {
     return true;
   }
 
-  // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries.
-  Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame) {
+  // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries, 3
+  // pending pushes (bsp), 4 the end of a hand-over (no frame), 5 a chunk of
+  // a hand-over.
+  // `whose`: the server whose state it is (0: this one's); a hand-over an
+  // heir makes for a dead server names it.
+  Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame,
+                   int whose = 0) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
     m.meta.state_copy = kind;
-    m.meta.replica_of = app_->node()->my_id();
+    m.meta.replica_of = whose != 0 ? whose : app_->node()->my_id();
     m.meta.value_bytes = static_cast<int>(value_bytes_);
-    m.AddData(frame);
+    if (kind != 4) m.AddData(frame);  // The end of a hand-over has none.
     return app_->node()->Send(std::move(m));
   }
 
@@ -982,9 +1021,31 @@ class KVServerCore::Impl {
   void LoadCopy(const Message& msg) {
     Status s;
     StateHooks hooks;
+    // A hand-over (its chunks, 5, and its end, 4) is taken only while this
+    // server awaits it: a copy the network delivers late, after the end,
+    // would replace what later pushes made of those keys. One an heir
+    // makes for a dead former owner names it (HandOverForDead).
+    const int whose =
+        msg.meta.replica_of != 0 ? msg.meta.replica_of : msg.meta.sender;
+    bool ignore = false;
     {
       MutexLock lock(&mu_);
       hooks = hooks_;
+      ignore = (msg.meta.state_copy == 4 || msg.meta.state_copy == 5) &&
+               !awaiting_.count(whose);
+    }
+    if (ignore) {
+      uint64_t left_out = 0;
+      if (reject_log_.Allow("handover " + std::to_string(msg.meta.sender),
+                            Clock::Real()->NowMs(), &left_out)) {
+        LOG(WARNING) << "server app " << app_->app_id()
+                     << ": ignoring a hand-over message from node "
+                     << msg.meta.sender << " (of the keys of node " << whose
+                     << "): this server awaits none from it"
+                     << LogLimiter::Since(left_out);
+      }
+      SendAck(msg.meta, Status::OK());
+      return;
     }
     std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
     if (!ring || ring->IndexOf(msg.meta.sender) < 0) {
@@ -993,12 +1054,17 @@ class KVServerCore::Impl {
                                   ", which is not a server on the ring");
     } else if (msg.meta.state_copy == 3 && msg.data.size() == 1) {
       s = LoadPending(msg.meta.sender, msg.data[0]);
+    } else if (msg.meta.state_copy == 4) {
+      if (!msg.data.empty()) {
+        s = Status::Corruption("the end of a hand-over with " +
+                               std::to_string(msg.data.size()) + " frames");
+      }
     } else if (msg.meta.state_copy == 2 && msg.data.empty()) {
       // No dedup entries (an empty frame may not travel).
     } else if (msg.data.size() != 1) {
       s = Status::Corruption("a state copy of " +
                              std::to_string(msg.data.size()) + " frames");
-    } else if (msg.meta.state_copy == 1) {
+    } else if (msg.meta.state_copy == 1 || msg.meta.state_copy == 5) {
       if (!hooks.load) {
         s = Status::Unavailable(
             "this server's request handle has no state handle "
@@ -1031,6 +1097,166 @@ class KVServerCore::Impl {
       }
     }
     SendAck(msg.meta, s);
+    if (s.ok() && msg.meta.state_copy == 4) OnHandoverEnd(whose);
+  }
+
+  // --- Joining (docs/replication.md, "Joining").
+  //
+  // When a ring adds servers, every server that owned a range that moved
+  // to a newcomer sends it the state of those keys (chunks, state_copy 5)
+  // and then the end of its hand-over (state_copy 4); every other server
+  // sends the end alone. It reads that state on its app thread when it
+  // hears of the ring: a request sliced by the older ring for keys that
+  // moved has been refused since the node switched (CheckOwned), so the
+  // state holds every push applied here to those keys and nothing follows
+  // it. The newcomer holds its own requests until every server of the ring
+  // it joined under has ended its hand-over, then makes its copies
+  // (RestoreCopies) and serves what it held, in order.
+
+  // On the customer thread: the node's ring changed.
+  void OnRingChanged() {
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    const int me = app_->node()->my_id();
+    std::shared_ptr<const KeyRing> prev;
+    bool waiting = false;
+    {
+      MutexLock lock(&mu_);
+      prev = handover_ring_;
+      handover_ring_ = ring;
+      waiting = !awaiting_.empty();
+    }
+    if (!prev || !ring || prev == ring) return;
+    std::vector<int> newcomers;
+    for (int id : ring->server_ids()) {
+      if (prev->IndexOf(id) < 0) newcomers.push_back(id);
+    }
+    // A failover adds nobody: OnFailover restores the copies.
+    if (newcomers.empty()) return;
+    {
+      MutexLock lock(&mu_);
+      join_prev_ring_ = prev;
+      join_ring_ = ring;
+    }
+    if (prev->IndexOf(me) >= 0) {
+      for (int n : newcomers) {
+        if (n != me) HandOver(*prev, *ring, n);
+      }
+    }
+    if (!waiting) RestoreCopies();
+  }
+
+  // Sends newcomer `to` the state of the keys server `whose` (0: this one)
+  // owned under `prev` that `to` owns under `ring`, then the end of the
+  // hand-over.
+  void HandOver(const KeyRing& prev, const KeyRing& ring, int to,
+                int whose = 0) {
+    const int me = whose != 0 ? whose : app_->node()->my_id();
+    const std::string app = "server app " + std::to_string(app_->app_id());
+    StateHooks hooks;
+    bool bsp = false;
+    {
+      MutexLock lock(&mu_);
+      hooks = hooks_;
+      bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
+    }
+    if (bsp) {
+      LOG(ERROR) << app << ": a server joins under bsp, which a hand-over "
+                 << "does not support yet (pending pushes do not move): "
+                 << "rounds of the moved keys may be applied in part";
+    }
+    std::vector<std::string> chunks;
+    auto moved = [&prev, &ring, me, to](Key k) {
+      return prev.Owner(k) == me && ring.Owner(k) == to;
+    };
+    if (!hooks.dump) {
+      LOG(ERROR) << app << ": its request handle has no state handle "
+                 << "(KVServer::set_state_handle), so the state of the keys "
+                 << "that moved to node " << to << " cannot move with them: "
+                 << "node " << to << " starts them empty";
+    } else {
+      Status s = hooks.dump(moved, kCopyChunkBytes, &chunks);
+      if (!s.ok()) {
+        LOG(ERROR) << app << ": cannot read the state of the keys that moved "
+                   << "to node " << to << ": " << s;
+        chunks.clear();
+      }
+    }
+    int64_t ts = 0;
+    {
+      MutexLock lock(&mu_);
+      ts = NewLocalTsLocked();
+      Copy& c = copies_[ts];
+      c.target = to;
+      c.epoch = ring.epoch();
+      c.outstanding = chunks.size() + 1;
+      c.handover = true;
+    }
+    size_t bytes = 0;
+    Status st;
+    for (std::string& c : chunks) {
+      bytes += c.size();
+      if (st.ok()) st = SendState(to, ts, 5, Adopt(std::move(c)), whose);
+    }
+    if (st.ok()) st = SendState(to, ts, 4, SArray<char>(), whose);
+    if (!st.ok()) {
+      LOG(ERROR) << app << ": hand-over to node " << to << " failed: " << st;
+      MutexLock lock(&mu_);
+      copies_.erase(ts);
+      return;
+    }
+    LOG(INFO) << app << ": handing the keys that moved to node " << to
+              << " under ring epoch " << ring.epoch() << " over ("
+              << chunks.size() << " chunk(s), " << bytes << " bytes)"
+              << (whose != 0 ? " for dead node " + std::to_string(whose) +
+                                   ", from its copy here"
+                             : std::string());
+  }
+
+  // Server `dead` failed over. If it was a former owner of keys that moved
+  // to a server that joined, it may have died before handing them over:
+  // its heir (this server, if it took over the dead server's ranges) hands
+  // them over from its copy, which holds them as they were at the switch
+  // (the dead server applied no push to them after it). The newcomer takes
+  // it only if it still awaits the dead server's end (LoadCopy).
+  void HandOverForDead(int dead) {
+    std::shared_ptr<const KeyRing> prev, joined;
+    {
+      MutexLock lock(&mu_);
+      prev = join_prev_ring_;
+      joined = join_ring_;
+    }
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    const int me = app_->node()->my_id();
+    if (!prev || !joined || !ring || prev->IndexOf(dead) < 0 ||
+        joined->IndexOf(dead) < 0 || ring->IndexOf(me) < 0) {
+      return;
+    }
+    const std::vector<Range> ranges = joined->RangesOf(joined->IndexOf(dead));
+    if (ranges.empty()) return;
+    const int heir =
+        ring->server_ids()[ring->range_owner(ring->RangeAt(ranges[0].begin()))];
+    if (heir != me) return;
+    for (int n : joined->server_ids()) {
+      if (prev->IndexOf(n) >= 0 || n == dead || ring->IndexOf(n) < 0) continue;
+      HandOver(*prev, *joined, n, dead);
+    }
+  }
+
+  // Server `from` ended its hand-over to this server.
+  void OnHandoverEnd(int from) {
+    std::vector<Message> held;
+    {
+      MutexLock lock(&mu_);
+      if (!awaiting_.erase(from) || !awaiting_.empty()) return;
+      held.swap(held_);
+      holding_.store(false, std::memory_order_relaxed);
+    }
+    LOG(INFO) << "server app " << app_->app_id()
+              << ": every former owner has handed its keys over; serving "
+              << held.size() << " held request(s)";
+    app_->node()->HandoverDone(app_->app_id());
+    RestoreCopies();
+    for (Message& m : held) Process(m);
   }
 
   void OnStateAck(const Meta& meta) {
@@ -1049,6 +1275,16 @@ class KVServerCore::Impl {
       copies_.erase(it);
     }
     const std::string app = "server app " + std::to_string(app_->app_id());
+    if (done.handover) {
+      if (!done.status.ok()) {
+        LOG(ERROR) << app << ": node " << done.target
+                   << " refused the hand-over of its keys: " << done.status;
+      } else {
+        VLOG(1) << app << ": node " << done.target
+                << " has the state of the keys it took over";
+      }
+      return;
+    }
     if (!done.status.ok()) {
       LOG(ERROR) << app << ": node " << done.target
                  << " refused the copy of this server's data: " << done.status;
@@ -1115,6 +1351,17 @@ class KVServerCore::Impl {
   StateHooks hooks_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> synced_ring_ GUARDED_BY(mu_);
   std::map<int64_t, Copy> copies_ GUARDED_BY(mu_);
+  // Joining: the ring of the last ring change this app handled, the
+  // servers whose hand-over a newly joined server still awaits, and its
+  // requests held meanwhile.
+  std::shared_ptr<const KeyRing> handover_ring_ GUARDED_BY(mu_);
+  std::set<int> awaiting_ GUARDED_BY(mu_);
+  // The rings before and after the last join this app saw (a former
+  // owner's heir hands over for it, HandOverForDead).
+  std::shared_ptr<const KeyRing> join_prev_ring_ GUARDED_BY(mu_);
+  std::shared_ptr<const KeyRing> join_ring_ GUARDED_BY(mu_);
+  std::vector<Message> held_ GUARDED_BY(mu_);
+  std::atomic<bool> holding_{false};  // !awaiting_.empty(), without a lock
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
   int targets_me_ GUARDED_BY(mu_) = 0;
   std::vector<int> targets_ GUARDED_BY(mu_);

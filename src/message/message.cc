@@ -24,10 +24,10 @@ const char* RoleName(Role role) {
 }
 
 const char* ControlName(Control control) {
-  // In the order of the enum's values, 0 to 8.
-  static const char* const kNames[] = {"none",    "join",      "node_table",
-                                       "barrier", "heartbeat", "node_failed",
-                                       "abort",   "leave",     "replica_ready"};
+  // In the order of the enum's values, 0 to 9.
+  static const char* const kNames[] = {
+      "none",        "join",  "node_table", "barrier",       "heartbeat",
+      "node_failed", "abort", "leave",      "replica_ready", "handover_done"};
   return NameOf(control, kNames);
 }
 
@@ -163,6 +163,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (!meta.process_key.empty()) c->set_process_key(meta.process_key);
     if (!meta.run_key.empty()) c->set_run_key(meta.run_key);
     if (!meta.cluster_token.empty()) c->set_cluster_token(meta.cluster_token);
+    if (meta.join_running) c->set_join_running(true);
     c->set_holder(meta.holder);
     c->set_holder_epoch(meta.holder_epoch);
     if (meta.ring.epoch != 0) {
@@ -195,7 +196,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
       meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
-      meta->state_copy > 3) {
+      meta->state_copy > 5) {
     return Status::Corruption(
         "message header with a negative replication "
         "field");
@@ -205,10 +206,11 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->process_key.clear();
   meta->run_key.clear();
   meta->cluster_token.clear();
+  meta->join_running = false;
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
-        c.cmd() > static_cast<int>(Control::kReplicaReady)) {
+        c.cmd() > static_cast<int>(Control::kHandoverDone)) {
       return Status::Corruption("unknown control command " +
                                 std::to_string(c.cmd()));
     }
@@ -224,6 +226,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->process_key = c.process_key();
     meta->run_key = c.run_key();
     meta->cluster_token = c.cluster_token();
+    meta->join_running = c.join_running();
     meta->holder = c.holder();
     meta->holder_epoch = c.holder_epoch();
     meta->ring.epoch = c.ring().epoch();

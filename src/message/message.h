@@ -33,6 +33,9 @@ enum class Control : int {
   kLeave = 7,       // node -> scheduler: orderly exit after Finalize
   // server -> scheduler: `holder` now holds a whole copy of my data
   kReplicaReady = 8,
+  // server -> scheduler: a server that joined a running cluster has
+  // received the state of its ranges from their former owners
+  kHandoverDone = 9,
 };
 
 const char* ControlName(Control control);
@@ -133,6 +136,8 @@ struct Meta {
   std::string process_key;    // kJoin: the joining process's key
   std::string run_key;        // kNodeTable: the run's key
   std::string cluster_token;  // kJoin: EMBER_CLUSTER_TOKEN
+  // kJoin: the node asks to join a cluster that has formed (EMBER_JOIN=1).
+  bool join_running = false;
   // kReplicaReady: who holds a whole copy of the sender's data, as of
   // which ring epoch.
   int holder = kEmpty;

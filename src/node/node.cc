@@ -92,6 +92,9 @@ bool HandOverToScheduler(Scheduler* scheduler, const Message& msg) {
     case Control::kReplicaReady:
       scheduler->HandleReplicaReady(msg);
       return true;
+    case Control::kHandoverDone:
+      scheduler->HandleHandoverDone(msg);
+      return true;
     default:
       return false;
   }
@@ -159,6 +162,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
     join.meta.request = true;
     join.meta.cluster_token = options_.cluster_token;
     join.meta.process_key = process_key_;
+    join.meta.join_running = options_.join;
     NodeInfo me;
     me.role = options_.role;
     me.host = my_host_;
@@ -201,6 +205,9 @@ Status Node::Start(int customer_id, bool do_barrier) {
           "DMLC_NUM_WORKER match on every node?)");
     }
   }
+  // A server that joined a running cluster meets no start barrier: the
+  // others passed theirs long ago.
+  if (joined_ring_) do_barrier = false;
   lock.Unlock();
   StartThreads();
   if (do_barrier) {
@@ -632,28 +639,26 @@ bool Node::IsLocalLocked(int id) const {
 }
 
 void Node::AddCustomer(Customer* customer) {
-  std::vector<Message> early;
-  {
-    MutexLock lock(&mu_);
-    auto key = std::make_pair(customer->app_id(), customer->customer_id());
-    CHECK(customers_.count(key) == 0) << "customer (" << key.first << ", "
-                                      << key.second << ") registered twice";
-    customers_[key] = customer;
-    auto it = early_.find(customer->app_id());
-    if (it != early_.end()) {
-      auto& backlog = it->second;
-      for (auto m = backlog.begin(); m != backlog.end();) {
-        if (FindCustomerLocked(m->second.meta) == customer) {
-          early.push_back(std::move(m->second));
-          m = backlog.erase(m);
-        } else {
-          ++m;
-        }
-      }
-      if (backlog.empty()) early_.erase(it);
+  MutexLock lock(&mu_);
+  auto key = std::make_pair(customer->app_id(), customer->customer_id());
+  CHECK(customers_.count(key) == 0) << "customer (" << key.first << ", "
+                                    << key.second << ") registered twice";
+  customers_[key] = customer;
+  auto it = early_.find(customer->app_id());
+  if (it == early_.end()) return;
+  // Queued under mu_ (Accept never blocks): a message that arrives now is
+  // dispatched after them, in the order it was sent (a copy's state before
+  // its end, docs/replication.md).
+  auto& backlog = it->second;
+  for (auto m = backlog.begin(); m != backlog.end();) {
+    if (FindCustomerLocked(m->second.meta) == customer) {
+      customer->Accept(std::move(m->second));
+      m = backlog.erase(m);
+    } else {
+      ++m;
     }
   }
-  for (Message& m : early) customer->Accept(std::move(m));
+  if (backlog.empty()) early_.erase(it);
 }
 
 void Node::ReleaseCustomers() {
@@ -686,6 +691,7 @@ void Node::OnMessage(Message&& msg, bool from_van) {
     case Control::kJoin:
     case Control::kLeave:
     case Control::kReplicaReady:
+    case Control::kHandoverDone:
       break;  // For the scheduler only.
     case Control::kNodeTable:
       if (options_.role != Role::kScheduler) {
@@ -866,7 +872,10 @@ void Node::HandleNodeTable(const Message& msg) {
   std::vector<Message> held;
   {
     MutexLock lock(&mu_);
-    if (table_ready_) return;  // One per logical node of this process.
+    if (table_ready_) {
+      HandleLaterNodeTableLocked(msg);
+      return;
+    }
     if (msg.meta.run_key.size() != kSecretBytes) {
       counters_.dropped_bad_control++;
       LOG(ERROR) << "dropping a node table without a valid run key";
@@ -883,6 +892,15 @@ void Node::HandleNodeTable(const Message& msg) {
     run_key_ = msg.meta.run_key;
     run_auth_ = ToKey128(run_key_);
     ApplyNodeTableLocked(msg);
+    if (ring_->epoch() > 1 && options_.role == Role::kServer &&
+        !logical_.empty() && ring_->IndexOf(logical_.begin()->second) >= 0) {
+      // Formation publishes epoch 1: this server joined a running cluster,
+      // and its ranges' state comes from their former owners.
+      joined_ring_ = ring_;
+      LOG(INFO) << "joined a running cluster as "
+                << DescribeLocked(logical_.begin()->second) << "; "
+                << ring_->DebugString();
+    }
     held.swap(before_table_);
     before_table_bytes_ = 0;
   }
@@ -906,8 +924,63 @@ void Node::ApplyNodeTableLocked(const Message& msg) {
           << workers_.size() << " workers, my id " << logical_.begin()->second;
 }
 
+void Node::HandleLaterNodeTableLocked(const Message& msg) {
+  auto drop = [&](const std::string& why) REQUIRES(mu_) {
+    counters_.dropped_bad_control++;
+    std::string since;
+    if (LogAllowed("later node table", &since)) {
+      LOG(ERROR) << "dropping a later node table: " << why << since;
+    }
+  };
+  if (!SecretsEqual(msg.meta.run_key, run_key_)) {
+    return drop("its run key is not this run's");
+  }
+  auto ring = KeyRing::FromInfo(msg.meta.ring);
+  if (!ring.ok()) return drop("a bad key ring: " + ring.status().ToString());
+  // One per logical node of this process: the copies after the first are
+  // not newer.
+  if (!ring_ || ring->epoch() <= ring_->epoch()) return;
+  std::vector<const NodeInfo*> added;
+  std::set<int> listed;
+  for (const NodeInfo& n : msg.meta.nodes) {
+    listed.insert(n.id);
+    if (n.id == kSchedulerId || table_.count(n.id)) continue;
+    if (n.id < 8 || n.role == Role::kScheduler) {
+      return drop("it names node " + std::to_string(n.id) + " as a member");
+    }
+    added.push_back(&n);
+  }
+  for (int id : ring->server_ids()) {
+    const bool known =
+        table_.count(id) ? !dead_.count(id) && !left_.count(id) : false;
+    if (!known && !listed.count(id)) {
+      return drop("its ring names node " + std::to_string(id) +
+                  ", which is not a live server");
+    }
+  }
+  if (added.empty()) return drop("it adds no node");
+  for (const NodeInfo* n : added) {
+    table_[n->id] = *n;
+    Status s = van_->Connect(n->id, n->host, n->port, n->local_endpoint);
+    if (!s.ok()) LOG(ERROR) << "cannot connect to " << n->DebugString();
+    LOG(INFO) << DescribeLocked(n->id) << " joined the running cluster";
+  }
+  servers_.clear();
+  for (int id : IdsOfRole(table_, Role::kServer)) {
+    if (!dead_.count(id) && !left_.count(id)) servers_.push_back(id);
+  }
+  workers_ = IdsOfRole(table_, Role::kWorker);
+  LOG(INFO) << "switching to ring " << ring->DebugString();
+  SetRingLocked(std::make_shared<const KeyRing>(std::move(ring.value())));
+}
+
 void Node::TableReadyLocked() {
-  servers_ = IdsOfRole(table_, Role::kServer);
+  servers_.clear();
+  // The scheduler's own table keeps the dead (OnMembership after a
+  // failover): they are no servers of the ring any more.
+  for (int id : IdsOfRole(table_, Role::kServer)) {
+    if (!dead_.count(id)) servers_.push_back(id);
+  }
   workers_ = IdsOfRole(table_, Role::kWorker);
   table_ready_ = true;
   cv_.notify_all();
@@ -1120,6 +1193,28 @@ void Node::StateCopied(int app_id, int holder, uint64_t epoch) {
   ready.meta.holder = holder;
   ready.meta.holder_epoch = epoch;
   SendLocked(std::move(ready));
+}
+
+std::shared_ptr<const KeyRing> Node::joined_ring() const {
+  MutexLock lock(&mu_);
+  return joined_ring_;
+}
+
+void Node::HandoverDone(int app_id) {
+  MutexLock lock(&mu_);
+  if (!joined_ring_ || handover_reported_ || logical_.empty()) return;
+  handed_over_.insert(app_id);
+  if (!std::includes(handed_over_.begin(), handed_over_.end(),
+                     state_apps_.begin(), state_apps_.end())) {
+    return;
+  }
+  handover_reported_ = true;
+  Message done;
+  done.meta.control = Control::kHandoverDone;
+  done.meta.request = true;
+  done.meta.sender = logical_.begin()->second;
+  done.meta.recipient = kSchedulerId;
+  SendLocked(std::move(done));
 }
 
 int Node::my_id(int customer_id) const {

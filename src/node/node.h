@@ -123,9 +123,9 @@ class Node final : private SchedulerHost {
   int ring_replicas() const {
     return ring_replicas_.load(std::memory_order_acquire);
   }
-  // Test seam: elastic membership, which will move ranges between live
-  // servers, is not built, and the only ring changes a running node hears
-  // of are failovers. This installs `ring` (a later epoch than the
+  // Test seam: the ring changes a running node hears of are failovers and
+  // joins (a later node table); tests of other rings that move ranges
+  // between live servers use this. It installs `ring` (a later epoch than the
   // current ring's, over servers this node knows) as if the scheduler had
   // published it: the node routes by it from then on and every customer
   // hears of it (Customer::OnRingChanged). kInvalidArgument otherwise.
@@ -158,6 +158,17 @@ class Node final : private SchedulerHost {
   void AddStateApp(int app_id);
   void RemoveStateApp(int app_id);
   void StateCopied(int app_id, int holder, uint64_t epoch);
+
+  // --- Joining (docs/replication.md, "Joining"). A server that joined a
+  // cluster that had formed (its first node table's ring has an epoch
+  // above the first and names it): that ring, under which the former
+  // owners of its ranges hand their state over to it; null for a node that
+  // formed the cluster. Its server apps hold requests until each former
+  // owner has handed over (KVServerCore), then call HandoverDone; once
+  // every registered state app has, the scheduler is told
+  // (kHandoverDone).
+  std::shared_ptr<const KeyRing> joined_ring() const EXCLUDES(mu_);
+  void HandoverDone(int app_id) EXCLUDES(mu_);
 
   // Data messages held for apps this node has not created (yet).
   size_t held_messages() const;
@@ -206,6 +217,10 @@ class Node final : private SchedulerHost {
   Customer* FindCustomerLocked(const Meta& meta) const REQUIRES(mu_);
   void SweepEarlyMessages();
   void HandleNodeTable(const Message& msg);
+  // A node table after the first (a server joined): validated, then the
+  // new nodes are added and the ring switches (docs/replication.md,
+  // "Joining").
+  void HandleLaterNodeTableLocked(const Message& msg) REQUIRES(mu_);
   void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
   // The table's ids by role, and the table is ready.
   void TableReadyLocked() REQUIRES(mu_);
@@ -291,6 +306,11 @@ class Node final : private SchedulerHost {
   std::set<int> state_apps_ GUARDED_BY(mu_);
   std::map<std::pair<int, uint64_t>, std::set<int>> state_copied_
       GUARDED_BY(mu_);
+  // Joining: the ring this server joined under (joined_ring()), and the
+  // state apps that have received their hand-over.
+  std::shared_ptr<const KeyRing> joined_ring_ GUARDED_BY(mu_);
+  std::set<int> handed_over_ GUARDED_BY(mu_);
+  bool handover_reported_ GUARDED_BY(mu_) = false;
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_
       GUARDED_BY(mu_);  // by customer id

@@ -354,6 +354,11 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(ReadInt("PS_VERBOSE", nullptr, 0, 3, &o.verbose));
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_RANK_HINT", nullptr, -1, 1 << 20, &o.rank_hint));
+  {
+    int join = 0;
+    PS_RETURN_IF_ERROR(ReadInt("EMBER_JOIN", nullptr, 0, 1, &join));
+    o.join = join != 0;
+  }
   PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_INTERVAL_MS",
                              "ember_heartbeat_interval_ms", 0, 600000,
                              &o.heartbeat_interval_ms));

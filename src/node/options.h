@@ -54,6 +54,12 @@ struct Options {
   // rank when every node of that role supplied a distinct one.
   int rank_hint = -1;  // EMBER_RANK_HINT
 
+  // A server that joins a cluster that has formed already (EMBER_JOIN=1;
+  // docs/replication.md, "Joining"): it takes a share of the key ranges.
+  // A server that joins while a server slot is vacant (after a failover)
+  // is admitted without it.
+  bool join = false;
+
   // Failure detection. Interval 0 disables heartbeats (unit tests drive
   // CheckLiveness() by hand instead).
   int heartbeat_interval_ms = 500;  // EMBER_HEARTBEAT_INTERVAL_MS

@@ -175,8 +175,21 @@ void Scheduler::HandleJoin(const Message& msg) {
     }
   }
   if (formed_) {
+    int live_servers = static_cast<int>(servers_.size());
+    if (node.role == Role::kServer &&
+        (msg.meta.join_running || live_servers < options_.num_servers)) {
+      AdmitServerLocked(node, key);
+      return;
+    }
     LOG(WARNING) << "rejecting late " << node.DebugString()
                  << ": the cluster has already formed";
+    if (msg.meta.join_running) {
+      RejectLocked(node, key,
+                   "only a server can join a cluster that has formed "
+                   "(EMBER_JOIN=1 is set on this " +
+                       std::string(RoleName(node.role)) + ")");
+      return;
+    }
     RejectLocked(node, key,
                  "the cluster has already formed with " +
                      std::to_string(options_.num_servers) + " servers and " +
@@ -289,6 +302,80 @@ void Scheduler::FormLocked() {
   cv_.notify_all();
 }
 
+void Scheduler::AdmitServerLocked(const NodeInfo& node,
+                                  const std::string& key) {
+  auto refuse = [&](const std::string& why) REQUIRES(mu_) {
+    LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
+                 << why;
+    RejectLocked(node, key, why);
+  };
+  if (joining_ >= 0) {
+    return refuse("a membership change is under way (" +
+                  DescribeLocked(joining_) +
+                  " is receiving the state of its ranges); start this server "
+                  "again once it has joined");
+  }
+  if (!ring_ ||
+      ring_->num_servers() >= static_cast<int>(KeyRing::kMaxServers)) {
+    return refuse("the key ring cannot take another server");
+  }
+  for (const auto& n : table_) {
+    if (n.second.address() == node.address() && !dead_.count(n.first) &&
+        !left_.count(n.first)) {
+      return refuse("a live member (" + DescribeLocked(n.first) +
+                    ") has that address");
+    }
+  }
+  // A rank and an id never used in this run: members keep the ids of the
+  // dead, and a message from or about a dead id must never reach the
+  // newcomer.
+  int rank = 0;
+  for (const auto& n : table_) {
+    if (n.second.role == Role::kServer)
+      rank = std::max(rank, n.second.rank + 1);
+  }
+  NodeInfo n = node;
+  n.rank = rank;
+  n.id = ServerRankToNodeId(rank);
+  if (table_.count(n.id)) return refuse("no free server id");
+  auto next = ring_->AddServer(n.id, ring_->epoch() + 1);
+  if (!next.ok()) {
+    return refuse("cannot give it a share of the ranges: " +
+                  next.status().ToString());
+  }
+  next->set_replicas(options_.replicas);
+  Status s = van_->Connect(n.id, n.host, n.port, n.local_endpoint);
+  if (!s.ok()) return refuse("cannot connect to it: " + s.ToString());
+  table_[n.id] = n;
+  member_keys_[n.id] = ToKey128(key);
+  joins_.push_back(n);
+  join_keys_[n.address()] = key;
+  suspects_.erase(n.address());
+  last_beat_ms_[n.address()] = clock_->NowMs();
+  // A holder keeps counting only while it still receives the copies of
+  // that server's pushes (it is still one of its targets); the newcomer
+  // holds nothing yet (its own data included, until the hand-over).
+  for (auto& entry : holders_) {
+    const std::vector<int> targets = next->ReplicaTargets(entry.first);
+    auto& v = entry.second;
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [&targets](int h) {
+                             return std::find(targets.begin(), targets.end(),
+                                              h) == targets.end();
+                           }),
+            v.end());
+  }
+  holders_[n.id] = {};
+  servers_.push_back(n.id);
+  ring_ = std::make_shared<const KeyRing>(std::move(next.value()));
+  joining_ = n.id;
+  LOG(WARNING) << DescribeLocked(n.id)
+               << " joins the running cluster; its ranges move to it from "
+                  "their owners under "
+               << ring_->DebugString();
+  PublishLocked();
+}
+
 void Scheduler::PublishLocked() {
   Membership membership;
   membership.nodes = table_;
@@ -304,7 +391,11 @@ void Scheduler::PublishLocked() {
     m.meta.control = Control::kNodeTable;
     m.meta.sender = kSchedulerNodeId;
     m.meta.recipient = to;
-    for (const auto& e : table_) m.meta.nodes.push_back(e.second);
+    for (const auto& e : table_) {
+      if (!dead_.count(e.first) && !left_.count(e.first)) {
+        m.meta.nodes.push_back(e.second);
+      }
+    }
     m.meta.ring = info;
     m.meta.run_key = run_key_;
     SendLocked(std::move(m));
@@ -460,6 +551,19 @@ void Scheduler::HandleReplicaReady(const Message& msg) {
             << " (" << held.size() << " of " << ring_->replicas() << " copies)";
 }
 
+void Scheduler::HandleHandoverDone(const Message& msg) {
+  MutexLock lock(&mu_);
+  if (msg.meta.sender != joining_ || joining_ < 0) {
+    counters_->dropped_bad_control++;
+    return;
+  }
+  joining_ = -1;
+  LOG(INFO) << DescribeLocked(msg.meta.sender)
+            << " has joined: it holds the state of its ranges and serves "
+               "them; "
+            << ring_->DebugString();
+}
+
 void Scheduler::HandleLeave(const Message& msg) {
   MutexLock lock(&mu_);
   auto it = table_.find(msg.meta.sender);
@@ -570,7 +674,14 @@ void Scheduler::DeclareDeadLocked(const std::string& address,
       victims.push_back(n.first);
     }
   }
-  for (int id : victims) dead_.insert(id);
+  for (int id : victims) {
+    dead_.insert(id);
+    if (id == joining_) {
+      LOG(ERROR) << DescribeLocked(id)
+                 << " died before it had received the state of its ranges";
+      joining_ = -1;
+    }
+  }
   // Servers whose data another holds fail over, unless some victim's data
   // is lost: then the run ends as without replicas.
   std::map<int, int> heirs;

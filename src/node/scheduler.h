@@ -132,6 +132,9 @@ class Scheduler {
   // A server made a whole copy of its data on msg.meta.holder under ring
   // epoch msg.meta.holder_epoch: the holder counts again (holders_).
   void HandleReplicaReady(const Message& msg) EXCLUDES(mu_);
+  // A server that joined the running cluster has received the state of its
+  // ranges: the join is over, and another may begin.
+  void HandleHandoverDone(const Message& msg) EXCLUDES(mu_);
 
   // Declares dead every process that has not beaten for
   // EMBER_HEARTBEAT_TIMEOUT_MS, and every process whose connection closed
@@ -168,8 +171,15 @@ class Scheduler {
   // PublishLocked.
   void FormLocked() REQUIRES(mu_);
   // Publishes the current membership (table_, ring_): to the host, then
-  // to every member that is neither dead nor gone.
+  // to every member that is neither dead nor gone (the table it is sent
+  // lists the live nodes).
   void PublishLocked() REQUIRES(mu_);
+  // A server's join after the cluster formed (docs/replication.md,
+  // "Joining"): admitted with the next server rank unless another join is
+  // under way; it takes its share of the ranges (KeyRing::AddServer) under
+  // the next ring epoch, which PublishLocked sends every member.
+  void AdmitServerLocked(const NodeInfo& node, const std::string& key)
+      REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.
   void RejectLocked(const NodeInfo& node, const std::string& key,
@@ -248,6 +258,9 @@ class Scheduler {
   // Server id -> the servers that hold a whole copy of its data, in the
   // order failover prefers them (docs/replication.md).
   std::map<int, std::vector<int>> holders_ GUARDED_BY(mu_);
+  // The server that joined last and has not yet reported its hand-over
+  // done (HandleHandoverDone), or -1. A join meanwhile is refused.
+  int joining_ GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace ps

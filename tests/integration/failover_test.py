@@ -14,6 +14,14 @@ Modes:
   lost     kill two servers that hold the same data at once: every survivor
            must exit non-zero within --limit seconds and the scheduler must
            name the lost data; never a wrong answer.
+  join     kill nothing: start one more server with EMBER_JOIN=1 while the
+           workers push (docs/replication.md, "Joining"); every process,
+           the newcomer included, must exit 0 with exact sums, and the
+           figures are reported: the hand-over (the scheduler's admission ->
+           its "has joined") and the longest stall a worker saw.
+  replace  kill one server, wait for the failover, then start a replacement
+           with the usual settings (no EMBER_JOIN: it takes the vacant
+           slot); as survive, and the replacement must exit 0 too.
 
 The cluster is started by hand, not through ember-launch, because the
 launcher ends the job as soon as one process dies. Every process's log is
@@ -37,7 +45,9 @@ def parse_args(argv):
     p = argparse.ArgumentParser()
     p.add_argument("program")
     p.add_argument("scheduler")
-    p.add_argument("--mode", choices=("survive", "twice", "lost"), default="survive")
+    p.add_argument("--mode",
+                   choices=("survive", "twice", "lost", "join", "replace"),
+                   default="survive")
     p.add_argument("--servers", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--iterations", type=int, default=3000)
@@ -119,6 +129,16 @@ class Cluster:
                            self.env(role, {"DMLC_PS_ROOT_PORT": port,
                                            "EMBER_RANK_HINT": str(i)}))
 
+    def spawn_server(self, name, rank, extra):
+        """Starts one more server (after the cluster formed)."""
+        with open(os.path.join(self.dir, "port")) as f:
+            port = f.read().strip()
+        env = self.env("server", {"DMLC_PS_ROOT_PORT": port,
+                                  "EMBER_RANK_HINT": str(rank)})
+        env.update(extra)
+        self.spawn(name, [self.args.program] + self.program_args("server"),
+                   env)
+
     def log(self, name):
         with open(self.logs[name], errors="replace") as f:
             return f.read()
@@ -190,7 +210,62 @@ def first_line_time(text, needle):
     return None
 
 
+def run_join(args, cluster):
+    """--mode=join and --mode=replace."""
+    cluster.start()
+    cluster.wait_progress(args.iterations // 6, 60)
+    victims = []
+    if args.mode == "replace":
+        victim = "server-%d" % args.victim
+        os.kill(cluster.procs[victim].pid, signal.SIGKILL)
+        cluster.procs[victim].wait()
+        victims.append(victim)
+        print("failover_test: killed %s" % victim)
+        deadline = time.monotonic() + 30
+        while "takes over the data of" not in cluster.log("scheduler"):
+            if time.monotonic() > deadline:
+                raise Failure("no failover within 30 s")
+            time.sleep(0.02)
+        cluster.wait_progress(args.iterations // 3, 60)
+    extra = {"EMBER_JOIN": "1"} if args.mode == "join" else {}
+    newcomer = "server-%d" % args.servers
+    cluster.spawn_server(newcomer, args.servers, extra)
+    print("failover_test: started %s%s" % (
+        newcomer, " with EMBER_JOIN=1" if extra else ""))
+    survivors = [n for n in cluster.procs if n not in victims]
+    cluster.wait_all(survivors, args.limit)
+    sched = cluster.log("scheduler")
+    bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in survivors
+           if cluster.procs[n].returncode != 0]
+    if bad:
+        raise Failure("non-zero exits: %s" % ", ".join(bad))
+    if "sums exact" not in cluster.log("worker-0"):
+        raise Failure("worker 0 did not report exact sums")
+    admitted_ms = first_line_time(sched, "joins the running cluster")
+    joined_ms = first_line_time(sched, "has joined: it holds the state")
+    if admitted_ms is None or joined_ms is None:
+        raise Failure("the scheduler did not report the join")
+    if "handing the keys that moved to node" not in cluster.log(
+            "server-0"):
+        raise Failure("server 0 handed nothing over")
+    stalls = []
+    for w in range(args.workers):
+        m = re.search(r"max_stall_ms=([\d.]+) stall_end_unix_ms=(\d+)",
+                      cluster.log("worker-%d" % w))
+        if not m:
+            raise Failure("worker %d reported no stall figure" % w)
+        stalls.append((float(m.group(1)), int(m.group(2))))
+    worst, end_ms = max(stalls)
+    print("RESULT %s servers=%d workers=%d handover_ms=%.0f max_stall_ms=%.0f "
+          "stall_end_after_admission_ms=%.0f"
+          % (args.mode, args.servers, args.workers, joined_ms - admitted_ms,
+             worst, end_ms - admitted_ms))
+    print("failover_test: PASS: sums exact, every process exited 0")
+
+
 def run(args, cluster):
+    if args.mode in ("join", "replace"):
+        return run_join(args, cluster)
     cluster.start()
     cluster.wait_progress(args.iterations // 6, 60)
     victims = ["server-%d" % args.victim]

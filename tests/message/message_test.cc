@@ -104,6 +104,7 @@ void ExpectMetaEq(const Meta& a, const Meta& b) {
   EXPECT_EQ(a.ring.owners, b.ring.owners);
   EXPECT_EQ(a.failed_node, b.failed_node);
   EXPECT_EQ(a.reason, b.reason);
+  EXPECT_EQ(a.join_running, b.join_running);
 }
 
 // A data message with every data field set to a non-default value.
@@ -146,6 +147,7 @@ Meta FullControlMeta() {
   m.ring.owners = {2, 0, 1};
   m.failed_node = 10;
   m.reason = "heartbeat timeout";
+  m.join_running = true;
   return m;
 }
 
@@ -169,7 +171,7 @@ TEST(MessageCodecTest, RoundTripsEveryControlField) {
 
 TEST(MessageCodecTest, RoundTripsEveryControlCommand) {
   for (int c = static_cast<int>(Control::kJoin);
-       c <= static_cast<int>(Control::kLeave); ++c) {
+       c <= static_cast<int>(Control::kHandoverDone); ++c) {
     SCOPED_TRACE(ControlName(static_cast<Control>(c)));
     Meta in;
     in.control = static_cast<Control>(c);
@@ -295,7 +297,7 @@ TEST(MessageCodecTest, RejectsTruncatedHeader) {
 }
 
 TEST(MessageCodecTest, RejectsUnknownControlCommand) {
-  for (int cmd : {static_cast<int>(Control::kReplicaReady) + 1, 99, -1,
+  for (int cmd : {static_cast<int>(Control::kHandoverDone) + 1, 99, -1,
                   std::numeric_limits<int>::min()}) {
     Meta in;
     in.control = static_cast<Control>(cmd);
@@ -940,7 +942,8 @@ TEST(NamesTest, EveryRoleAndControlHasItsNameAndOthersAreUnknown) {
   EXPECT_STREQ(ControlName(Control::kAbort), "abort");
   EXPECT_STREQ(ControlName(Control::kLeave), "leave");
   EXPECT_STREQ(ControlName(Control::kReplicaReady), "replica_ready");
-  EXPECT_STREQ(ControlName(static_cast<Control>(9)), "unknown");
+  EXPECT_STREQ(ControlName(Control::kHandoverDone), "handover_done");
+  EXPECT_STREQ(ControlName(static_cast<Control>(10)), "unknown");
 }
 
 }  // namespace

@@ -51,6 +51,8 @@ class InProcCluster {
     base.heartbeat_timeout_ms = kTimeoutMs;
     base.start_timeout_ms = 30000;
     base.finalize_timeout_ms = 30000;
+    base_ = base;
+    tweak_ = tweak;
     auto make = [&](Options o) {
       if (tweak) tweak(&o);
       return Make(o);
@@ -77,6 +79,22 @@ class InProcCluster {
     workers_.clear();
     servers_.clear();
     scheduler_.reset();
+  }
+
+  // A server made after the cluster formed, with the cluster's options
+  // (the constructor's `tweak` applied), `join` as EMBER_JOIN and the next
+  // rank hint; `tweak`, if given, edits them last. Not started: the test
+  // starts it (Postoffice::StartStatus). It is one of all() from now on.
+  Postoffice* AddServer(bool join,
+                        const std::function<void(Options*)>& tweak = nullptr) {
+    Options o = base_;
+    o.role = Role::kServer;
+    o.rank_hint = static_cast<int>(servers_.size());
+    if (tweak_) tweak_(&o);
+    o.join = join;
+    if (tweak) tweak(&o);
+    servers_.push_back(Make(o));
+    return servers_.back().get();
   }
 
   // Starts every node (with the start barrier) and checks it worked.
@@ -153,6 +171,8 @@ class InProcCluster {
     }
   }
 
+  Options base_;
+  std::function<void(Options*)> tweak_;
   FakeClock clock_;
   InProcNetwork network_;  // Outlives the nodes (declared first).
   std::unique_ptr<Postoffice> scheduler_;

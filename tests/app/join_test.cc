@@ -1,0 +1,438 @@
+// Servers joining a running cluster over the in-process transport
+// (docs/replication.md, "Joining"): the scheduler admits the newcomer and
+// gives it a share of the key ranges under the next ring epoch; the former
+// owners hand the state of those keys over to it while workers push; no
+// push is lost or applied twice.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "message/message.h"
+#include "node/node.h"
+#include "partition/key_ring.h"
+#include "ps/ps.h"
+#include "testutil/inproc_cluster.h"
+#include "testutil/log_capture.h"
+
+namespace ps {
+namespace {
+
+// `n` keys spread evenly over the whole key space.
+std::vector<Key> SpreadKeys(size_t n) {
+  std::vector<Key> keys(n);
+  const Key step = kMaxKey / n;
+  for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
+  return keys;
+}
+
+// A summing server (KVServerDefaultHandle, whose state can be copied) that
+// counts the pushes its handle applied.
+class CountingServer {
+ public:
+  explicit CountingServer(Postoffice* po) : server_(0, po) {
+    // The state handle first: setting the request handle starts delivery,
+    // and a newcomer's first messages are the state of its keys.
+    server_.set_state_handle(
+        [this](const std::function<bool(Key)>& want, size_t max_bytes,
+               std::vector<std::string>* chunks) {
+          return default_.DumpState(want, max_bytes, chunks);
+        },
+        [this](const char* data, size_t size) {
+          return default_.LoadState(data, size);
+        });
+    server_.set_request_handle([this](const KVMeta& meta,
+                                      const KVPairs<float>& data,
+                                      KVServer<float>* s) {
+      if (meta.push && meta.replica_of == 0) own_.fetch_add(1);
+      default_(meta, data, s);
+    });
+  }
+  // Pushes applied as their keys' owner (not as a copy).
+  int own() const { return own_.load(); }
+  // The store's state of the keys `want` holds, as a copy sends it. Only
+  // while no request runs.
+  std::vector<std::string> Dump(const std::function<bool(Key)>& want) {
+    std::vector<std::string> chunks;
+    EXPECT_TRUE(default_.DumpState(want, 4 << 20, &chunks).ok());
+    return chunks;
+  }
+
+ private:
+  KVServerDefaultHandle<float> default_;
+  std::atomic<int> own_{0};
+  KVServer<float> server_;
+};
+
+class TestWorker : public KVWorker<float> {
+ public:
+  using KVWorker<float>::KVWorker;
+  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
+};
+
+class JoinTest : public ::testing::TestWithParam<int> {
+ protected:
+  void Form(int servers, int workers, int replicas) {
+    cluster_ = std::make_unique<InProcCluster>(
+        servers, workers, [replicas](Options* o) { o->replicas = replicas; });
+    cluster_->Start();
+    for (int i = 0; i < servers; ++i) {
+      servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
+    }
+    for (int w = 0; w < workers; ++w) {
+      workers_.push_back(
+          std::make_unique<TestWorker>(0, 0, cluster_->worker(w)));
+    }
+  }
+  void TearDown() override {
+    workers_.clear();
+    servers_.clear();
+    if (cluster_ && finalize_) cluster_->Finalize();
+    cluster_.reset();
+  }
+
+  // Starts a server that joins the running cluster (`join`: EMBER_JOIN=1)
+  // and creates its app; its Postoffice.
+  Postoffice* Join(bool join) {
+    Postoffice* po = cluster_->AddServer(join);
+    Status s = po->StartStatus(0, true);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return nullptr;
+    servers_.push_back(std::make_unique<CountingServer>(po));
+    return po;
+  }
+
+  // Every worker pushes 1 to every key `times` times, one request at a
+  // time; `during` runs (on this thread) once every worker has done
+  // `after` pushes, while they go on.
+  void PushOnes(const std::vector<Key>& keys, int times, int after,
+                const std::function<void()>& during) {
+    std::vector<float> ones(keys.size(), 1.0f);
+    std::vector<std::thread> threads;
+    std::atomic<int> ready{0};
+    std::atomic<bool> go_on{during == nullptr};
+    for (auto& w : workers_) {
+      TestWorker* kv = w.get();
+      threads.emplace_back([&, kv] {
+        for (int i = 0; i < times; ++i) {
+          if (i == after) ready.fetch_add(1);
+          Status s = kv->WaitBounded(kv->Push(keys, ones));
+          ASSERT_TRUE(s.ok()) << s;
+          // The last push waits for `during` to end, so that the pushes
+          // overlap all of it.
+          if (i + 2 == times) {
+            while (!go_on.load()) std::this_thread::yield();
+          }
+        }
+      });
+    }
+    if (during) {
+      ASSERT_TRUE(WaitUntil(
+          [&] { return ready.load() == static_cast<int>(workers_.size()); }));
+      during();
+      go_on.store(true);
+    }
+    for (auto& t : threads) t.join();
+  }
+  void ExpectAll(const std::vector<Key>& keys, float expected) {
+    std::vector<float> out;
+    Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(out.size(), keys.size());
+    size_t wrong = 0;
+    size_t first = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (out[i] != expected) {
+        ++wrong;
+        if (first == keys.size()) first = i;
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "keys off " << expected << ", e.g. key "
+                         << (wrong ? keys[first] : 0) << " = "
+                         << (wrong ? out[first] : 0);
+  }
+  // The most loaded server's share of the key space over the mean.
+  static double Balance(const KeyRing& ring) {
+    double most = 0;
+    for (int s = 0; s < ring.num_servers(); ++s) {
+      most = std::max(most, static_cast<double>(ring.Share(s)));
+    }
+    const double mean = 18446744073709551616.0 / ring.num_servers();
+    return most / mean;
+  }
+
+  std::unique_ptr<InProcCluster> cluster_;
+  std::vector<std::unique_ptr<CountingServer>> servers_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;
+  bool finalize_ = true;
+};
+
+// A third server joins 2 while 2 workers push 1 to keys spread over the
+// key space: it takes a third of the key space, the state of its keys
+// comes with them, and every key ends at exactly workers x pushes.
+TEST_P(JoinTest, AServerJoinsWhileWorkersPushAndTakesItsShare) {
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  PushOnes(keys, 30, 10, [&] { newcomer = Join(/*join=*/true); });
+  ASSERT_NE(newcomer, nullptr);
+  ExpectAll(keys, 2 * 30);
+  const int id = newcomer->node()->my_id();
+  auto ring = cluster_->worker(1)->node()->key_ring();
+  EXPECT_EQ(ring->epoch(), 2u);
+  ASSERT_EQ(ring->num_servers(), 3);
+  EXPECT_GE(ring->IndexOf(id), 0);
+  EXPECT_LE(Balance(*ring), 1.10);
+  // Every node has the ring (the scheduler's too).
+  for (Postoffice* po : cluster_->all()) {
+    EXPECT_EQ(po->node()->key_ring()->epoch(), 2u);
+  }
+  // The newcomer serves its keys: pushes after the join reach it as owner.
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("has joined: it holds the state of its ranges").empty();
+  }));
+  const int before = servers_.back()->own();
+  PushOnes(keys, 1, 0, nullptr);
+  EXPECT_EQ(servers_.back()->own(), before + 2);
+  ExpectAll(keys, 2 * 31);
+  EXPECT_EQ(cluster_->worker(0)->node()->server_ids().size(), 3u);
+}
+
+// Under spread placement (a key's ring position is Fmix64(key)) the moved
+// keys are scattered over the key values: small integer keys end exact too.
+TEST_P(JoinTest, AServerJoinsUnderSpreadPlacement) {
+  const int replicas = GetParam();
+  cluster_ = std::make_unique<InProcCluster>(2, 2, [replicas](Options* o) {
+    o->replicas = replicas;
+    o->placement = Placement::kSpread;
+  });
+  cluster_->Start();
+  for (int i = 0; i < 2; ++i) {
+    servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
+    workers_.push_back(std::make_unique<TestWorker>(0, 0, cluster_->worker(i)));
+  }
+  std::vector<Key> keys(3000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  PushOnes(keys, 20, 5, [&] { newcomer = Join(/*join=*/true); });
+  ASSERT_NE(newcomer, nullptr);
+  ExpectAll(keys, 2 * 20);
+  auto ring = newcomer->node()->key_ring();
+  EXPECT_EQ(ring->placement(), Placement::kSpread);
+  // About a third of the keys are the newcomer's, and it serves them.
+  size_t mine = 0;
+  for (Key k : keys) mine += ring->Owner(k) == newcomer->node()->my_id();
+  EXPECT_GT(mine, keys.size() / 4);
+  EXPECT_LT(mine, keys.size() / 2);
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  const int before = servers_.back()->own();
+  PushOnes(keys, 1, 0, nullptr);
+  EXPECT_EQ(servers_.back()->own(), before + 2);
+}
+
+// After a failover leaves a server slot vacant, a server started later with
+// the usual settings (no EMBER_JOIN) takes it: the cluster runs on 2
+// servers again, with copies, and no push is lost.
+TEST_P(JoinTest, AReplacementTakesAVacantSlotAfterAFailover) {
+  if (GetParam() == 0) GTEST_SKIP() << "a failover needs copies";
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 5, 0, nullptr);
+  cluster_->KillByHeartbeat(cluster_->server(1));
+  finalize_ = false;  // A member died: no final barrier.
+  for (int w = 0; w < 2; ++w) {
+    Node* node = cluster_->worker(w)->node();
+    ASSERT_TRUE(
+        WaitUntil([node] { return node->key_ring()->num_servers() == 1; }));
+  }
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  PushOnes(keys, 20, 5, [&] { newcomer = Join(/*join=*/false); });
+  ASSERT_NE(newcomer, nullptr);
+  ExpectAll(keys, 2 * 25);
+  auto ring = cluster_->worker(0)->node()->key_ring();
+  EXPECT_EQ(ring->epoch(), 3u);
+  ASSERT_EQ(ring->num_servers(), 2);
+  EXPECT_GE(ring->IndexOf(newcomer->node()->my_id()), 0);
+  EXPECT_LE(Balance(*ring), 1.10);
+  EXPECT_EQ(ring->replicas(), 1);
+  // Each server's data is whole on the other again.
+  ASSERT_TRUE(WaitUntil([&] {
+    return log.Find("copies restored").size() >= 2;
+  })) << "copies not restored";
+}
+
+// A former owner dies before handing its keys over (it never heard of the
+// join): with two copies its heir still holds those keys as they were, and
+// hands them over in its place; the newcomer's wait ends and no push is lost.
+TEST_P(JoinTest, AnHeirHandsOverForAFormerOwnerThatDied) {
+  if (GetParam() == 0) GTEST_SKIP() << "a failover needs copies";
+  Form(3, 2, 2);
+  finalize_ = false;  // A member dies: no final barrier.
+  const std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 5, 0, nullptr);
+  Postoffice* victim = cluster_->server(1);
+  const int dead = victim->node()->my_id();
+  cluster_->network()->Sever(cluster_->AddressOf(dead));
+  LogCapture log;
+  Postoffice* newcomer = Join(/*join=*/true);
+  ASSERT_NE(newcomer, nullptr);
+  const int id = newcomer->node()->my_id();
+  // The victim never hands over; the others do.
+  ASSERT_TRUE(WaitUntil([&] {
+    return log.Find("handing the keys that moved to node " + std::to_string(id))
+               .size() == 2;
+  }));
+  EXPECT_TRUE(log.Find("has joined").empty());
+  cluster_->KillByHeartbeat(victim);
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  // (The heir logs once it has sent.)
+  EXPECT_TRUE(WaitUntil([&] {
+    return !log.Find("for dead node " + std::to_string(dead) +
+                     ", from its copy")
+                .empty();
+  }));
+  for (int w = 0; w < 2; ++w) {
+    Node* node = cluster_->worker(w)->node();
+    ASSERT_TRUE(WaitUntil([node] { return node->ring_epoch() == 3; }));
+  }
+  PushOnes(keys, 5, 0, nullptr);
+  ExpectAll(keys, 2 * 10);
+  EXPECT_GE(cluster_->worker(0)->node()->key_ring()->IndexOf(id), 0);
+}
+
+// A chunk of a hand-over that the network delivers again after the
+// hand-over's end (here: the former owner's stale values of the moved keys,
+// sent anew) is ignored, not loaded over what later pushes made of them.
+TEST_P(JoinTest, AHandOverChunkDeliveredAfterItsEndIsIgnored) {
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 5, 0, nullptr);
+  auto before = cluster_->worker(0)->node()->key_ring();
+  LogCapture log;
+  Postoffice* newcomer = Join(/*join=*/true);
+  ASSERT_NE(newcomer, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  for (int w = 0; w < 2; ++w) {
+    Node* node = cluster_->worker(w)->node();
+    ASSERT_TRUE(WaitUntil([node] { return node->ring_epoch() == 2; }));
+  }
+  PushOnes(keys, 5, 0, nullptr);
+  // Server 0 still holds the moved keys as they were at the switch (5 + 5).
+  const int from = cluster_->server(0)->node()->my_id();
+  const int to = newcomer->node()->my_id();
+  auto after = newcomer->node()->key_ring();
+  std::vector<std::string> stale = servers_[0]->Dump(
+      [&](Key k) { return before->Owner(k) == from && after->Owner(k) == to; });
+  ASSERT_EQ(stale.size(), 1u);
+  Message late = AppMessage(0, 0, -77, to, /*request=*/true);
+  late.meta.push = true;
+  late.meta.state_copy = 5;
+  late.meta.replica_of = from;
+  late.meta.value_bytes = sizeof(float);
+  SArray<char> frame;
+  frame.CopyFrom(stale[0].data(), stale[0].size());
+  late.AddData(frame);
+  ASSERT_TRUE(cluster_->server(0)->node()->Send(std::move(late)).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("ignoring a hand-over message from node " +
+                     std::to_string(from))
+                .empty();
+  }));
+  ExpectAll(keys, 2 * 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "k" + std::to_string(info.param);
+                         });
+
+// While a server is receiving its ranges, another join is refused with a
+// clear reason, and the cluster is untouched.
+TEST(JoinRefusal, AJoinDuringAnotherIsRefused) {
+  InProcCluster cluster(2, 1);
+  cluster.Start();
+  std::vector<std::unique_ptr<KVServer<float>>> apps;
+  for (int i = 0; i < 2; ++i) {
+    apps.push_back(std::make_unique<KVServer<float>>(0, cluster.server(i)));
+    apps.back()->set_request_handle(KVServerDefaultHandle<float>());
+  }
+  // The first newcomer creates no app: its hand-over never ends.
+  Postoffice* first = cluster.AddServer(true);
+  ASSERT_TRUE(first->StartStatus(0, true).ok());
+  LogCapture log;
+  Postoffice* second = cluster.AddServer(true);
+  Status s = second->StartStatus(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("a membership change is under way"),
+            std::string::npos)
+      << s;
+  // The first join's ring stands.
+  Node* worker = cluster.worker(0)->node();
+  EXPECT_TRUE(WaitUntil([worker] { return worker->ring_epoch() == 2; }));
+  EXPECT_EQ(worker->key_ring()->num_servers(), 3);
+  apps.clear();
+}
+
+// A late server without EMBER_JOIN when no slot is vacant is refused, and
+// so is a join with a wrong cluster token: a join needs the same proofs as
+// at formation.
+TEST(JoinRefusal, LateServersWithoutTheRightToJoinAreRefused) {
+  InProcCluster cluster(2, 1, [](Options* o) { o->cluster_token = "secret"; });
+  cluster.Start();
+  Postoffice* extra = cluster.AddServer(false);
+  Status s = extra->StartStatus(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("one too many"), std::string::npos) << s;
+  Postoffice* forged = cluster.AddServer(
+      true, [](Options* o) { o->cluster_token = "not the secret"; });
+  s = forged->StartStatus(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("cluster token"), std::string::npos) << s;
+  EXPECT_EQ(cluster.worker(0)->node()->key_ring()->num_servers(), 2);
+  EXPECT_EQ(cluster.worker(0)->node()->key_ring()->epoch(), 1u);
+}
+
+// A later node table must carry the run's key, as the first one: one sent
+// with the scheduler's proof of origin but another run's key is dropped,
+// counted and logged, and the member's table and ring stand.
+TEST(JoinRefusal, ALaterNodeTableWithoutTheRunKeyIsDropped) {
+  InProcCluster cluster(2, 1);
+  cluster.Start();
+  Node* worker = cluster.worker(0)->node();
+  auto ring = KeyRing::EvenSplit({8, 10, 12}, 2);
+  ASSERT_TRUE(ring.ok());
+  Message table;
+  table.meta.control = Control::kNodeTable;
+  table.meta.recipient = worker->my_id();
+  NodeInfo extra;
+  extra.id = 12;
+  extra.role = Role::kServer;
+  extra.host = "elsewhere";
+  extra.port = 7;
+  extra.rank = 2;
+  table.meta.nodes = {extra};
+  table.meta.ring = ring->ToInfo();
+  table.meta.run_key = std::string(16, 'x');
+  const uint64_t before = worker->counters().dropped_bad_control;
+  LogCapture log;
+  // From the scheduler's node: the worker's process key proves its origin.
+  ASSERT_TRUE(cluster.scheduler()->node()->Send(std::move(table)).ok());
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !log.Find("its run key is not this run's").empty(); }));
+  EXPECT_EQ(worker->counters().dropped_bad_control, before + 1);
+  EXPECT_EQ(worker->key_ring()->epoch(), 1u);
+  EXPECT_EQ(worker->server_ids().size(), 2u);
+  cluster.Finalize();
+}
+
+}  // namespace
+}  // namespace ps
