@@ -395,6 +395,9 @@ StatusOr<Options> Options::FromEnvironment() {
       o.placement = *parsed;
     }
   }
+  // The scheduler receives only control messages: keeping freed memory for
+  // large messages would only keep what a flood of them left behind.
+  if (o.role == Role::kScheduler) o.malloc_keep_mb = 0;
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_MALLOC_KEEP_MB", nullptr, 0, 1 << 20, &o.malloc_keep_mb));
   PS_RETURN_IF_ERROR(

@@ -125,8 +125,10 @@ def main():
         if lines > MAX_LOG_LINES:
             fail(f"{role} logged {lines} lines about dropped messages "
                  f"(at most {MAX_LOG_LINES})", output)
+        growth = re.search(r"resident memory grew by (-?\d+) MB", log)
         print(f"hostile_test: {role}: {report.group(0)}, "
-              f"{lines} log lines about drops")
+              f"{lines} log lines about drops, resident memory grew by "
+              f"{growth.group(1) if growth else '?'} MB")
     if mode in ("control", "token"):
         answer = re.search(r"forge: the join was answered: abort: (.*)", output)
         if not answer:

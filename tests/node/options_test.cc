@@ -191,6 +191,23 @@ TEST_F(OptionsTest, OptionalVariablesDefault) {
   EXPECT_EQ(v.spin_us, 200);
 }
 
+TEST_F(OptionsTest, TheSchedulerLeavesMallocAloneUnlessTold) {
+  SetRequired();
+  Set("DMLC_ROLE", "scheduler");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().malloc_keep_mb, 0);
+  Set("EMBER_MALLOC_KEEP_MB", "64");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().malloc_keep_mb, 64);
+  Set("DMLC_ROLE", "server");
+  unsetenv("EMBER_MALLOC_KEEP_MB");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().malloc_keep_mb, 256);
+}
+
 TEST_F(OptionsTest, ParsesEveryRoleName) {
   SetRequired();
   const std::vector<std::pair<std::string, Role>> roles = {
