@@ -386,6 +386,41 @@ TEST_F(ModelClientTest, SaveWhilePushingWritesOneMoment) {
 // Bytes at the control app that are no well-formed request (the old text
 // form, a head naming another operation) are answered with kCorruption by
 // every server, which keeps serving.
+// With a copy of everything on another server, each server applies its own
+// pushes and copies of the other's: the version counts the pushes, not the
+// copies, and so do the servers' updates.
+TEST_F(ModelClientTest, TheVersionCountsPushesNotTheirCopies) {
+  Form(2, 1, [](Options* o) { o->replicas = 1; });
+  const int64_t numel = 4 * model::kDenseChunk;
+  ASSERT_TRUE(client(0)
+                  ->RegisterDense({"w", {numel}, "sgd(lr=1)", "asp"},
+                                  std::vector<float>(numel, 0.f))
+                  .ok());
+  const int kPushes = 5;
+  int64_t version = -1;
+  for (int p = 0; p < kPushes; ++p) {
+    ASSERT_TRUE(
+        client(0)
+            ->Push({{"w", std::vector<float>(numel, 1.f)}}, {}, &version)
+            .ok());
+  }
+  // Each push is one request to each server (the chunks are spread over
+  // both); each server also applied a copy of each of the other's.
+  EXPECT_EQ(version, kPushes);
+  size_t stored = 0;
+  for (auto& s : servers_) {
+    EXPECT_EQ(s->stats().updates, static_cast<uint64_t>(kPushes));
+    stored += s->stats().rows;
+  }
+  std::vector<float> w;
+  ASSERT_TRUE(client(0)->PullDense("w", &w).ok());
+  for (int64_t i = 0; i < numel; ++i) {
+    ASSERT_EQ(w[i], -static_cast<float>(kPushes)) << "element " << i;
+  }
+  // The rows stats count what a server stores: its chunks and the copies.
+  EXPECT_EQ(stored, 2u * 4u) << "4 chunks, each stored twice";
+}
+
 TEST_F(ModelClientTest, MalformedControlRequestsAreAnsweredNotFatal) {
   Form(2, 1);
   SimpleApp raw(model::kControlApp, /*customer_id=*/7, cluster_->worker(0));
