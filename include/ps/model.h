@@ -68,10 +68,14 @@ struct DenseGradient {
 // What a server stores, for logs and the memory figures.
 struct ModelServerStats {
   size_t tables = 0;
-  size_t rows = 0;          // embedding rows plus dense chunks
+  // What the server stores: embedding rows plus dense chunks, the copies it
+  // holds of other servers' rows (EMBER_REPLICAS) included.
+  size_t rows = 0;
   size_t memory_bytes = 0;  // arena plus index, every table
   size_t raw_bytes = 0;     // rows * (dim + optimizer slots) * 4
-  uint64_t updates = 0;     // gradient pushes applied
+  // Gradient pushes of the server's own rows applied (the model version),
+  // and their rows; copies of other servers' pushes are not counted.
+  uint64_t updates = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_updated = 0;
 };

@@ -321,8 +321,13 @@ class ModelServer::Impl {
         } else {
           PS_RETURN_IF_ERROR(t.ApplyGradients(ids.data(), n, data.vals.data()));
         }
-        ++counters_.updates;
-        counters_.rows_updated += n;
+        // A copy of another server's push (EMBER_REPLICAS) is not a
+        // gradient push of this server's: counted, the version would grow
+        // with the number of copies.
+        if (meta.replica_of == 0) {
+          ++counters_.updates;
+          counters_.rows_updated += n;
+        }
         return Status::OK();
       }
       case RowOp::kInitDense: {
