@@ -72,8 +72,9 @@ class ModelServer::Impl {
     for (const auto& t : tables_) {
       const std::string l = metrics::Label("table", t.second.name);
       w->Gauge("ember_model_table_rows",
-               "Rows of a model table on this server (dense: chunks)", l,
-               static_cast<double>(t.second.table->size()));
+               "Rows of a model table on this server (dense: chunks), copies "
+               "included",
+               l, static_cast<double>(t.second.table->size()));
       w->Gauge("ember_model_table_bytes",
                "Memory of a model table on this server (arena and index)", l,
                static_cast<double>(t.second.table->MemoryBytes()));
