@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""Ember's version is written in three places: CMakeLists.txt (the library's
-ps::Version(), the CMake package and ember.pc), scripts/ember_launch.py
-(ember-launch --version) and CHANGELOG.md. They must agree."""
+"""Ember's version is written in CMakeLists.txt (the library's ps::Version(),
+the CMake package and ember.pc), in each tool of scripts/ that prints one
+(`VERSION = "..."`: ember-launch --version, ember_status.py --version) and in
+CHANGELOG.md. They must agree."""
 
+import glob
 import os
 import re
 import subprocess
@@ -29,6 +31,17 @@ class VersionTest(unittest.TestCase):
         self.assertTrue(cmake and launch and changelog)
         self.assertEqual(launch.group(1), cmake.group(1))
         self.assertEqual(changelog.group(1), cmake.group(1))
+
+    def test_every_tool_names_it(self):
+        cmake = re.search(r"project\(Ember VERSION (\S+)", read("CMakeLists.txt"))
+        tools = 0
+        for path in sorted(glob.glob(os.path.join(ROOT, "scripts", "*.py"))):
+            with open(path) as f:
+                found = re.search(r'^VERSION = "([^"]+)"', f.read(), re.M)
+            if found:
+                tools += 1
+                self.assertEqual(found.group(1), cmake.group(1), path)
+        self.assertGreaterEqual(tools, 2)  # ember_launch.py, ember_status.py
 
     def test_ember_launch_prints_it(self):
         out = subprocess.run(
