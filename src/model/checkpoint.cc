@@ -163,6 +163,10 @@ Status WriteHead(const ModelShard& shard, CopyingOutputStreamAdaptor* out,
   info->set_ring_epoch(shard.ring_epoch);
   info->set_ring_virtual_nodes(shard.ring_virtual_nodes);
   for (int id : shard.ring_server_ids) info->add_ring_server_ids(id);
+  info->set_ring_placement(static_cast<uint32_t>(shard.ring_placement));
+  for (uint64_t b : shard.ring_begins) info->add_ring_begins(b);
+  for (int o : shard.ring_owners) info->add_ring_owners(o);
+  info->set_ring_replicas(shard.ring_replicas);
   return WritePiece(head, out, writer, "the shard header");
 }
 
@@ -551,6 +555,22 @@ Status ParsePayload(ZeroCopyInputStream* input, uint64_t payload_bytes,
   shard->ring_virtual_nodes = info.ring_virtual_nodes();
   shard->ring_server_ids.assign(info.ring_server_ids().begin(),
                                 info.ring_server_ids().end());
+  if (info.ring_placement() > 1) {
+    return Status::Corruption("unknown ring placement " +
+                              std::to_string(info.ring_placement()));
+  }
+  if (info.ring_begins_size() != info.ring_owners_size()) {
+    return Status::Corruption(
+        "the recorded ring has " + std::to_string(info.ring_begins_size()) +
+        " range beginnings but " + std::to_string(info.ring_owners_size()) +
+        " owners");
+  }
+  shard->ring_placement = static_cast<int>(info.ring_placement());
+  shard->ring_begins.assign(info.ring_begins().begin(),
+                            info.ring_begins().end());
+  shard->ring_owners.assign(info.ring_owners().begin(),
+                            info.ring_owners().end());
+  shard->ring_replicas = info.ring_replicas();
   return Status::OK();
 }
 
@@ -624,6 +644,9 @@ Status ValidateHead(const ModelShard& shard) {
   }
   if (shard.ring_virtual_nodes < 0) {
     return Status::InvalidArgument("negative ring virtual node count");
+  }
+  if (shard.ring_begins.size() != shard.ring_owners.size()) {
+    return Status::InvalidArgument("ring ranges without owners");
   }
   return Status::OK();
 }

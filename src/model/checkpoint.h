@@ -79,6 +79,12 @@ struct ModelShard {
   uint64_t ring_epoch = 0;
   int ring_virtual_nodes = 0;
   std::vector<int> ring_server_ids;
+  // The ring's ranges (ShardInfo in proto/model.proto): begins and owners of
+  // equal length, empty when no ring is recorded; placement and replicas.
+  int ring_placement = 0;
+  std::vector<uint64_t> ring_begins;
+  std::vector<int> ring_owners;
+  int ring_replicas = 0;
   // Names are distinct among `dense` for a given chunk; table ids and table
   // names are distinct among `tables`.
   std::vector<DenseShard> dense;

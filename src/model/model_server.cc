@@ -5,10 +5,13 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "ps/model.h"
 #include "ps/ps.h"
 #include "util/coding.h"
+#include "util/file.h"
 #include "util/mutex.h"
 
 namespace ps {
@@ -644,28 +648,73 @@ class ModelServer::Impl {
     return s;
   }
 
-  // Checkpoint shards are per server rank (ShardPath). After a failover an
-  // heir holds a dead server's rows beside its own and nobody has the dead
-  // rank: a save would write a checkpoint that no cluster of this size can
-  // load, and a load would leave the dead rank's shard out. Both are
-  // refused, clearly, until a replacement server has joined.
-  Status CheckWholeRing(const char* what) const {
-    Node* node = postoffice_->node();
-    std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
-    if (!ring || ring->num_servers() >= postoffice_->num_servers()) {
-      return Status::OK();
-    }
-    return Status::Unavailable(
-        std::string("model ") + what + " refused: " +
-        std::to_string(postoffice_->num_servers() - ring->num_servers()) +
-        " of " + std::to_string(postoffice_->num_servers()) +
-        " servers failed over (ring epoch " + std::to_string(ring->epoch()) +
-        ") and checkpoint shards are per server rank");
+  // A checkpoint has a shard per server on the key ring when it was saved,
+  // shard-<i>-of-<n>.ckpt for the server at index i of the ring's n, and
+  // each shard records that ring. A server writes every row it stores (its
+  // copies of other servers' rows too); a loader takes each row from the
+  // shard of the server that owned it under the recorded ring, and keeps
+  // the rows it holds under its own ring. So a checkpoint saved after a
+  // failover or a join loads into any cluster (docs/model.md).
+  static std::string ShardPath(const std::string& dir, int index, int count) {
+    return dir + "/shard-" + std::to_string(index) + "-of-" +
+           std::to_string(count) + ".ckpt";
   }
 
-  std::string ShardPath(const std::string& dir) const {
-    return dir + "/shard-" + std::to_string(postoffice_->my_rank()) + "-of-" +
-           std::to_string(postoffice_->num_servers()) + ".ckpt";
+  // Fills the head's place and ring; false if this server is on no ring
+  // (it holds nothing to save).
+  bool PlaceShard(model::ModelShard* head) const {
+    Node* node = postoffice_->node();
+    std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
+    if (!ring) {  // No ring yet: place by rank.
+      head->server_rank = postoffice_->my_rank();
+      head->num_servers = postoffice_->num_servers();
+      return true;
+    }
+    const int index = ring->IndexOf(node->my_id());
+    if (index < 0) return false;
+    const RingInfo info = ring->ToInfo();
+    head->server_rank = index;
+    head->num_servers = ring->num_servers();
+    head->ring_epoch = info.epoch;
+    head->ring_server_ids = info.server_ids;
+    head->ring_placement = info.placement;
+    head->ring_begins = info.begins;
+    head->ring_owners = info.owners;
+    head->ring_replicas = info.replicas;
+    return true;
+  }
+
+  // The shards of the checkpoint in `dir`: their count, all present.
+  static StatusOr<int> CountShards(const std::string& dir) {
+    std::vector<std::string> names;
+    PS_RETURN_IF_ERROR(ListDirectory(dir, &names));
+    int count = -1;
+    std::set<int> found;
+    for (const std::string& name : names) {
+      int index = -1, of = -1, used = 0;
+      if (std::sscanf(name.c_str(), "shard-%d-of-%d.ckpt%n", &index, &of,
+                      &used) != 2 ||
+          used != static_cast<int>(name.size()) || index < 0 || of < 1 ||
+          index >= of) {
+        continue;
+      }
+      if (count >= 0 && of != count) {
+        return Status::InvalidArgument(
+            dir + " holds shards of two checkpoints, of " +
+            std::to_string(count) + " and " + std::to_string(of) + " servers");
+      }
+      count = of;
+      found.insert(index);
+    }
+    if (count < 0) {
+      return Status::NotFound(dir + " holds no checkpoint shard");
+    }
+    for (int i = 0; i < count; ++i) {
+      if (!found.count(i)) {
+        return Status::NotFound(ShardPath(dir, i, count) + " is missing");
+      }
+    }
+    return count;
   }
 
   // Writes this server's shard from a snapshot taken at the start, while
@@ -676,14 +725,16 @@ class ModelServer::Impl {
   // Save, Load and registrations all run on the control app's thread, so
   // the tables and their specs stay put until the save ends.
   Status Save(const std::string& dir) {
-    PS_RETURN_IF_ERROR(CheckWholeRing("save"));
     model::ModelShard head;
     std::vector<std::pair<uint32_t, const Entry*>> saving;
     {
       MutexLock lock(&mu_);
+      if (!PlaceShard(&head)) {
+        LOG(INFO) << "model save: this server is on no key ring and holds "
+                     "no keys; it writes no shard";
+        return Status::OK();
+      }
       head.version = static_cast<int64_t>(counters_.updates);
-      head.server_rank = postoffice_->my_rank();
-      head.num_servers = postoffice_->num_servers();
       for (auto& it : tables_) PS_RETURN_IF_ERROR(FlushRound(it.second));
       for (auto& it : tables_) {
         it.second.table->BeginSnapshot();
@@ -691,7 +742,8 @@ class ModelServer::Impl {
       }
     }
     Status s = model::WriteCheckpointStream(
-        ShardPath(dir), head, [&](model::CheckpointSink* sink) {
+        ShardPath(dir, head.server_rank, head.num_servers), head,
+        [&](model::CheckpointSink* sink) {
           for (const auto& t : saving) {
             PS_RETURN_IF_ERROR(WriteSnapshot(t.first, *t.second, sink));
           }
@@ -761,19 +813,97 @@ class ModelServer::Impl {
     return Status::OK();
   }
 
-  // Reads and checks this server's shard and stages its tables; a commit
-  // (once every server staged its shard) swaps them in, so a load refused
-  // by any server changes nothing anywhere.
+  // Reads and checks every shard of the checkpoint, one at a time, and
+  // stages the rows this server holds under its ring, each taken from the
+  // shard of the server that owned it under the recorded ring; a commit
+  // (once every server staged) swaps them in, so a load refused by any
+  // server changes nothing anywhere.
   Status Load(const std::string& dir) {
-    PS_RETURN_IF_ERROR(CheckWholeRing("load"));
-    auto shard = model::ReadCheckpoint(ShardPath(dir));
-    if (!shard.ok()) return shard.status();
-    MutexLock lock(&mu_);
-    // Check everything first: a refused load changes nothing.
+    StatusOr<int> count = CountShards(dir);
+    if (!count.ok()) return count.status();
+    Node* node = postoffice_->node();
+    std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
+    const int me = ring ? ring->IndexOf(node->my_id()) : -1;
+    // Whether this server stores `key` now: it owns it or keeps a copy.
+    auto holds = [&](uint64_t key) {
+      if (!ring) return true;
+      if (me < 0) return false;
+      const std::vector<int> holders = ring->Successors(
+          ring->RangeAt(ring->PositionOf(key)), ring->replicas() + 1);
+      return std::find(holders.begin(), holders.end(), me) != holders.end();
+    };
     std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> fresh;
+    uint64_t version = 0;
+    uint64_t saved_epoch = 0;
+    bool rings_seen = false;
+    for (int i = 0; i < *count; ++i) {
+      const std::string path = ShardPath(dir, i, *count);
+      auto shard = model::ReadCheckpoint(path);
+      if (!shard.ok()) return shard.status();
+      if (shard->server_rank != i || shard->num_servers != *count) {
+        return Status::Corruption(path + " says it is shard " +
+                                  std::to_string(shard->server_rank) + " of " +
+                                  std::to_string(shard->num_servers));
+      }
+      // Which of its rows the shard is the source of: those its server
+      // owned (it holds copies of others' too). A shard without a ring (an
+      // older checkpoint) is the source of every row not loaded yet.
+      std::function<bool(uint64_t)> owned = [](uint64_t) { return true; };
+      std::optional<KeyRing> saved;
+      if (!shard->ring_begins.empty()) {
+        RingInfo info;
+        info.epoch = shard->ring_epoch;
+        info.placement = shard->ring_placement;
+        info.server_ids = shard->ring_server_ids;
+        info.begins = shard->ring_begins;
+        info.owners = shard->ring_owners;
+        info.replicas = shard->ring_replicas;
+        auto parsed = KeyRing::FromInfo(info);
+        if (!parsed.ok()) {
+          return Status::Corruption(
+              path + ": its key ring: " + parsed.status().message());
+        }
+        if (rings_seen && parsed->epoch() != saved_epoch) {
+          return Status::Corruption(
+              dir + ": shards written under rings of epochs " +
+              std::to_string(saved_epoch) + " and " +
+              std::to_string(parsed->epoch()) + "; save again");
+        }
+        if (i >= parsed->num_servers()) {
+          return Status::Corruption(path + ": its ring has " +
+                                    std::to_string(parsed->num_servers()) +
+                                    " servers");
+        }
+        rings_seen = true;
+        saved_epoch = parsed->epoch();
+        saved = std::move(parsed.value());
+        const int owner = saved->server_ids()[i];
+        owned = [&saved, owner](uint64_t key) {
+          return saved->Owner(key) == owner;
+        };
+      }
+      version = std::max(version, static_cast<uint64_t>(shard->version));
+      MutexLock lock(&mu_);
+      PS_RETURN_IF_ERROR(StageShard(*shard, owned, holds, &fresh));
+    }
+    MutexLock lock(&mu_);
+    staged_ = std::make_unique<Staged>();
+    staged_->tables = std::move(fresh);
+    staged_->version = version;
+    return Status::OK();
+  }
+
+  // Adds to `fresh` the rows of `shard` that it is the source of (`owned`)
+  // and this server holds (`holds`), checked against the registered specs.
+  Status StageShard(
+      const model::ModelShard& shard,
+      const std::function<bool(uint64_t)>& owned,
+      const std::function<bool(uint64_t)>& holds,
+      std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>>* fresh)
+      REQUIRES(mu_) {
     auto make = [&](Entry& e) -> StatusOr<model::EmbeddingTable*> {
       uint32_t id = model::TableId(e.name);
-      auto& slot = fresh[id];
+      auto& slot = (*fresh)[id];
       if (!slot) {
         auto init = model::Initializer::Parse(e.initializer);
         auto opt = model::Optimizer::Parse(e.optimizer);
@@ -785,7 +915,7 @@ class ModelServer::Impl {
       }
       return slot.get();
     };
-    for (const model::TableShard& ts : shard->tables) {
+    for (const model::TableShard& ts : shard.tables) {
       auto it = tables_.find(model::TableId(ts.name));
       if (it == tables_.end() || it->second.dense || it->second.dim != ts.dim ||
           it->second.optimizer != ts.optimizer) {
@@ -799,12 +929,14 @@ class ModelServer::Impl {
         return Status::Corruption("'" + ts.name + "': optimizer state size");
       }
       for (size_t i = 0; i < ts.ids.size(); ++i) {
+        const uint64_t key = KeyOf(it->second, ts.ids[i]);
+        if (!owned(key) || !holds(key) || (*t)->Contains(ts.ids[i])) continue;
         PS_RETURN_IF_ERROR((*t)->InsertRow(
             ts.ids[i], ts.weights.data() + i * ts.dim,
             ts.slot_floats ? ts.slots.data() + i * ts.slot_floats : nullptr));
       }
     }
-    for (const model::DenseShard& d : shard->dense) {
+    for (const model::DenseShard& d : shard.dense) {
       auto it = tables_.find(model::TableId(d.name));
       if (it == tables_.end() || !it->second.dense ||
           it->second.optimizer != d.optimizer) {
@@ -818,13 +950,18 @@ class ModelServer::Impl {
           d.slots.size() != static_cast<size_t>((*t)->slot_floats())) {
         return Status::Corruption("'" + d.name + "': chunk size");
       }
+      const uint64_t chunks =
+          (it->second.numel + it->second.dim - 1) / it->second.dim;
+      if (d.chunk >= chunks) {
+        return Status::Corruption("'" + d.name + "' has no chunk " +
+                                  std::to_string(d.chunk));
+      }
+      const uint64_t key = KeyOf(it->second, d.chunk);
+      if (!owned(key) || !holds(key) || (*t)->Contains(d.chunk)) continue;
       std::copy(d.values.begin(), d.values.end(), row.begin());
       PS_RETURN_IF_ERROR((*t)->InsertRow(
           d.chunk, row.data(), d.slots.empty() ? nullptr : d.slots.data()));
     }
-    staged_ = std::make_unique<Staged>();
-    staged_->tables = std::move(fresh);
-    staged_->version = static_cast<uint64_t>(shard->version);
     return Status::OK();
   }
 

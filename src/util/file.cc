@@ -1,9 +1,11 @@
 #include "util/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -89,6 +91,24 @@ Status WriteStringToFileAtomically(const std::string& path,
   return WriteFileAtomically(path, [&](int fd) {
     return WriteAll(fd, contents.data(), contents.size(), path);
   });
+}
+
+Status ListDirectory(const std::string& dir, std::vector<std::string>* names) {
+  names->clear();
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return IoError("cannot list " + dir, errno);
+  for (;;) {
+    errno = 0;
+    struct dirent* e = readdir(d);
+    if (e == nullptr) break;
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names->push_back(name);
+  }
+  const int err = errno;
+  closedir(d);
+  if (err != 0) return IoError("cannot list " + dir, err);
+  std::sort(names->begin(), names->end());
+  return Status::OK();
 }
 
 }  // namespace ps

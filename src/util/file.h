@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "ps/status.h"
 
@@ -61,6 +62,11 @@ std::string DirName(const std::string& path);
 // The same with `contents` as the file's bytes.
 [[nodiscard]] Status WriteStringToFileAtomically(const std::string& path,
                                                  const std::string& contents);
+
+// The names in directory `dir`, without "." and "..", sorted; IoError's
+// kNotFound when it does not exist.
+[[nodiscard]] Status ListDirectory(const std::string& dir,
+                                   std::vector<std::string>* names);
 
 }  // namespace ps
 

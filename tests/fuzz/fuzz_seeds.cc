@@ -133,6 +133,11 @@ void CheckpointSeeds() {
   shard.version = 7;
   shard.num_servers = 2;
   shard.server_rank = 1;
+  shard.ring_epoch = 3;
+  shard.ring_server_ids = {8, 9};
+  shard.ring_begins = {0, uint64_t{1} << 63};
+  shard.ring_owners = {0, 1};
+  shard.ring_replicas = 1;
   ps::model::TableShard t;
   t.name = "emb";
   t.table_id = 3;

@@ -154,6 +154,10 @@ void ExpectSameShard(const ModelShard& a, const ModelShard& b) {
   EXPECT_EQ(a.ring_epoch, b.ring_epoch);
   EXPECT_EQ(a.ring_virtual_nodes, b.ring_virtual_nodes);
   EXPECT_EQ(a.ring_server_ids, b.ring_server_ids);
+  EXPECT_EQ(a.ring_placement, b.ring_placement);
+  EXPECT_EQ(a.ring_begins, b.ring_begins);
+  EXPECT_EQ(a.ring_owners, b.ring_owners);
+  EXPECT_EQ(a.ring_replicas, b.ring_replicas);
   ASSERT_EQ(a.dense.size(), b.dense.size());
   for (size_t i = 0; i < a.dense.size(); ++i) {
     SCOPED_TRACE("dense " + a.dense[i].name);
@@ -208,6 +212,10 @@ ModelShard MakeShard(uint64_t seed) {
   shard.ring_epoch = 42;
   shard.ring_virtual_nodes = 1024;
   shard.ring_server_ids = {8, 10, 12};
+  shard.ring_placement = 1;
+  shard.ring_begins = {0, 1ull << 62, 1ull << 63, ~0ull - 5};
+  shard.ring_owners = {0, 2, 1, 2};
+  shard.ring_replicas = 1;
 
   DenseShard weights;
   weights.name = "dense/kernel";
@@ -702,6 +710,8 @@ TEST(ValidateShardTest, RejectsInconsistentShards) {
       {"no servers", [](ModelShard* s) { s->num_servers = 0; }},
       {"negative virtual nodes",
        [](ModelShard* s) { s->ring_virtual_nodes = -1; }},
+      {"ring ranges without owners",
+       [](ModelShard* s) { s->ring_owners.pop_back(); }},
       {"unnamed dense", [](ModelShard* s) { s->dense[0].name.clear(); }},
       {"duplicate dense chunk",
        [](ModelShard* s) { s->dense.push_back(s->dense[0]); }},

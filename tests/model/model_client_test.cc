@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -419,6 +420,87 @@ TEST_F(ModelClientTest, TheVersionCountsPushesNotTheirCopies) {
   }
   // The rows stats count what a server stores: its chunks and the copies.
   EXPECT_EQ(stored, 2u * 4u) << "4 chunks, each stored twice";
+}
+
+// A checkpoint saved by 3 servers (each with a copy of another's rows)
+// loads into clusters of 2 and of 4, with and without copies: every row,
+// optimizer slot and dense element comes back.
+TEST_F(ModelClientTest, ACheckpointLoadsIntoAClusterOfAnotherSize) {
+  Form(3, 1, [](Options* o) { o->replicas = 1; });
+  const TableSpec table{"e", 4, "normal(0,0.1)", "adagrad(lr=0.1)", "asp"};
+  const int64_t numel = 5 * model::kDenseChunk + 7;
+  const DenseSpec dense{"d", {numel}, "adam(lr=0.01)", "asp"};
+  const std::vector<float> initial(numel, 0.5f);
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 300; ++i) ids.push_back(i * 0x9E3779B97F4A7C15ull);
+  auto train = [&](ModelClient* c, int steps) {
+    for (int p = 0; p < steps; ++p) {
+      std::vector<float> g(ids.size() * 4), gd(numel);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * ((i + p) % 13);
+      for (int64_t i = 0; i < numel; ++i) gd[i] = 0.001f * ((i * 7 + p) % 11);
+      ASSERT_TRUE(c->Push({{"d", gd}}, {{"e", ids, g}}).ok());
+    }
+  };
+  ASSERT_TRUE(client(0)->RegisterTable(table).ok());
+  ASSERT_TRUE(client(0)->RegisterDense(dense, initial).ok());
+  train(client(0), 3);
+  char tmpl[] = "/tmp/ember-resize-ckpt.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(client(0)->Save(dir).ok());
+  std::vector<float> rows, values;
+  ASSERT_TRUE(client(0)->PullRows("e", ids, &rows).ok());
+  ASSERT_TRUE(client(0)->PullDense("d", &values).ok());
+  // Two more steps from the save, for the slots' sake.
+  train(client(0), 2);
+  std::vector<float> rows_after, values_after;
+  ASSERT_TRUE(client(0)->PullRows("e", ids, &rows_after).ok());
+  ASSERT_TRUE(client(0)->PullDense("d", &values_after).ok());
+
+  for (const auto& shape : std::vector<std::pair<int, int>>{{2, 0}, {4, 1}}) {
+    SCOPED_TRACE(std::to_string(shape.first) + " servers, " +
+                 std::to_string(shape.second) + " copies");
+    InProcCluster other(shape.first, 1,
+                        [&](Options* o) { o->replicas = shape.second; });
+    other.Start();
+    std::vector<std::unique_ptr<ModelServer>> servers;
+    for (int i = 0; i < shape.first; ++i) {
+      servers.push_back(std::make_unique<ModelServer>(other.server(i)));
+    }
+    auto c = std::make_unique<ModelClient>(other.worker(0));
+    ASSERT_TRUE(c->RegisterTable(table).ok());
+    ASSERT_TRUE(c->RegisterDense(dense, initial).ok());
+    Status loaded = c->Load(dir);
+    ASSERT_TRUE(loaded.ok()) << loaded;
+    std::vector<float> got_rows, got_values;
+    ASSERT_TRUE(c->PullRows("e", ids, &got_rows).ok());
+    ASSERT_TRUE(c->PullDense("d", &got_values).ok());
+    EXPECT_EQ(got_rows, rows);
+    EXPECT_EQ(got_values, values);
+    // Adagrad's and Adam's slots came back too: the same two steps end
+    // where they did.
+    train(c.get(), 2);
+    ASSERT_TRUE(c->PullRows("e", ids, &got_rows).ok());
+    ASSERT_TRUE(c->PullDense("d", &got_values).ok());
+    EXPECT_EQ(got_rows, rows_after);
+    EXPECT_EQ(got_values, values_after);
+    size_t stored = 0;
+    for (auto& s : servers) stored += s->stats().rows;
+    const size_t chunks = (numel + model::kDenseChunk - 1) / model::kDenseChunk;
+    EXPECT_EQ(stored, (ids.size() + chunks) * (shape.second + 1));
+    c.reset();
+    other.Finalize();
+  }
+  // A missing shard is named, and nothing changes.
+  ASSERT_EQ(std::remove((dir + "/shard-1-of-3.ckpt").c_str()), 0);
+  Status s = client(0)->Load(dir);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound) << s;
+  EXPECT_NE(s.message().find("shard-1-of-3.ckpt is missing"), std::string::npos)
+      << s;
+  std::vector<float> unchanged;
+  ASSERT_TRUE(client(0)->PullRows("e", ids, &unchanged).ok());
+  EXPECT_EQ(unchanged, rows_after);
+  system(("rm -rf " + dir).c_str());
 }
 
 TEST_F(ModelClientTest, MalformedControlRequestsAreAnsweredNotFatal) {
