@@ -65,13 +65,19 @@ Status FaultPlan::Validate() const {
     return Status::InvalidArgument("fault plan: max_delay must be >= 1, not " +
                                    std::to_string(max_delay));
   }
+  if (fifo && reorder > 0) {
+    return Status::InvalidArgument(
+        "fault plan: reorder must be 0 with fifo (a fifo link keeps its "
+        "order)");
+  }
   return Status::OK();
 }
 
 std::string FaultPlan::DebugString() const {
   std::ostringstream out;
   out << "drop=" << drop << " duplicate=" << duplicate << " delay=" << delay
-      << " reorder=" << reorder << " max_delay=" << max_delay << " target="
+      << " reorder=" << reorder << " max_delay=" << max_delay
+      << (fifo ? " fifo" : "") << " target="
       << (target.kind == FaultTarget::Kind::kAll    ? "all"
           : target.kind == FaultTarget::Kind::kData ? "data"
                                                     : "control");
@@ -282,18 +288,36 @@ void FaultInjector::ReleaseLocked(std::deque<Held>::iterator it) {
 }
 
 void FaultInjector::ReleaseDueLocked(int sender, int recipient) {
+  // Links with a held message still held, before `it` (fifo).
+  std::set<std::pair<int, int>> blocked;
   for (auto it = held_.begin(); it != held_.end();) {
     const Meta& m = it->msg.meta;
+    const std::pair<int, int> link(m.sender, m.recipient);
+    if (it->keep_order && blocked.count(link)) {
+      ++it;
+      continue;
+    }
     const bool overtaken =
         it->reorder && m.sender == sender && m.recipient == recipient;
     if (overtaken || it->due <= sent_) {
       ReleaseLocked(it);
       // Releasing erased the entry; start again (the deque is short).
       it = held_.begin();
+      blocked.clear();
     } else {
+      blocked.insert(link);
       ++it;
     }
   }
+}
+
+bool FaultInjector::LinkHeldLocked(int sender, int recipient) const {
+  for (const Held& h : held_) {
+    if (h.msg.meta.sender == sender && h.msg.meta.recipient == recipient) {
+      return true;
+    }
+  }
+  return false;
 }
 
 Status FaultInjector::OnSend(FaultVan* from, Message&& msg) {
@@ -308,6 +332,7 @@ Status FaultInjector::OnSend(FaultVan* from, Message&& msg) {
   const int recipient = meta.recipient;
   FaultPlan plan;
   bool matched = false;
+  bool fifo = false;
   {
     MutexLock state(&state_mu_);
     counters_.messages++;
@@ -316,10 +341,23 @@ Status FaultInjector::OnSend(FaultVan* from, Message&& msg) {
       RecordLocked(kind, meta);
       return Status::OK();
     }
+    fifo = plan_.fifo;
     matched = plan_.target.Matches(meta);
     if (matched) {
       counters_.matched++;
       plan = plan_;
+    }
+  }
+  if (fifo && LinkHeldLocked(sender, recipient)) {
+    // Behind the held messages of its link, whatever its draw (it gets
+    // none: the link's order decides when it arrives).
+    ReleaseDueLocked(-1, -1);
+    if (LinkHeldLocked(sender, recipient)) {
+      Held behind{from, std::move(msg), 0, false, true};
+      held_.push_back(std::move(behind));
+      MutexLock state(&state_mu_);
+      counters_.held = held_.size();
+      return Status::OK();
     }
   }
   if (!matched) {
@@ -342,8 +380,8 @@ Status FaultInjector::OnSend(FaultVan* from, Message&& msg) {
       MutexLock state(&state_mu_);
       RecordLocked(FaultEvent::Kind::kDuplicate, meta);
     }
-    Held copy{from, Copy(msg), 0, false};
-    const uint64_t after = wait % (plan.max_delay + 1);
+    Held copy{from, Copy(msg), 0, false, false};
+    const uint64_t after = plan.fifo ? 0 : wait % (plan.max_delay + 1);
     Status s = DeliverLocked(from, std::move(msg));
     if (after == 0) {
       {
@@ -374,7 +412,7 @@ Status FaultInjector::OnSend(FaultVan* from, Message&& msg) {
     // Held before the due ones are released, so a reorder is overtaken
     // only by a later message.
     ReleaseDueLocked(-1, -1);
-    Held held{from, std::move(msg), 0, reorder};
+    Held held{from, std::move(msg), 0, reorder, plan.fifo};
     held.due = sent_ + (delay ? 1 + wait % plan.max_delay : plan.max_delay);
     held_.push_back(std::move(held));
     MutexLock state(&state_mu_);

@@ -16,6 +16,12 @@
 // - reorder: the message is held back until the next message on the same
 //   (sender, recipient) link has been delivered, so that one overtakes it
 //   (or until max_delay further messages, Step() or Flush()).
+// - fifo (a plan setting, not a fault): each link keeps its order, as a
+//   TCP connection (and so ZeroMQ) does: a message sent on a link while an
+//   earlier one of it is held waits behind it and is released after it,
+//   whatever its own draw; a duplicate's copy follows its original at once;
+//   reorder is refused. Delays then stall a link rather than reorder it,
+//   which protocols that rely on per-link order (replication) can take.
 // - partition: every message between two sets of node ids is dropped until
 //   Heal(); explicit, not drawn.
 // - kill: a node stops sending and receiving for good, as after kill -9: what
@@ -90,6 +96,8 @@ struct FaultPlan {
   // A held message is released after at most this many further messages
   // (>= 1).
   int max_delay = 8;
+  // Keep each link's order (see the file comment); reorder must be 0.
+  bool fifo = false;
   FaultTarget target;
 
   // kInvalidArgument naming the bad field.
@@ -182,6 +190,8 @@ class FaultInjector {
     Message msg;
     uint64_t due = 0;  // released once messages_ reaches it
     bool reorder = false;
+    // fifo: not released before the earlier held messages of its link.
+    bool keep_order = false;
   };
 
   void Register(FaultVan* van);
@@ -203,6 +213,8 @@ class FaultInjector {
   Status DeliverLocked(FaultVan* from, Message&& msg) REQUIRES(send_mu_);
   void ReleaseLocked(std::deque<Held>::iterator it) REQUIRES(send_mu_);
   void ReleaseDueLocked(int sender, int recipient) REQUIRES(send_mu_);
+  // Whether a message of link (sender, recipient) is held.
+  bool LinkHeldLocked(int sender, int recipient) const REQUIRES(send_mu_);
   static Message Copy(const Message& msg);
 
   const uint64_t seed_;

@@ -71,6 +71,12 @@ struct Workload {
   // enters a barrier of the workers.
   int barrier_every = 0;
   FailurePolicy failure_policy = FailurePolicy::kContinue;
+  // Copies of each server's data (EMBER_REPLICAS). With copies a killed
+  // server's ranges fail over: every push must then complete, and the
+  // final pull of every key must see each push exactly once; the plan
+  // must keep links in order (FaultPlan::fifo) and drop nothing, as the
+  // copies rely on a connection's order and on a dead peer being detected.
+  int replicas = 0;
 };
 
 struct Schedule {
@@ -171,6 +177,7 @@ class FaultCluster {
     base.start_timeout_ms = 3000;
     base.finalize_timeout_ms = 3000;
     base.failure_policy = w.failure_policy;
+    base.replicas = w.replicas;
     Options s = base;
     s.role = Role::kScheduler;
     nodes_.push_back(Make(s));
@@ -737,7 +744,33 @@ inline Outcome RunSchedule(uint64_t seed, const Schedule& schedule,
     violate("requests failed though no server was declared dead");
   }
 
-  // What the servers applied.
+  if (workload.replicas > 0) {
+    // Every push completed, whatever died, and every key, wherever it lives
+    // now, holds each push once.
+    if (out.failed > 0) {
+      violate(std::to_string(out.failed) + " pushes failed with " +
+              std::to_string(workload.replicas) + " copies of every server");
+    }
+    std::vector<float> pulled;
+    Status pull = workers[0]->WaitStatus(workers[0]->Pull(keys, &pulled));
+    const float want =
+        static_cast<float>(workload.workers * workload.iterations);
+    if (!pull.ok()) {
+      violate("the final pull failed: " + pull.ToString());
+    } else {
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (pulled[i] != want) {
+          violate("key " + std::to_string(keys[i]) + " holds " +
+                  std::to_string(pulled[i]) + " after " +
+                  std::to_string(workload.workers * workload.iterations) +
+                  " pushes");
+          break;
+        }
+      }
+    }
+  }
+  // What the servers applied (without copies: a server applies copies of
+  // others' pushes too, and a failover moves what it owns).
   std::map<int, int64_t> duplicated_to;  // server id -> duplicated pushes
   for (const FaultEvent& e : injector.events()) {
     if (e.kind == FaultEvent::Kind::kDuplicate && e.meta.request &&
@@ -747,7 +780,7 @@ inline Outcome RunSchedule(uint64_t seed, const Schedule& schedule,
     }
   }
   std::vector<Key> live_keys;
-  for (Key k : keys) {
+  for (Key k : workload.replicas > 0 ? std::vector<Key>() : keys) {
     if (!out.declared_dead.count(Node::ServerRankToId(owner(k)))) {
       live_keys.push_back(k);
     }
@@ -766,7 +799,7 @@ inline Outcome RunSchedule(uint64_t seed, const Schedule& schedule,
   if (!pull.ok()) {
     violate("the final pull from the live servers failed: " + pull.ToString());
   }
-  for (int r = 0; r < workload.servers; ++r) {
+  for (int r = 0; r < workload.servers && workload.replicas == 0; ++r) {
     const int id = Node::ServerRankToId(r);
     if (out.declared_dead.count(id)) continue;
     ServerState* st = states[r].get();

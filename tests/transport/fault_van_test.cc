@@ -236,6 +236,62 @@ TEST_F(FaultVanTest, ReorderLetsTheNextMessageOnTheLinkOvertake) {
   EXPECT_EQ(injector_->counters().reordered, 1u);
 }
 
+// With fifo, a delay stalls its link: later messages of the link (faulted
+// or not, data or control) wait behind the held one and arrive in sending
+// order, while other links pass; duplicates follow their original at once.
+TEST_F(FaultVanTest, FifoKeepsEachLinksOrder) {
+  FaultPlan plan;
+  plan.fifo = true;
+  plan.delay = 0.3;
+  plan.duplicate = 0.2;
+  plan.max_delay = 5;
+  plan.target.kind = FaultTarget::Kind::kData;
+  Build(11, plan);
+  const int n = 200;
+  for (int ts = 0; ts < n; ++ts) {
+    ASSERT_TRUE(Send(1, 2, ts).ok());
+    if (ts % 7 == 0) {
+      ASSERT_TRUE(Send(1, 2, ts, Control::kHeartbeat).ok());
+    }
+    ASSERT_TRUE(Send(3, 2, kMarker + ts).ok());
+  }
+  injector_->Flush();
+  const FaultCounters c = injector_->counters();
+  EXPECT_GT(c.delayed, 10u);
+  EXPECT_GT(c.duplicated, 10u);
+  ASSERT_TRUE(WaitFor(2, 2 * n + (n + 6) / 7 + c.duplicated));
+  // Each link's messages in sending order, a duplicate right after its
+  // original.
+  std::map<int, std::vector<std::pair<int, Control>>> links;
+  for (const Received& r : Got(2)) {
+    links[r.sender].emplace_back(r.timestamp, r.control);
+  }
+  for (const auto& link : links) {
+    const auto& seq = link.second;
+    for (size_t i = 1; i < seq.size(); ++i) {
+      EXPECT_LE(seq[i - 1].first, seq[i].first)
+          << "link " << link.first << "->2 out of order at " << i;
+    }
+  }
+  // And delays did stall link 1->2 while 3->2 went on: some marker
+  // overtook some message of link 1->2.
+  std::vector<Received> got = Got(2);
+  bool overtaken = false;
+  for (size_t i = 0; i < got.size() && !overtaken; ++i) {
+    if (got[i].sender != 3) continue;
+    for (size_t j = i + 1; j < got.size(); ++j) {
+      if (got[j].sender == 1 && got[j].timestamp < got[i].timestamp - kMarker) {
+        overtaken = true;
+        break;
+      }
+    }
+  }
+  EXPECT_TRUE(overtaken);
+  FaultPlan bad = plan;
+  bad.reorder = 0.1;
+  EXPECT_EQ(injector_->set_plan(bad).code(), Status::Code::kInvalidArgument);
+}
+
 TEST_F(FaultVanTest, LinksLimitWhichMessagesAreFaulted) {
   FaultPlan plan;
   plan.drop = 1;
