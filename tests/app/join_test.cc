@@ -19,62 +19,11 @@
 #include "partition/key_ring.h"
 #include "ps/ps.h"
 #include "testutil/inproc_cluster.h"
+#include "testutil/kv_test_servers.h"
 #include "testutil/log_capture.h"
 
 namespace ps {
 namespace {
-
-// `n` keys spread evenly over the whole key space.
-std::vector<Key> SpreadKeys(size_t n) {
-  std::vector<Key> keys(n);
-  const Key step = kMaxKey / n;
-  for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
-  return keys;
-}
-
-// A summing server (KVServerDefaultHandle, whose state can be copied) that
-// counts the pushes its handle applied.
-class CountingServer {
- public:
-  explicit CountingServer(Postoffice* po) : server_(0, po) {
-    // The state handle first: setting the request handle starts delivery,
-    // and a newcomer's first messages are the state of its keys.
-    server_.set_state_handle(
-        [this](const std::function<bool(Key)>& want, size_t max_bytes,
-               std::vector<std::string>* chunks) {
-          return default_.DumpState(want, max_bytes, chunks);
-        },
-        [this](const char* data, size_t size) {
-          return default_.LoadState(data, size);
-        });
-    server_.set_request_handle([this](const KVMeta& meta,
-                                      const KVPairs<float>& data,
-                                      KVServer<float>* s) {
-      if (meta.push && meta.replica_of == 0) own_.fetch_add(1);
-      default_(meta, data, s);
-    });
-  }
-  // Pushes applied as their keys' owner (not as a copy).
-  int own() const { return own_.load(); }
-  // The store's state of the keys `want` holds, as a copy sends it. Only
-  // while no request runs.
-  std::vector<std::string> Dump(const std::function<bool(Key)>& want) {
-    std::vector<std::string> chunks;
-    EXPECT_TRUE(default_.DumpState(want, 4 << 20, &chunks).ok());
-    return chunks;
-  }
-
- private:
-  KVServerDefaultHandle<float> default_;
-  std::atomic<int> own_{0};
-  KVServer<float> server_;
-};
-
-class TestWorker : public KVWorker<float> {
- public:
-  using KVWorker<float>::KVWorker;
-  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
-};
 
 class JoinTest : public ::testing::TestWithParam<int> {
  protected:

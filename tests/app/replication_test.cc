@@ -24,64 +24,11 @@
 #include "partition/key_ring.h"
 #include "ps/ps.h"
 #include "testutil/inproc_cluster.h"
+#include "testutil/kv_test_servers.h"
 #include "testutil/log_capture.h"
 
 namespace ps {
 namespace {
-
-// `n` keys spread evenly over the whole key space, so every server owns
-// some (ps-lite's even split gives server r the r-th slice).
-std::vector<Key> SpreadKeys(size_t n) {
-  std::vector<Key> keys(n);
-  const Key step = kMaxKey / n;
-  for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
-  return keys;
-}
-
-// A summing server that counts the pushes its handle applied, and can be
-// told to stop answering (as a server that dies mid-request would).
-class CountingServer {
- public:
-  // `copyable`: its state can be copied (set_state_handle).
-  CountingServer(Postoffice* po, bool copyable) : server_(0, po) {
-    server_.set_request_handle([this](const KVMeta& meta,
-                                      const KVPairs<float>& data,
-                                      KVServer<float>* s) {
-      if (meta.push) applied_.fetch_add(1);
-      if (silent_.load()) return;
-      default_(meta, data, s);
-    });
-    if (!copyable) return;
-    server_.set_state_handle(
-        [this](const std::function<bool(Key)>& want, size_t max_bytes,
-               std::vector<std::string>* chunks) {
-          return default_.DumpState(want, max_bytes, chunks);
-        },
-        [this](const char* data, size_t size) {
-          return default_.LoadState(data, size);
-        });
-  }
-  void Silence() { silent_.store(true); }
-  int applied() const { return applied_.load(); }
-
- private:
-  KVServerDefaultHandle<float> default_;
-  std::atomic<int> applied_{0};
-  std::atomic<bool> silent_{false};
-  KVServer<float> server_;
-};
-
-// A worker whose request numbers can start anywhere (near the 2^31 boundary
-// of the API's int), with a bounded wait: a request that never completes
-// fails the test instead of hanging it.
-class TestWorker : public KVWorker<float> {
- public:
-  using KVWorker<float>::KVWorker;
-  bool StartAt(int64_t next) {
-    return impl_->customer()->tracker()->StartAtForTest(next);
-  }
-  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
-};
 
 class ReplicationTest : public ::testing::Test {
  protected:

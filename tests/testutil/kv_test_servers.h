@@ -1,0 +1,94 @@
+// What the replication, join and leave tests share: keys spread over the
+// whole key space, a summing server that counts what its handle applied,
+// and a worker with a bounded wait.
+#ifndef PS_TESTUTIL_KV_TEST_SERVERS_H_
+#define PS_TESTUTIL_KV_TEST_SERVERS_H_
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "app/app_impl.h"
+#include "ps/kv_app.h"
+#include "ps/ps.h"
+
+namespace ps {
+
+// `n` keys spread evenly over the whole key space, so every server owns
+// some (ps-lite's even split gives server r the r-th slice).
+inline std::vector<Key> SpreadKeys(size_t n) {
+  std::vector<Key> keys(n);
+  const Key step = kMaxKey / n;
+  for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
+  return keys;
+}
+
+// A summing server (KVServerDefaultHandle) that counts the pushes its handle
+// applied, and can be told to stop answering (as a server that dies
+// mid-request would).
+class CountingServer {
+ public:
+  // `copyable`: its state can be copied and handed over (set_state_handle).
+  // The state handle comes first: setting the request handle starts
+  // delivery, and a newcomer's first messages are the state of its keys.
+  explicit CountingServer(Postoffice* po, bool copyable = true)
+      : server_(0, po) {
+    if (copyable) {
+      server_.set_state_handle(
+          [this](const std::function<bool(Key)>& want, size_t max_bytes,
+                 std::vector<std::string>* chunks) {
+            return default_.DumpState(want, max_bytes, chunks);
+          },
+          [this](const char* data, size_t size) {
+            return default_.LoadState(data, size);
+          });
+    }
+    server_.set_request_handle([this](const KVMeta& meta,
+                                      const KVPairs<float>& data,
+                                      KVServer<float>* s) {
+      if (meta.push) applied_.fetch_add(1);
+      if (meta.push && meta.replica_of == 0) own_.fetch_add(1);
+      if (silent_.load()) return;
+      default_(meta, data, s);
+    });
+  }
+  void Silence() { silent_.store(true); }
+  // Pushes applied, copies included.
+  int applied() const { return applied_.load(); }
+  // Pushes applied as their keys' owner (not as a copy).
+  int own() const { return own_.load(); }
+  // The store's state of the keys `want` holds, as a copy sends it. Only
+  // while no request runs.
+  std::vector<std::string> Dump(const std::function<bool(Key)>& want) {
+    std::vector<std::string> chunks;
+    EXPECT_TRUE(default_.DumpState(want, 4 << 20, &chunks).ok());
+    return chunks;
+  }
+
+ private:
+  KVServerDefaultHandle<float> default_;
+  std::atomic<int> applied_{0};
+  std::atomic<int> own_{0};
+  std::atomic<bool> silent_{false};
+  KVServer<float> server_;
+};
+
+// A worker whose request numbers can start anywhere (near the 2^31 boundary
+// of the API's int), with a bounded wait: a request that never completes
+// fails the test instead of hanging it.
+class TestWorker : public KVWorker<float> {
+ public:
+  using KVWorker<float>::KVWorker;
+  bool StartAt(int64_t next) {
+    return impl_->customer()->tracker()->StartAtForTest(next);
+  }
+  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
+};
+
+}  // namespace ps
+
+#endif  // PS_TESTUTIL_KV_TEST_SERVERS_H_
