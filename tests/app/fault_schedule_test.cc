@@ -372,23 +372,27 @@ TEST(FaultScheduleTest, DelayedAndDuplicatedControlMessagesWithAKill) {
       w);
 }
 
-// One copy of every server (EMBER_REPLICAS=1) and a server killed at a
-// seeded point, with data messages (pushes, their copies between servers,
-// responses) delayed and duplicated on links that keep their order, as
-// TCP's do: the dead server's ranges fail over to its heir, the workers
-// resend what it owed, and every push completes and counts exactly once.
-TEST(FaultScheduleTest, ReplicatedKillUnderDelaysAndDuplicates) {
+// One copy of every server (EMBER_REPLICAS=1), a server killed at a seeded
+// point, and `delay` and `duplicate` drawn for the messages `kind` names on
+// links that keep their order, as TCP's do: the dead server's ranges fail
+// over to its heir, the workers resend what it owed, and every push
+// completes and counts exactly once.
+Totals RunReplicatedKills(const char* name, FaultTarget::Kind kind,
+                          double delay, double duplicate,
+                          bool pull_after_push = false) {
   Workload w;
   w.replicas = 1;
+  w.pull_after_push = pull_after_push;
   Totals t = RunSeeds(
-      "replicated kill + fifo data delay/duplicate",
-      [&w](uint64_t seed) {
+      name,
+      [&](uint64_t seed) {
         Schedule s;
         s.kill_server = static_cast<int>(seed % w.servers);
         s.after = static_cast<int>(seed / w.servers % (w.iterations + 1));
+        s.plan.target.kind = kind;
         s.plan.fifo = true;
-        s.plan.delay = 0.1;
-        s.plan.duplicate = 0.05;
+        s.plan.delay = delay;
+        s.plan.duplicate = duplicate;
         s.plan.max_delay = 6;
         return s;
       },
@@ -397,51 +401,30 @@ TEST(FaultScheduleTest, ReplicatedKillUnderDelaysAndDuplicates) {
   EXPECT_EQ(t.ok, t.requests);
   if (t.seeds >= 20) {
     EXPECT_GT(t.faults.delayed, 0u);
-    EXPECT_GT(t.faults.duplicated, 0u);
+    EXPECT_EQ(t.faults.duplicated > 0, duplicate > 0);
     EXPECT_GT(t.faults.killed, 0u);
   }
+  return t;
+}
+
+// Data messages: pushes, their copies between servers, responses.
+TEST(FaultScheduleTest, ReplicatedKillUnderDelaysAndDuplicates) {
+  RunReplicatedKills("replicated kill + fifo data delay/duplicate",
+                     FaultTarget::Kind::kData, 0.1, 0.05);
 }
 
 // The same with pulls after every push: each sees at least every push
 // acknowledged before it, through the failover too.
 TEST(FaultScheduleTest, ReplicatedKillWithPullsUnderDelays) {
-  Workload w;
-  w.replicas = 1;
-  w.pull_after_push = true;
-  RunSeeds(
-      "replicated kill + fifo data delay, pulls",
-      [&w](uint64_t seed) {
-        Schedule s;
-        s.kill_server = static_cast<int>(seed % w.servers);
-        s.after = static_cast<int>(seed / w.servers % (w.iterations + 1));
-        s.plan.fifo = true;
-        s.plan.delay = 0.15;
-        s.plan.max_delay = 6;
-        return s;
-      },
-      w);
+  RunReplicatedKills("replicated kill + fifo data delay, pulls",
+                     FaultTarget::Kind::kData, 0.15, 0, true);
 }
 
 // Control messages too (heartbeats, failure notices, ring changes, copy
-// readiness), delayed and duplicated in link order, with data faults and a
-// kill: the failover and the restoring of copies take them.
+// readiness): the failover and the restoring of copies take them.
 TEST(FaultScheduleTest, ReplicatedKillUnderControlAndDataFaults) {
-  Workload w;
-  w.replicas = 1;
-  RunSeeds(
-      "replicated kill + fifo control and data delay/duplicate",
-      [&w](uint64_t seed) {
-        Schedule s;
-        s.kill_server = static_cast<int>(seed % w.servers);
-        s.after = static_cast<int>(seed / w.servers % (w.iterations + 1));
-        s.plan.target.kind = FaultTarget::Kind::kAll;
-        s.plan.fifo = true;
-        s.plan.delay = 0.1;
-        s.plan.duplicate = 0.05;
-        s.plan.max_delay = 4;
-        return s;
-      },
-      w);
+  RunReplicatedKills("replicated kill + fifo control and data delay/duplicate",
+                     FaultTarget::Kind::kAll, 0.1, 0.05);
 }
 
 }  // namespace
