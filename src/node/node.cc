@@ -124,6 +124,12 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
 Node::~Node() {
   StopMetrics();
   StopThreads();
+  {
+    MutexLock lock(&cb_mu_);
+    cb_stop_ = true;
+  }
+  cb_cv_.notify_all();
+  if (cb_thread_.joinable()) cb_thread_.join();
   van_->Stop();
 }
 
@@ -169,6 +175,8 @@ Status Node::Start(int customer_id, bool do_barrier) {
     me.port = my_port_;
     me.customer_id = customer_id;
     me.rank_hint = options_.rank_hint;
+    // A worker restarted into its rank claims it (elastic workers).
+    if (options_.role == Role::kWorker) me.rank = options_.worker_rank;
     me.incarnation = incarnation_;
     me.local_endpoint = van_->local_endpoint();
     me.metrics_port = metrics_port_.load();
@@ -207,7 +215,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
   }
   // A server that joined a running cluster meets no start barrier: the
   // others passed theirs long ago.
-  if (joined_ring_) do_barrier = false;
+  if (joined_ring_ || joined_running_) do_barrier = false;
   lock.Unlock();
   StartThreads();
   if (do_barrier) {
@@ -724,6 +732,12 @@ void Node::OnMessage(Message&& msg, bool from_van) {
         return;
       }
       break;
+    case Control::kWorkerChange:
+      if (meta.sender == kSchedulerId && options_.role != Role::kScheduler) {
+        HandleWorkerChange(msg);
+        return;
+      }
+      break;
   }
   counters_.dropped_bad_control++;
   std::string since;
@@ -892,6 +906,8 @@ void Node::HandleNodeTable(const Message& msg) {
     run_key_ = msg.meta.run_key;
     run_auth_ = ToKey128(run_key_);
     ApplyNodeTableLocked(msg);
+    // A worker admitted into the running job (elastic workers).
+    joined_running_ = msg.meta.join_running;
     if (ring_->epoch() > 1 && options_.role == Role::kServer &&
         !logical_.empty() && ring_->IndexOf(logical_.begin()->second) >= 0) {
       // Formation publishes epoch 1: this server joined a running cluster,
@@ -1215,6 +1231,108 @@ void Node::HandoverDone(int app_id) {
   done.meta.sender = logical_.begin()->second;
   done.meta.recipient = kSchedulerId;
   SendLocked(std::move(done));
+}
+
+int Node::num_workers() const {
+  MutexLock lock(&mu_);
+  if (!table_ready_) return options_.num_workers;
+  int n = 0;
+  for (int id : workers_) {
+    if (!dead_.count(id) && !left_.count(id)) ++n;
+  }
+  return n;
+}
+
+void Node::SetWorkerChangeCallback(WorkerChangeCallback callback) {
+  MutexLock lock(&cb_mu_);
+  worker_callback_ = std::move(callback);
+  if (!cb_thread_.joinable() && !cb_stop_) {
+    cb_thread_ = std::thread(&Node::RunWorkerCallbacks, this);
+  }
+}
+
+void Node::RunWorkerCallbacks() {
+  NameThisThread("ember-members");
+  MutexLock lock(&cb_mu_);
+  while (true) {
+    cb_cv_.wait(lock.native(), [this]() REQUIRES(cb_mu_) {
+      return cb_stop_ || !worker_notes_.empty();
+    });
+    if (cb_stop_) return;
+    std::vector<WorkerChangeNote> notes;
+    notes.swap(worker_notes_);
+    WorkerChangeCallback callback = worker_callback_;
+    lock.Unlock();
+    if (callback) {
+      for (const WorkerChangeNote& n : notes) {
+        callback(n.id, n.event, n.num_workers);
+      }
+    }
+    lock.Lock();
+  }
+}
+
+void Node::OnWorkerChange(const NodeInfo& worker, WorkerEvent event) {
+  MutexLock lock(&mu_);
+  ApplyWorkerChangeLocked(worker, event);
+}
+
+void Node::HandleWorkerChange(const Message& msg) {
+  MutexLock lock(&mu_);
+  const NodeInfo* n = msg.meta.nodes.size() == 1 ? &msg.meta.nodes[0] : nullptr;
+  if (!table_ready_ || n == nullptr || n->role != Role::kWorker || n->id < 9 ||
+      n->id % 2 != 1 || n->rank != IdToRank(n->id) ||
+      msg.meta.worker_event == WorkerEvent::kNone || IsLocalLocked(n->id)) {
+    counters_.dropped_bad_control++;
+    std::string since;
+    if (LogAllowed("worker change", &since)) {
+      LOG(WARNING) << "dropping a bad worker change " << msg.meta.DebugString()
+                   << since;
+    }
+    return;
+  }
+  ApplyWorkerChangeLocked(*n, msg.meta.worker_event);
+}
+
+void Node::ApplyWorkerChangeLocked(const NodeInfo& worker, WorkerEvent event) {
+  const int id = worker.id;
+  switch (event) {
+    case WorkerEvent::kJoined:
+    case WorkerEvent::kBack:
+      table_[id] = worker;
+      dead_.erase(id);
+      left_.erase(id);
+      away_.erase(id);
+      if (!scheduler_ && !IsLocalLocked(id)) {
+        // A restarted worker listens elsewhere: its id's route moves.
+        Status s =
+            van_->Connect(id, worker.host, worker.port, worker.local_endpoint);
+        if (!s.ok()) LOG(ERROR) << "cannot connect to " << worker.DebugString();
+      }
+      workers_ = IdsOfRole(table_, Role::kWorker);
+      break;
+    case WorkerEvent::kAway:
+      away_.insert(id);
+      break;
+    case WorkerEvent::kGone:
+      away_.erase(id);
+      left_.insert(id);
+      break;
+    case WorkerEvent::kNone:
+      return;
+  }
+  int live = 0;
+  for (int w : workers_) {
+    if (!dead_.count(w) && !left_.count(w)) ++live;
+  }
+  LOG(INFO) << DescribeLocked(id) << " " << WorkerEventName(event) << "; "
+            << live << " workers";
+  // Under mu_ so no customer is destroyed meanwhile; this never blocks.
+  for (const auto& c : customers_) c.second->OnWorkerChange(id, event);
+  cv_.notify_all();
+  MutexLock cb(&cb_mu_);
+  worker_notes_.push_back(WorkerChangeNote{id, event, live});
+  cb_cv_.notify_all();
 }
 
 int Node::my_id(int customer_id) const {
