@@ -174,6 +174,8 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     c->set_holder(meta.holder);
     c->set_holder_epoch(meta.holder_epoch);
     c->set_worker_event(static_cast<int>(meta.worker_event));
+    c->set_num_servers(meta.num_servers);
+    c->set_num_workers(meta.num_workers);
     if (meta.ring.epoch != 0) {
       pb::RingPb* r = c->mutable_ring();
       r->set_epoch(meta.ring.epoch);
@@ -216,6 +218,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->cluster_token.clear();
   meta->join_running = false;
   meta->worker_event = WorkerEvent::kNone;
+  meta->num_servers = 0;
+  meta->num_workers = 0;
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
@@ -245,6 +249,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
                                 std::to_string(c.worker_event()));
     }
     meta->worker_event = static_cast<WorkerEvent>(c.worker_event());
+    meta->num_servers = c.num_servers();
+    meta->num_workers = c.num_workers();
     meta->ring.epoch = c.ring().epoch();
     meta->ring.placement = c.ring().placement();
     meta->ring.server_ids.assign(c.ring().server_ids().begin(),

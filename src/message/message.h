@@ -158,6 +158,10 @@ struct Meta {
   uint64_t holder_epoch = 0;
   // kWorkerChange: what happened to the worker in `nodes` (its entry).
   WorkerEvent worker_event = WorkerEvent::kNone;
+  // kJoin: the joining node's DMLC_NUM_SERVER and DMLC_NUM_WORKER (0: not
+  // sent).
+  int num_servers = 0;
+  int num_workers = 0;
   // A KVWorker's clock query (KVWorker::JoinClock) and its answer: 1 in the
   // query; in the answer 1 (the worker starts afresh at `clock`) or 2 (it
   // resumes its rank at `clock`). 0 in every other message.

@@ -169,6 +169,8 @@ Status Node::Start(int customer_id, bool do_barrier) {
     join.meta.cluster_token = options_.cluster_token;
     join.meta.process_key = process_key_;
     join.meta.join_running = options_.join;
+    join.meta.num_servers = options_.num_servers;
+    join.meta.num_workers = options_.num_workers;
     NodeInfo me;
     me.role = options_.role;
     me.host = my_host_;

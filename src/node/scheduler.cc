@@ -185,6 +185,21 @@ void Scheduler::HandleJoin(const Message& msg) {
       bool vacant = false;
       for (int id : workers_) vacant |= DroppedWorkerLocked(id);
       if (msg.meta.join_running || node.rank >= 0 || vacant) {
+        if ((msg.meta.num_servers != 0 &&
+             msg.meta.num_servers != options_.num_servers) ||
+            (msg.meta.num_workers != 0 &&
+             msg.meta.num_workers != options_.num_workers)) {
+          const std::string why =
+              "this worker's DMLC_NUM_SERVER=" +
+              std::to_string(msg.meta.num_servers) +
+              " and DMLC_NUM_WORKER=" + std::to_string(msg.meta.num_workers) +
+              " are not the job's (" + std::to_string(options_.num_servers) +
+              " and " + std::to_string(options_.num_workers) + ")";
+          LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
+                       << why;
+          RejectLocked(node, key, why);
+          return;
+        }
         AdmitWorkerLocked(node, key);
         return;
       }

@@ -265,8 +265,9 @@ TEST_F(ElasticWorkerTest, JoiningWorkerTakesPartFromTheNextClock) {
   w2.reset();
 }
 
-// Two nodes claiming one rank, a rank out of range: refused, with a reason,
-// and the job goes on untouched.
+// Two nodes claiming one rank, a rank out of range, a joiner configured
+// for another cluster size: refused, with a reason, and the job goes on
+// untouched.
 TEST_F(ElasticWorkerTest, BadClaimsAreRefused) {
   Form(2, /*hold=*/3600000);
   Postoffice* taken = cluster_->AddWorker(false, 0);
@@ -277,6 +278,11 @@ TEST_F(ElasticWorkerTest, BadClaimsAreRefused) {
   s = out->StartStatus(0, true);
   EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
   EXPECT_NE(s.message().find("out of range"), std::string::npos) << s;
+  Postoffice* wrong =
+      cluster_->AddWorker(true, -1, [](Options* o) { o->num_servers = 3; });
+  s = wrong->StartStatus(0, true);
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("DMLC_NUM_SERVER=3"), std::string::npos) << s;
   Iterate(workers_[0].get(), 0, 0);
   Iterate(workers_[1].get(), 1, 0);
   EXPECT_EQ(Pull(workers_[0].get()), 300);

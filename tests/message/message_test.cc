@@ -107,6 +107,8 @@ void ExpectMetaEq(const Meta& a, const Meta& b) {
   EXPECT_EQ(a.join_running, b.join_running);
   EXPECT_EQ(a.worker_event, b.worker_event);
   EXPECT_EQ(a.clock_query, b.clock_query);
+  EXPECT_EQ(a.num_servers, b.num_servers);
+  EXPECT_EQ(a.num_workers, b.num_workers);
 }
 
 // A data message with every data field set to a non-default value.
@@ -152,6 +154,8 @@ Meta FullControlMeta() {
   m.reason = "heartbeat timeout";
   m.join_running = true;
   m.worker_event = WorkerEvent::kBack;
+  m.num_servers = 4096;
+  m.num_workers = 65536;
   return m;
 }
 

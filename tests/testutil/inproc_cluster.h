@@ -99,14 +99,17 @@ class InProcCluster {
 
   // A worker made after the cluster formed (elastic workers), with the
   // cluster's options: `join` as EMBER_JOIN, `rank` as EMBER_WORKER_RANK
-  // (-1: none). Not started. It is one of all() from now on.
-  Postoffice* AddWorker(bool join, int rank) {
+  // (-1: none); `tweak`, if given, edits them last. Not started. It is one
+  // of all() from now on.
+  Postoffice* AddWorker(bool join, int rank,
+                        const std::function<void(Options*)>& tweak = nullptr) {
     Options o = base_;
     o.role = Role::kWorker;
     if (tweak_) tweak_(&o);
     o.join = join;
     o.worker_rank = rank;
     o.rank_hint = rank;
+    if (tweak) tweak(&o);
     workers_.push_back(Make(o));
     return workers_.back().get();
   }
