@@ -248,13 +248,13 @@ void ConsistencyController::OnWorkerJoined(int worker) {
       newest = std::max(newest, clocks_[j]);
     }
   }
-  const int64_t start = newest >= 0 ? newest + 1 : clocks_[w];
-  if (live_[w]) {
-    // Known live (a notice of its death never came here): its old pushes
-    // and pulls go, as for a death.
+  if (live_[w] && !away_[w]) return;  // Joined already (its clock query).
+  if (away_[w]) {
+    // Held for its restart, but joining afresh: what it left goes.
     OnWorkerFailed(worker, Status::Aborted("worker " + std::to_string(worker) +
-                                           " joined again"));
+                                           " joined afresh"));
   }
+  const int64_t start = newest >= 0 ? newest + 1 : clocks_[w];
   live_[w] = true;
   away_[w] = false;
   ++live_count_;
@@ -269,7 +269,8 @@ void ConsistencyController::OnWorkerJoined(int worker) {
 
 void ConsistencyController::OnWorkerBack(int worker) {
   const int w = WorkerIndex(worker);
-  if (w < 0 || !live_[w] || !away_[w]) {
+  if (w >= 0 && live_[w] && !away_[w]) return;  // Back already.
+  if (w < 0 || !live_[w]) {
     OnWorkerJoined(worker);
     return;
   }
@@ -284,9 +285,19 @@ void ConsistencyController::OnWorkerBack(int worker) {
   Progress();
 }
 
-std::pair<int64_t, bool> ConsistencyController::JoinClock(int worker) const {
-  const int w = WorkerIndex(worker);
-  if (w < 0) return {0, false};
+std::pair<int64_t, bool> ConsistencyController::JoinClock(int worker) {
+  int w = WorkerIndex(worker);
+  if (w < 0 || !live_[w] || away_[w]) {
+    // Its query came before the scheduler's notice of its join: only a
+    // worker that joined asks, so it has (a dead one asks nothing).
+    if (w >= 0 && live_[w]) {
+      OnWorkerBack(worker);
+    } else {
+      OnWorkerJoined(worker);
+    }
+    w = WorkerIndex(worker);
+    if (w < 0) return {0, false};
+  }
   return {clocks_[w], redo_clock_[w] >= 0};
 }
 

@@ -65,7 +65,8 @@ class ConsistencyController {
   // longer waited for: it takes part from the clock after the newest a
   // live worker is in (under asp and ssp as under bsp), and JoinClock
   // answers that clock. Ids above every known worker's are added (ranks
-  // grow); others must be known.
+  // grow); others must be known. Nothing for a worker live and not away
+  // (it joined already: its clock query came first).
   void OnWorkerJoined(int worker);
   // `worker` died and its rank is held for its restart: under ssp and bsp
   // the others wait for it as for a slow worker (its clock stays, its
@@ -77,11 +78,15 @@ class ConsistencyController {
   // made here already are recognised and acknowledged without being
   // applied again: pushes at a clock below its clock here, and at its
   // clock the first n pushes to each key, n being how many the first
-  // incarnation made. A worker not away is taken as joined.
+  // incarnation made. A worker not live is taken as joined; one live and
+  // not away is back already (its clock query came first): nothing.
   void OnWorkerBack(int worker);
   // A worker's clock query: the clock it starts at here, and whether it
   // resumes (true: back) or starts afresh (joined, or any other worker).
-  std::pair<int64_t, bool> JoinClock(int worker) const;
+  // Only a worker that joined asks: a query from one away or not live
+  // here (it came before the scheduler's notice) takes it back, or in,
+  // first; the notice then changes nothing.
+  std::pair<int64_t, bool> JoinClock(int worker);
   // The node is failing: answer every waiting request with `status`.
   void OnFailAll(const Status& status);
 

@@ -13,6 +13,7 @@
 #include "metrics/http_server.h"
 #include "metrics/progress_log.h"
 #include "node/customer.h"
+#include "util/erase_if.h"
 #include "util/file.h"
 #include "util/malloc_tuning.h"
 #include "util/mutex.h"
@@ -801,6 +802,14 @@ void Node::DispatchData(Message&& msg, bool from_van) {
       DropUnauthenticatedLocked(msg.meta);
       return;
     }
+    if (!table_.count(sender) && !dead_.count(sender) &&
+        from_unknown_count_ < kMaxHeldFromUnknown) {
+      // A member we have not heard of yet (a worker that joined): kept
+      // until it is announced (ApplyWorkerChangeLocked).
+      ++from_unknown_count_;
+      from_unknown_[sender].emplace_back(clock_->NowMs(), std::move(msg));
+      return;
+    }
     if (!table_.count(sender) || dead_.count(sender)) {
       counters_.dropped_unknown_sender++;
       std::string since;
@@ -837,6 +846,22 @@ void Node::SweepEarlyMessages() {
   {
     MutexLock lock(&mu_);
     int64_t now = clock_->NowMs();
+    for (auto it = from_unknown_.begin(); it != from_unknown_.end();) {
+      auto& held = it->second;
+      const size_t before = held.size();
+      EraseIf(&held, [&](const std::pair<int64_t, Message>& m) {
+        return now - m.first > options_.missing_app_timeout_ms;
+      });
+      if (held.size() != before) {
+        counters_.dropped_unknown_sender += before - held.size();
+        from_unknown_count_ -= before - held.size();
+        LOG(WARNING) << "dropping " << before - held.size()
+                     << " messages from node " << it->first
+                     << ", which nobody announced within "
+                     << options_.missing_app_timeout_ms << " ms";
+      }
+      it = held.empty() ? from_unknown_.erase(it) : std::next(it);
+    }
     for (auto it = early_.begin(); it != early_.end();) {
       auto& backlog = it->second;
       for (auto m = backlog.begin(); m != backlog.end();) {
@@ -1275,11 +1300,16 @@ void Node::RunWorkerCallbacks() {
 }
 
 void Node::OnWorkerChange(const NodeInfo& worker, WorkerEvent event) {
-  MutexLock lock(&mu_);
-  ApplyWorkerChangeLocked(worker, event);
+  std::vector<Message> held;
+  {
+    MutexLock lock(&mu_);
+    held = ApplyWorkerChangeLocked(worker, event);
+  }
+  for (Message& m : held) DispatchData(std::move(m));
 }
 
 void Node::HandleWorkerChange(const Message& msg) {
+  std::vector<Message> held;
   MutexLock lock(&mu_);
   const NodeInfo* n = msg.meta.nodes.size() == 1 ? &msg.meta.nodes[0] : nullptr;
   if (!table_ready_ || n == nullptr || n->role != Role::kWorker || n->id < 9 ||
@@ -1293,11 +1323,15 @@ void Node::HandleWorkerChange(const Message& msg) {
     }
     return;
   }
-  ApplyWorkerChangeLocked(*n, msg.meta.worker_event);
+  held = ApplyWorkerChangeLocked(*n, msg.meta.worker_event);
+  lock.Unlock();
+  for (Message& m : held) DispatchData(std::move(m));
 }
 
-void Node::ApplyWorkerChangeLocked(const NodeInfo& worker, WorkerEvent event) {
+std::vector<Message> Node::ApplyWorkerChangeLocked(const NodeInfo& worker,
+                                                   WorkerEvent event) {
   const int id = worker.id;
+  std::vector<Message> held;
   switch (event) {
     case WorkerEvent::kJoined:
     case WorkerEvent::kBack:
@@ -1312,6 +1346,11 @@ void Node::ApplyWorkerChangeLocked(const NodeInfo& worker, WorkerEvent event) {
         if (!s.ok()) LOG(ERROR) << "cannot connect to " << worker.DebugString();
       }
       workers_ = IdsOfRole(table_, Role::kWorker);
+      if (auto it = from_unknown_.find(id); it != from_unknown_.end()) {
+        for (auto& m : it->second) held.push_back(std::move(m.second));
+        from_unknown_count_ -= it->second.size();
+        from_unknown_.erase(it);
+      }
       break;
     case WorkerEvent::kAway:
       away_.insert(id);
@@ -1321,7 +1360,7 @@ void Node::ApplyWorkerChangeLocked(const NodeInfo& worker, WorkerEvent event) {
       left_.insert(id);
       break;
     case WorkerEvent::kNone:
-      return;
+      return held;
   }
   int live = 0;
   for (int w : workers_) {
@@ -1335,6 +1374,7 @@ void Node::ApplyWorkerChangeLocked(const NodeInfo& worker, WorkerEvent event) {
   MutexLock cb(&cb_mu_);
   worker_notes_.push_back(WorkerChangeNote{id, event, live});
   cb_cv_.notify_all();
+  return held;
 }
 
 int Node::my_id(int customer_id) const {

@@ -217,9 +217,11 @@ class Node final : private SchedulerHost {
   void OnWorkerChange(const NodeInfo& worker, WorkerEvent event) override
       EXCLUDES(mu_);
   // A worker's membership changed (kWorkerChange, or OnWorkerChange on the
-  // scheduler): the table, then every customer, then the callback.
-  void ApplyWorkerChangeLocked(const NodeInfo& worker, WorkerEvent event)
-      REQUIRES(mu_);
+  // scheduler): the table, then every customer, then the callback. Returns
+  // the data held from the worker before this node knew it
+  // (from_unknown_), for the caller to dispatch once it has released mu_.
+  [[nodiscard]] std::vector<Message> ApplyWorkerChangeLocked(
+      const NodeInfo& worker, WorkerEvent event) REQUIRES(mu_);
   void HandleWorkerChange(const Message& msg) EXCLUDES(mu_);
   void RunWorkerCallbacks() EXCLUDES(cb_mu_);
   // Every change of ring_: sets it and its atomics, then tells every
@@ -354,6 +356,15 @@ class Node final : private SchedulerHost {
   static constexpr size_t kMaxHeldBeforeTable = 100000;
   static constexpr size_t kMaxHeldBytesBeforeTable = size_t{256} << 20;
   std::vector<Message> before_table_ GUARDED_BY(mu_);
+  // Data from a member this node has not heard of yet (it carries the run's
+  // key, so its sender joined this run): a worker admitted into the running
+  // job may send before the WORKER_CHANGE announcing it arrives here. By
+  // sender, with the arrival time; dispatched when it is announced, dropped
+  // after EMBER_MISSING_APP_TIMEOUT_MS; at most kMaxHeldFromUnknown.
+  static constexpr size_t kMaxHeldFromUnknown = 10000;
+  std::map<int, std::vector<std::pair<int64_t, Message>>> from_unknown_
+      GUARDED_BY(mu_);
+  size_t from_unknown_count_ GUARDED_BY(mu_) = 0;
   size_t before_table_bytes_ GUARDED_BY(mu_) = 0;
   std::function<void()> exit_callback_ GUARDED_BY(mu_);
   int64_t last_scheduler_echo_ms_ GUARDED_BY(mu_) = 0;

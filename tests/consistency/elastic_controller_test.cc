@@ -202,5 +202,36 @@ TEST_F(ElasticControllerTest, VacantRankIsTakenAfresh) {
   EXPECT_EQ(c_->stats().live_workers, 2);
 }
 
+// The restarted worker's clock query may come before the scheduler's
+// notice that it is back (they travel on different links): the query takes
+// it back, and the notice then changes nothing.
+TEST_F(ElasticControllerTest, ClockQueryBeforeTheNoticeTakesTheWorkerBack) {
+  Make("bsp");
+  Push(kA, 1, 0, {1});
+  Push(kB, 1, 0, {1});
+  c_->OnWorkerAway(kB, Status::Unavailable("B died"));
+  EXPECT_EQ(c_->JoinClock(kB), std::make_pair(int64_t{0}, true));
+  c_->OnWorkerBack(kB);  // The notice, late: nothing changes.
+  Push(kB, 1, 0, {1});
+  EXPECT_EQ(Applied(1), (std::vector<int>{kA, kB}));
+  EXPECT_EQ(c_->stats().pushes_redone, 1u);
+}
+
+// The same for a worker that takes a vacant rank afresh: the query takes it
+// in at the next clock, and the later notice keeps what it has pushed.
+TEST_F(ElasticControllerTest, ClockQueryBeforeTheNoticeTakesTheWorkerIn) {
+  Make("bsp");
+  c_->OnClock(kA, 1);
+  c_->OnWorkerFailed(kB, Status::Unavailable("B is gone"));
+  EXPECT_EQ(c_->JoinClock(kB), std::make_pair(int64_t{2}, false));
+  c_->OnClock(kB, 2);
+  Push(kB, 1, 2, {1});
+  c_->OnWorkerJoined(kB);  // The notice, late: nothing changes.
+  EXPECT_EQ(c_->stats().live_workers, 2);
+  c_->OnClock(kA, 2);
+  Push(kA, 1, 2, {1});
+  EXPECT_EQ(Applied(1), (std::vector<int>{kA, kB}));
+}
+
 }  // namespace
 }  // namespace ps
