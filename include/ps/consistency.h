@@ -34,10 +34,13 @@ struct ConsistencyStats {
   uint64_t pushes = 0;           // push requests from workers
   uint64_t pushes_deferred = 0;  // acknowledged first, applied later (bsp)
   uint64_t pushes_dropped = 0;   // deferred pushes of workers that died
-  uint64_t pulls = 0;            // pull requests answered
-  uint64_t pulls_waited = 0;     // ... that were not answerable on arrival
-  uint64_t pulls_failed = 0;     // ... answered with an error instead
-  double wait_ms_total = 0;      // summed over pulls that waited
+  // Pushes of a restarted worker that its first incarnation had made here
+  // already (bsp; acknowledged, not applied again).
+  uint64_t pushes_redone = 0;
+  uint64_t pulls = 0;         // pull requests answered
+  uint64_t pulls_waited = 0;  // ... that were not answerable on arrival
+  uint64_t pulls_failed = 0;  // ... answered with an error instead
+  double wait_ms_total = 0;   // summed over pulls that waited
   double wait_ms_max = 0;
   // Staleness of an answered pull: the requester's clock minus the slowest
   // live worker's clock, when it was answered (0 if the requester was the

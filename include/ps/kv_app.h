@@ -177,6 +177,16 @@ class KVWorker : public SimpleApp {
   int Clock() { return core_->Clock(); }
   // Ember: iterations this worker has ended (calls of Clock).
   int64_t CurrentClock() const { return core_->clock(); }
+  // Ember, elastic workers (docs/consistency.md, "Elastic workers"): a
+  // worker that joined a running job (EMBER_JOIN=1), or was restarted
+  // into its rank (EMBER_WORKER_RANK), calls this once before its first
+  // request. It asks every server at which clock it starts (a restarted
+  // worker: the first iteration it had not finished everywhere, which it
+  // must do again; a new worker: the clock after the newest a live worker
+  // is in), makes that its clock and tells every server. Returns the
+  // clock, the iteration to run next. A worker that formed the job may
+  // call it too (it gets its current clock).
+  StatusOr<int64_t> JoinClock() { return core_->JoinClock(); }
 
   int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
             const SArray<int>& lens = {}, int cmd = 0,

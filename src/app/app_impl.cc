@@ -95,6 +95,14 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler();
     });
+    customer_->set_worker_handler([this](int worker, WorkerEvent event) {
+      Customer::WorkerHandler handler;
+      {
+        MutexLock l(&mu_);
+        handler = worker_;
+      }
+      if (handler) handler(worker, event);
+    });
     customer_->Start();
     customer_ptr_.store(customer_.get(), std::memory_order_release);
   }
@@ -130,6 +138,11 @@ void AppImpl::set_watch_handler(Customer::WatchHandler handler) {
 void AppImpl::set_ring_handler(Customer::RingHandler handler) {
   MutexLock lock(&mu_);
   ring_ = std::move(handler);
+}
+
+void AppImpl::set_worker_handler(Customer::WorkerHandler handler) {
+  MutexLock lock(&mu_);
+  worker_ = std::move(handler);
 }
 
 void AppImpl::set_request_handle(SimpleApp::Handle handle) {

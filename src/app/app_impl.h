@@ -56,6 +56,8 @@ class AppImpl {
   void set_watch_handler(Customer::WatchHandler handler);
   // Customer::set_ring_handler, on the customer thread.
   void set_ring_handler(Customer::RingHandler handler);
+  // Customer::set_worker_handler, on the customer thread.
+  void set_worker_handler(Customer::WorkerHandler handler);
   // Customer::set_inline_predicate on the app's customer, if it exists
   // (after StopDelivery it does not, and none is created).
   void set_inline_predicate(Customer::InlinePredicate predicate);
@@ -98,6 +100,7 @@ class AppImpl {
   Customer::WatchHandler watch_ GUARDED_BY(mu_);
   Customer::FailoverHandler failover_ GUARDED_BY(mu_);
   Customer::RingHandler ring_ GUARDED_BY(mu_);
+  Customer::WorkerHandler worker_ GUARDED_BY(mu_);
   // Shared so a call runs the one instance (handles may hold state) without
   // holding mu_.
   std::shared_ptr<SimpleApp::Handle> request_handle_ GUARDED_BY(mu_);

@@ -50,6 +50,9 @@ class KVServerCore::Impl {
     app_->set_failover_handler(
         [this](int dead, const Status&) { OnFailover(dead); });
     app_->set_ring_handler([this] { OnRingChanged(); });
+    app_->set_worker_handler([this](int worker, WorkerEvent event) {
+      OnWorkerChange(worker, event);
+    });
     app_->node()->AddStateApp(app_->app_id());
     std::shared_ptr<const KeyRing> joined = app_->node()->joined_ring();
     const int me = app_->node()->my_id();
@@ -80,6 +83,7 @@ class KVServerCore::Impl {
     app_->set_watch_handler(nullptr);
     app_->set_failover_handler(nullptr);
     app_->set_ring_handler(nullptr);
+    app_->set_worker_handler(nullptr);
     MutexLock lock(&mu_);
     if (controller_ && (config_.mode != ConsistencyConfig::Mode::kAsp ||
                         app_->node()->options().verbose > 0)) {
@@ -320,6 +324,44 @@ class KVServerCore::Impl {
     }
   }
 
+  // Elastic workers (docs/consistency.md): the controller follows them.
+  void OnWorkerChange(int worker, WorkerEvent event) {
+    const Status status = Status::Unavailable(app_->node()->Describe(worker) +
+                                              " is " + WorkerEventName(event));
+    switch (event) {
+      case WorkerEvent::kJoined:
+        controller()->OnWorkerJoined(worker);
+        return;
+      case WorkerEvent::kBack:
+        controller()->OnWorkerBack(worker);
+        return;
+      case WorkerEvent::kAway:
+        controller()->OnWorkerAway(worker, status);
+        return;
+      case WorkerEvent::kGone:
+        controller()->OnWorkerFailed(worker, status);
+        return;
+      case WorkerEvent::kNone:
+        return;
+    }
+  }
+
+  // KVWorker::JoinClock's query: the clock the worker starts at here.
+  void AnswerClockQuery(const Meta& meta) {
+    const std::pair<int64_t, bool> start = controller()->JoinClock(meta.sender);
+    Message msg = AppMessage(app_->app_id(), meta.customer_id, meta.timestamp,
+                             meta.sender, /*request=*/false);
+    msg.meta.cmd = meta.cmd;
+    msg.meta.clock_tick = true;
+    msg.meta.clock = start.first;
+    msg.meta.clock_query = start.second ? 2 : 1;
+    msg.meta.value_bytes = static_cast<int>(value_bytes_);
+    Status s = app_->node()->Send(std::move(msg));
+    if (!s.ok()) {
+      LOG(WARNING) << "clock answer to node " << meta.sender << " lost: " << s;
+    }
+  }
+
   void Process(Message& msg) {
     if (!msg.meta.request) {
       if (msg.meta.state_copy != 0) {
@@ -342,6 +384,10 @@ class KVServerCore::Impl {
       held.data = msg.data;
       MutexLock lock(&mu_);
       held_.push_back(std::move(held));
+      return;
+    }
+    if (msg.meta.clock_tick && msg.meta.clock_query != 0) {
+      AnswerClockQuery(msg.meta);
       return;
     }
     if (msg.meta.clock_tick) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -166,6 +167,7 @@ class KVWorkerCore::Impl {
                        PullSink sink, Callback cb);
   Status Wait(int ts) { return app_->Wait(ts); }
   int64_t Clock();
+  StatusOr<int64_t> JoinClock();
   int64_t clock() const { return clock_.load(); }
   const std::vector<Range>& ServerKeyRanges() {
     return app_->postoffice()->GetServerKeyRanges();
@@ -297,8 +299,19 @@ class KVWorkerCore::Impl {
   std::atomic<int64_t> clock_{0};  // Iterations ended (Clock calls).
   std::atomic<int> callbacks_{0};  // Requests whose callback is pending.
 
+  // Sends every server on the ring a clock notice of `clock` under `ts`.
+  void SendClockNotices(int64_t ts, int64_t clock, bool query);
+
   Mutex mu_;
   std::unordered_map<int64_t, Pending> pending_ GUARDED_BY(mu_);
+  // JoinClock's queries in flight: the lowest and highest clock answered,
+  // and whether a server said the worker resumes its rank.
+  struct ClockAnswers {
+    int64_t low = std::numeric_limits<int64_t>::max();
+    int64_t high = std::numeric_limits<int64_t>::min();
+    bool resumes = false;
+  };
+  std::unordered_map<int64_t, ClockAnswers> clock_queries_ GUARDED_BY(mu_);
   // The last ring epoch a refused part was logged as waiting for.
   uint64_t logged_wait_epoch_ GUARDED_BY(mu_) = 0;
 };
@@ -791,6 +804,16 @@ bool KVWorkerCore::Impl::Process(Message& msg) {
   const int sender =
       msg.meta.resend_for != 0 ? msg.meta.resend_for : msg.meta.sender;
   if (msg.meta.request || !tracker()->Expecting(ts, sender)) return true;
+  if (msg.meta.clock_query != 0 && msg.meta.status_code == 0) {
+    MutexLock lock(&mu_);
+    auto it = clock_queries_.find(ts);
+    if (it != clock_queries_.end()) {
+      it->second.low = std::min(it->second.low, msg.meta.clock);
+      it->second.high = std::max(it->second.high, msg.meta.clock);
+      if (msg.meta.clock_query == 2) it->second.resumes = true;
+    }
+    return true;
+  }
   if (msg.meta.status_code != 0) {
     // A part refused because its keys moved is re-routed; any other error
     // fails the request when the customer records it.
@@ -1282,6 +1305,12 @@ Status KVWorkerCore::Impl::Assemble(const Pending& p) const {
 int64_t KVWorkerCore::Impl::Clock() {
   const int64_t ts = tracker()->NewRequest();
   const int64_t clock = clock_.fetch_add(1) + 1;
+  SendClockNotices(ts, clock, /*query=*/false);
+  return ts;
+}
+
+void KVWorkerCore::Impl::SendClockNotices(int64_t ts, int64_t clock,
+                                          bool query) {
   // The servers on the ring: those that failed over are gone.
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   std::vector<int> ids = ring ? ring->server_ids() : app_->node()->server_ids();
@@ -1289,13 +1318,43 @@ int64_t KVWorkerCore::Impl::Clock() {
   for (int id : ids) {
     Message msg = NewRequest(ts, id, clock);
     msg.meta.clock_tick = true;
+    msg.meta.clock_query = query ? 1 : 0;
     Status st = app_->node()->Send(std::move(msg));
     if (!st.ok()) {
       tracker()->Fail(ts, st);
       break;
     }
   }
-  return ts;
+}
+
+// Asks every server at which clock this worker starts there (a worker that
+// resumes its rank: the lowest, the clock it had not finished everywhere;
+// one that starts afresh: the highest, so that it waits for nobody's
+// earlier rounds), takes it as its clock and tells every server.
+StatusOr<int64_t> KVWorkerCore::Impl::JoinClock() {
+  const int64_t ts = tracker()->NewRequest();
+  {
+    MutexLock lock(&mu_);
+    clock_queries_[ts] = ClockAnswers();
+  }
+  SendClockNotices(ts, clock_.load(), /*query=*/true);
+  Status s = app_->customer()->Wait(ts);
+  ClockAnswers answers;
+  {
+    MutexLock lock(&mu_);
+    answers = clock_queries_[ts];
+    clock_queries_.erase(ts);
+  }
+  if (!s.ok()) return s;
+  if (answers.high == std::numeric_limits<int64_t>::min()) {
+    return Status::Unavailable("no server answered the clock query");
+  }
+  const int64_t clock = answers.resumes ? answers.low : answers.high;
+  clock_.store(clock);
+  const int64_t tick = tracker()->NewRequest();
+  SendClockNotices(tick, clock, /*query=*/false);
+  PS_RETURN_IF_ERROR(app_->customer()->Wait(tick));
+  return clock;
 }
 
 // --- The facade.
@@ -1325,6 +1384,8 @@ Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
 int KVWorkerCore::Clock() { return ApiTimestamp(impl_->Clock()); }
 
 int64_t KVWorkerCore::clock() const { return impl_->clock(); }
+
+StatusOr<int64_t> KVWorkerCore::JoinClock() { return impl_->JoinClock(); }
 
 const std::vector<Range>& KVWorkerCore::ServerKeyRanges() {
   return impl_->ServerKeyRanges();

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "node/node.h"
+#include "ps/membership.h"
 #include "ps/ps.h"
 #include "transport/zmq_van.h"
 
@@ -139,6 +140,39 @@ void Postoffice::Barrier(int customer_id, int node_group) {
 void Postoffice::RegisterExitCallback(const std::function<void()>& cb) {
   FailStopIfError("ps::RegisterExitCallback", EnsureNode());
   node()->RegisterExitCallback(cb);
+}
+
+void SetMembershipCallback(
+    std::function<void(const MembershipChange& change)> callback) {
+  Postoffice* po = Postoffice::Get();
+  FailStopIfError("ps::SetMembershipCallback", po->EnsureNode());
+  if (!callback) {
+    po->node()->SetWorkerChangeCallback(nullptr);
+    return;
+  }
+  po->node()->SetWorkerChangeCallback(
+      [callback](int id, WorkerEvent event, int num_workers) {
+        MembershipChange change;
+        switch (event) {
+          case WorkerEvent::kJoined:
+            change.kind = MembershipChange::Kind::kWorkerJoined;
+            break;
+          case WorkerEvent::kBack:
+            change.kind = MembershipChange::Kind::kWorkerBack;
+            break;
+          case WorkerEvent::kAway:
+            change.kind = MembershipChange::Kind::kWorkerAway;
+            break;
+          case WorkerEvent::kGone:
+          case WorkerEvent::kNone:
+            change.kind = MembershipChange::Kind::kWorkerGone;
+            break;
+        }
+        change.node_id = id;
+        change.rank = Node::IdToRank(id);
+        change.num_workers = num_workers;
+        callback(change);
+      });
 }
 
 int Postoffice::num_workers() const {

@@ -17,8 +17,9 @@ namespace ps {
 std::string ConsistencyStats::ToString() const {
   std::ostringstream os;
   os << "pushes=" << pushes << " deferred=" << pushes_deferred
-     << " dropped=" << pushes_dropped << " pulls=" << pulls
-     << " waited=" << pulls_waited << " failed=" << pulls_failed;
+     << " dropped=" << pushes_dropped << " redone=" << pushes_redone
+     << " pulls=" << pulls << " waited=" << pulls_waited
+     << " failed=" << pulls_failed;
   if (pulls_waited > 0) {
     os << " wait_ms_mean=" << wait_ms_total / pulls_waited
        << " wait_ms_max=" << wait_ms_max;
@@ -37,11 +38,14 @@ ConsistencyController::ConsistencyController(ConsistencyConfig config,
                                              Callbacks callbacks,
                                              const Clock* clock)
     : config_(config),
-      workers_(std::move(workers)),
       cb_(std::move(callbacks)),
       clock_(clock),
+      workers_(std::move(workers)),
       live_(workers_.size(), true),
+      away_(workers_.size(), false),
       clocks_(workers_.size(), 0),
+      redo_clock_(workers_.size(), -1),
+      redo_counts_(workers_.size()),
       live_count_(static_cast<int>(workers_.size())) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     index_[workers_[i]] = static_cast<int>(i);
@@ -82,12 +86,26 @@ void ConsistencyController::OnRequest(RawRequest request) {
     cb_.fail(request, failed_);
     return;
   }
+  const bool bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
+  if (bsp && request.push && redo_clock_[w] >= 0 && RedonePush(w, request)) {
+    {
+      MutexLock lock(&stats_mu_);
+      ++stats_.pushes_redone;
+    }
+    if (!request.pull) {
+      cb_.ack(request);
+      return;
+    }
+    // A push-pull: its pull half is answered as any pull.
+    request.push = false;
+    request.kvs.vals = SArray<char>();
+    request.kvs.lens = SArray<int>();
+  }
   Tick(w, request.clock);
   if (request.push) {
     MutexLock lock(&stats_mu_);
     ++stats_.pushes;
   }
-  const bool bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
   if (!bsp) {
     PendingPull pull{std::move(request), w, clock_->NowMs()};
     if (!pull.request.pull) {
@@ -121,7 +139,7 @@ void ConsistencyController::OnRequest(RawRequest request) {
     p.rounds.resize(n);
     for (size_t i = 0; i < n; ++i) {
       auto& c = by_key[request.kvs.keys[i]];
-      if (c.empty()) c.resize(workers_.size(), 0);
+      if (c.size() < workers_.size()) c.resize(workers_.size(), 0);
       p.rounds[i] = c[w]++;
       p.round = std::max(p.round, p.rounds[i]);
     }
@@ -147,8 +165,12 @@ void ConsistencyController::OnRequest(RawRequest request) {
 
 void ConsistencyController::OnClock(int sender, int64_t clock) {
   const int w = WorkerIndex(sender);
-  if (w < 0 || !live_[w]) return;
+  if (w < 0 || !live_[w] || away_[w]) return;
   Tick(w, clock);
+  if (redo_clock_[w] >= 0 && clocks_[w] > redo_clock_[w]) {
+    redo_clock_[w] = -1;  // Past the clock it resumed at: redone.
+    redo_counts_[w].clear();
+  }
   {
     MutexLock lock(&stats_mu_);
     ++stats_.clocks;
@@ -160,6 +182,9 @@ void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
   const int w = WorkerIndex(worker);
   if (w < 0 || !live_[w]) return;
   live_[w] = false;
+  away_[w] = false;
+  redo_clock_[w] = -1;
+  redo_counts_[w].clear();
   --live_count_;
   {
     MutexLock lock(&stats_mu_);
@@ -179,6 +204,131 @@ void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
                                  " of its pushes not yet applied"
                            : "");
   Progress();
+}
+
+void ConsistencyController::OnWorkerAway(int worker, const Status& status) {
+  const int w = WorkerIndex(worker);
+  if (w < 0 || !live_[w] || away_[w]) return;
+  if (config_.mode == ConsistencyConfig::Mode::kAsp) {
+    OnWorkerFailed(worker, status);  // asp waits for nobody.
+    return;
+  }
+  away_[w] = true;
+  redo_clock_[w] = -1;
+  redo_counts_[w].clear();
+  EraseIf(&pulls_, [w](const PendingPull& p) { return p.worker == w; });
+  LOG(WARNING) << "consistency " << config_.ToString() << ": " << status
+               << "; its rank is held for its restart: the others wait for it "
+               << "at clock " << clocks_[w] << " as for a slow worker";
+  Progress();
+}
+
+void ConsistencyController::OnWorkerJoined(int worker) {
+  int w = WorkerIndex(worker);
+  if (w < 0) {
+    if (!workers_.empty() && worker < workers_.back()) {
+      LOG(ERROR) << "consistency: worker " << worker
+                 << " joined with an id below the known workers'; ignored";
+      return;
+    }
+    w = static_cast<int>(workers_.size());
+    workers_.push_back(worker);
+    index_[worker] = w;
+    live_.push_back(false);
+    away_.push_back(false);
+    clocks_.push_back(0);
+    redo_clock_.push_back(-1);
+    redo_counts_.emplace_back();
+  }
+  // It takes part from the clock after the newest a live worker is in, so
+  // no round that may have begun waits for it.
+  int64_t newest = -1;
+  for (size_t j = 0; j < workers_.size(); ++j) {
+    if (live_[j] && static_cast<int>(j) != w) {
+      newest = std::max(newest, clocks_[j]);
+    }
+  }
+  if (live_[w] && !away_[w]) return;  // Joined already (its clock query).
+  if (away_[w]) {
+    // Held for its restart, but joining afresh: what it left goes.
+    OnWorkerFailed(worker, Status::Aborted("worker " + std::to_string(worker) +
+                                           " joined afresh"));
+  }
+  const int64_t start = newest >= 0 ? newest + 1 : clocks_[w];
+  live_[w] = true;
+  away_[w] = false;
+  ++live_count_;
+  clocks_[w] = std::max(clocks_[w], start);
+  redo_clock_[w] = -1;
+  redo_counts_[w].clear();
+  LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
+            << " (id " << worker << ") joined; it takes part from clock "
+            << clocks_[w] << "; " << live_count_ << " workers";
+  Progress();
+}
+
+void ConsistencyController::OnWorkerBack(int worker) {
+  const int w = WorkerIndex(worker);
+  if (w >= 0 && live_[w] && !away_[w]) return;  // Back already.
+  if (w < 0 || !live_[w]) {
+    OnWorkerJoined(worker);
+    return;
+  }
+  away_[w] = false;
+  if (config_.mode == ConsistencyConfig::Mode::kBsp) {
+    redo_clock_[w] = clocks_[w];
+    redo_counts_[w].clear();
+  }
+  LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
+            << " (id " << worker << ") is back; it resumes at clock "
+            << clocks_[w];
+  Progress();
+}
+
+std::pair<int64_t, bool> ConsistencyController::JoinClock(int worker) {
+  int w = WorkerIndex(worker);
+  if (w < 0 || !live_[w] || away_[w]) {
+    // Its query came before the scheduler's notice of its join: only a
+    // worker that joined asks, so it has (a dead one asks nothing).
+    if (w >= 0 && live_[w]) {
+      OnWorkerBack(worker);
+    } else {
+      OnWorkerJoined(worker);
+    }
+    w = WorkerIndex(worker);
+    if (w < 0) return {0, false};
+  }
+  return {clocks_[w], redo_clock_[w] >= 0};
+}
+
+bool ConsistencyController::RedonePush(int w, const RawRequest& request) {
+  const int64_t c = request.clock;
+  if (c < clocks_[w]) return true;  // It had finished that clock here.
+  if (c > redo_clock_[w]) {
+    redo_clock_[w] = -1;  // Past the clock it resumed at: redone.
+    redo_counts_[w].clear();
+    return false;
+  }
+  auto by_key = counts_.find(c);
+  size_t done = 0;
+  const SArray<Key>& keys = request.kvs.keys;
+  for (Key k : keys) {
+    const uint32_t n = redo_counts_[w][k]++;
+    if (by_key == counts_.end()) continue;
+    auto it = by_key->second.find(k);
+    if (it != by_key->second.end() &&
+        static_cast<size_t>(w) < it->second.size() && n < it->second[w]) {
+      ++done;
+    }
+  }
+  if (done == keys.size() && !keys.empty()) return true;
+  if (done > 0) {
+    LOG(ERROR) << "consistency: restarted worker " << w << " pushed "
+               << keys.size() << " keys at clock " << c << " of which " << done
+               << " its first incarnation had pushed: not the same pushes, "
+               << "so the run is not exact; counted as new";
+  }
+  return false;
 }
 
 void ConsistencyController::OnFailAll(const Status& status) {
@@ -202,7 +352,8 @@ std::vector<std::string> ConsistencyController::DescribeLongWaits(
   size_t long_ones = 0;
   auto name = [this](size_t rank) {
     return "worker " + std::to_string(rank) + " (id " +
-           std::to_string(workers_[rank]) + ")";
+           std::to_string(workers_[rank]) + ")" +
+           (away_[rank] ? " (dead; its rank is held for its restart)" : "");
   };
   for (const PendingPull& p : pulls_) {
     const int64_t waited = now - p.arrived_ms;
@@ -293,7 +444,8 @@ bool ConsistencyController::PushReady(const PendingPush& p) const {
     if (by_key == counts_.end()) return false;
     for (size_t i = 0; i < keys.size(); ++i) {
       auto it = by_key->second.find(keys[i]);
-      if (it == by_key->second.end() || it->second[j] <= p.rounds[i]) {
+      if (it == by_key->second.end() || it->second.size() <= j ||
+          it->second[j] <= p.rounds[i]) {
         return false;
       }
     }
@@ -386,8 +538,11 @@ std::string ConsistencyController::AppliedCounts(
   std::map<std::pair<int64_t, Key>, std::vector<uint32_t>> counts;
   for (const auto& c : counts_) {
     for (const auto& k : c.second) {
-      if (in_range(k.first))
-        counts[std::make_pair(c.first, k.first)] = k.second;
+      if (in_range(k.first)) {
+        std::vector<uint32_t>& v = counts[std::make_pair(c.first, k.first)];
+        v = k.second;
+        v.resize(n, 0);
+      }
     }
   }
   for (const PendingPush& p : pushes_) {

@@ -56,9 +56,37 @@ class ConsistencyController {
   void OnRequest(RawRequest request);
   // Worker `sender` has finished every iteration before `clock`.
   void OnClock(int sender, int64_t clock);
-  // `worker` is dead: stop waiting for it, drop what it left pending, and
-  // go on with the others.
+  // `worker` is dead or has left: stop waiting for it, drop what it left
+  // pending, and go on with the others.
   void OnWorkerFailed(int worker, const Status& status);
+
+  // Elastic workers (docs/consistency.md, "Elastic workers").
+  // `worker` joined the running job, as a new worker or into a rank no
+  // longer waited for: it takes part from the clock after the newest a
+  // live worker is in (under asp and ssp as under bsp), and JoinClock
+  // answers that clock. Ids above every known worker's are added (ranks
+  // grow); others must be known. Nothing for a worker live and not away
+  // (it joined already: its clock query came first).
+  void OnWorkerJoined(int worker);
+  // `worker` died and its rank is held for its restart: under ssp and bsp
+  // the others wait for it as for a slow worker (its clock stays, its
+  // pushes not yet applied stay); its waiting pulls are dropped (nobody
+  // takes their answers). Under asp it is dropped (OnWorkerFailed).
+  void OnWorkerAway(int worker, const Status& status);
+  // `worker`, away, was restarted into its rank: it resumes at its clock
+  // here (JoinClock). Under bsp, its pushes that its first incarnation
+  // made here already are recognised and acknowledged without being
+  // applied again: pushes at a clock below its clock here, and at its
+  // clock the first n pushes to each key, n being how many the first
+  // incarnation made. A worker not live is taken as joined; one live and
+  // not away is back already (its clock query came first): nothing.
+  void OnWorkerBack(int worker);
+  // A worker's clock query: the clock it starts at here, and whether it
+  // resumes (true: back) or starts afresh (joined, or any other worker).
+  // Only a worker that joined asks: a query from one away or not live
+  // here (it came before the scheduler's notice) takes it back, or in,
+  // first; the notice then changes nothing.
+  std::pair<int64_t, bool> JoinClock(int worker);
   // The node is failing: answer every waiting request with `status`.
   void OnFailAll(const Status& status);
 
@@ -116,6 +144,9 @@ class ConsistencyController {
   };
 
   int WorkerIndex(int id) const;
+  // Whether a push of restarted worker `w` was made here by its first
+  // incarnation (OnWorkerBack); counts it toward the redo. Before Tick.
+  bool RedonePush(int w, const RawRequest& request);
   int64_t MinLiveClock() const;
   void Tick(int worker, int64_t clock);
   bool PushReady(const PendingPush& p) const;
@@ -128,13 +159,20 @@ class ConsistencyController {
 
   // Immutable after construction.
   const ConsistencyConfig config_;
-  const std::vector<int> workers_;
   const Callbacks cb_;
   const Clock* const clock_;
 
+  // Grows when a worker of a new rank joins (OnWorkerJoined).
+  std::vector<int> workers_;
   std::unordered_map<int, int> index_;  // worker id -> rank
   std::vector<bool> live_;
+  // Dead, with its rank held for its restart (OnWorkerAway); live_ too.
+  std::vector<bool> away_;
   std::vector<int64_t> clocks_;
+  // bsp, a restarted worker (OnWorkerBack): the clock it resumed at here
+  // (-1: none), and its pushes per key at that clock so far.
+  std::vector<int64_t> redo_clock_;
+  std::vector<std::unordered_map<Key, uint32_t>> redo_counts_;
   int live_count_ = 0;
   uint64_t next_seq_ = 0;
   // bsp: deferred pushes, sorted by (clock, round, worker rank, arrival).

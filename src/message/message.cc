@@ -28,7 +28,14 @@ const char* ControlName(Control control) {
   static const char* const kNames[] = {
       "none",        "join",  "node_table", "barrier",       "heartbeat",
       "node_failed", "abort", "leave",      "replica_ready", "handover_done"};
+  if (control == Control::kWorkerChange) return "worker_change";
   return NameOf(control, kNames);
+}
+
+const char* WorkerEventName(WorkerEvent event) {
+  static const char* const kNames[] = {"none", "joined", "back", "away",
+                                       "gone"};
+  return NameOf(event, kNames);
 }
 
 Message AppMessage(int app_id, int customer_id, int64_t timestamp,
@@ -139,7 +146,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(clock) X(clock_tick) X(keys_as_requested) X(value_bytes)                \
   X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
-  X(state_copy) X(moved_epoch) X(key_run)
+  X(state_copy) X(moved_epoch) X(key_run) X(clock_query)
 // clang-format on
 
 }  // namespace
@@ -166,6 +173,9 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (meta.join_running) c->set_join_running(true);
     c->set_holder(meta.holder);
     c->set_holder_epoch(meta.holder_epoch);
+    c->set_worker_event(static_cast<int>(meta.worker_event));
+    c->set_num_servers(meta.num_servers);
+    c->set_num_workers(meta.num_workers);
     if (meta.ring.epoch != 0) {
       pb::RingPb* r = c->mutable_ring();
       r->set_epoch(meta.ring.epoch);
@@ -196,7 +206,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
       meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
-      meta->state_copy > 5) {
+      meta->state_copy > 5 || meta->clock_query < 0 || meta->clock_query > 2) {
     return Status::Corruption(
         "message header with a negative replication "
         "field");
@@ -207,10 +217,14 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->run_key.clear();
   meta->cluster_token.clear();
   meta->join_running = false;
+  meta->worker_event = WorkerEvent::kNone;
+  meta->num_servers = 0;
+  meta->num_workers = 0;
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
-        c.cmd() > static_cast<int>(Control::kHandoverDone)) {
+        (c.cmd() > static_cast<int>(Control::kHandoverDone) &&
+         c.cmd() != static_cast<int>(Control::kWorkerChange))) {
       return Status::Corruption("unknown control command " +
                                 std::to_string(c.cmd()));
     }
@@ -229,6 +243,14 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->join_running = c.join_running();
     meta->holder = c.holder();
     meta->holder_epoch = c.holder_epoch();
+    if (c.worker_event() < 0 ||
+        c.worker_event() > static_cast<int>(WorkerEvent::kGone)) {
+      return Status::Corruption("unknown worker event " +
+                                std::to_string(c.worker_event()));
+    }
+    meta->worker_event = static_cast<WorkerEvent>(c.worker_event());
+    meta->num_servers = c.num_servers();
+    meta->num_workers = c.num_workers();
     meta->ring.epoch = c.ring().epoch();
     meta->ring.placement = c.ring().placement();
     meta->ring.server_ids.assign(c.ring().server_ids().begin(),

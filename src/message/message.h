@@ -36,7 +36,21 @@ enum class Control : int {
   // server -> scheduler: a server that joined a running cluster has
   // received the state of its ranges from their former owners
   kHandoverDone = 9,
+  // scheduler -> nodes: a worker joined, came back, is away or is gone
+  // (`worker_event`, docs/consistency.md "Elastic workers"). Numbered from
+  // the top (branch wjoin): a merge may renumber it.
+  kWorkerChange = 15,
 };
+
+// kWorkerChange's `worker_event`.
+enum class WorkerEvent : int {
+  kNone = 0,
+  kJoined = 1,  // a new worker, or one that takes a vacant rank afresh
+  kBack = 2,    // a worker restarted into its held rank: it resumes
+  kAway = 3,    // a worker died; its rank is held for its restart
+  kGone = 4,    // a worker left, or died and is not waited for
+};
+const char* WorkerEventName(WorkerEvent event);
 
 const char* ControlName(Control control);
 
@@ -142,6 +156,16 @@ struct Meta {
   // which ring epoch.
   int holder = kEmpty;
   uint64_t holder_epoch = 0;
+  // kWorkerChange: what happened to the worker in `nodes` (its entry).
+  WorkerEvent worker_event = WorkerEvent::kNone;
+  // kJoin: the joining node's DMLC_NUM_SERVER and DMLC_NUM_WORKER (0: not
+  // sent).
+  int num_servers = 0;
+  int num_workers = 0;
+  // A KVWorker's clock query (KVWorker::JoinClock) and its answer: 1 in the
+  // query; in the answer 1 (the worker starts afresh at `clock`) or 2 (it
+  // resumes its rank at `clock`). 0 in every other message.
+  int clock_query = 0;
 
   std::string DebugString() const;
 };

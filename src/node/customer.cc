@@ -69,6 +69,17 @@ void Customer::set_ring_handler(RingHandler handler) {
   SetHandler(&ring_handler_, std::move(handler));
 }
 
+void Customer::set_worker_handler(WorkerHandler handler) {
+  SetHandler(&worker_handler_, std::move(handler));
+}
+
+void Customer::OnWorkerChange(int worker, WorkerEvent event) {
+  Event e;
+  e.worker_event = event;
+  e.worker_id = worker;
+  Enqueue(std::move(e));
+}
+
 void Customer::OnRingChanged() {
   Event e;
   e.ring_changed = true;
@@ -335,6 +346,15 @@ void Customer::Handle(Event& e) {
     }
     LogLongWaits(e.watch_ms);
     if (handler) handler(e.watch_ms);
+    return;
+  }
+  if (e.worker_event != WorkerEvent::kNone) {
+    WorkerHandler handler;
+    {
+      MutexLock lock(&mu_);
+      handler = worker_handler_;
+    }
+    if (handler) handler(e.worker_id, e.worker_event);
     return;
   }
   if (e.ring_changed) {

@@ -95,6 +95,14 @@ class Customer {
   // blocks.
   void OnRingChanged();
 
+  // Runs on the customer thread after a worker joined, came back, went
+  // away or is gone (kWorkerChange; docs/consistency.md, "Elastic
+  // workers"): a server's consistency controller follows the workers.
+  using WorkerHandler = std::function<void(int worker, WorkerEvent event)>;
+  void set_worker_handler(WorkerHandler handler);
+  // Called by the node after it has updated its table; never blocks.
+  void OnWorkerChange(int worker, WorkerEvent event);
+
   // Messages for which `predicate` (called under this customer's lock; it
   // must be cheap and must not block) returns true may be handled on the
   // receive thread. Set it before messages arrive.
@@ -166,6 +174,9 @@ class Customer {
     bool failover = false;      // with failed_peer: it failed over
     int64_t watch_ms = -1;      // >= 0: a Watch, not a message
     bool ring_changed = false;  // The node's ring changed: not a message.
+    // A worker's membership changed (worker_id): not a message.
+    WorkerEvent worker_event = WorkerEvent::kNone;
+    int worker_id = -1;
     Status status;
   };
   void LogLongWaits(int64_t older_than_ms);
@@ -204,6 +215,7 @@ class Customer {
   FailoverHandler failover_handler_ GUARDED_BY(mu_);
   WatchHandler watch_handler_ GUARDED_BY(mu_);
   RingHandler ring_handler_ GUARDED_BY(mu_);
+  WorkerHandler worker_handler_ GUARDED_BY(mu_);
   bool watch_queued_ GUARDED_BY(mu_) = false;
   uint64_t queued_ GUARDED_BY(mu_) = 0;
   uint64_t handled_ GUARDED_BY(mu_) = 0;

@@ -13,6 +13,7 @@
 #include "metrics/http_server.h"
 #include "metrics/progress_log.h"
 #include "node/customer.h"
+#include "util/erase_if.h"
 #include "util/file.h"
 #include "util/malloc_tuning.h"
 #include "util/mutex.h"
@@ -124,6 +125,12 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
 Node::~Node() {
   StopMetrics();
   StopThreads();
+  {
+    MutexLock lock(&cb_mu_);
+    cb_stop_ = true;
+  }
+  cb_cv_.notify_all();
+  if (cb_thread_.joinable()) cb_thread_.join();
   van_->Stop();
 }
 
@@ -163,12 +170,16 @@ Status Node::Start(int customer_id, bool do_barrier) {
     join.meta.cluster_token = options_.cluster_token;
     join.meta.process_key = process_key_;
     join.meta.join_running = options_.join;
+    join.meta.num_servers = options_.num_servers;
+    join.meta.num_workers = options_.num_workers;
     NodeInfo me;
     me.role = options_.role;
     me.host = my_host_;
     me.port = my_port_;
     me.customer_id = customer_id;
     me.rank_hint = options_.rank_hint;
+    // A worker restarted into its rank claims it (elastic workers).
+    if (options_.role == Role::kWorker) me.rank = options_.worker_rank;
     me.incarnation = incarnation_;
     me.local_endpoint = van_->local_endpoint();
     me.metrics_port = metrics_port_.load();
@@ -207,7 +218,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
   }
   // A server that joined a running cluster meets no start barrier: the
   // others passed theirs long ago.
-  if (joined_ring_) do_barrier = false;
+  if (joined_ring_ || joined_running_) do_barrier = false;
   lock.Unlock();
   StartThreads();
   if (do_barrier) {
@@ -724,6 +735,12 @@ void Node::OnMessage(Message&& msg, bool from_van) {
         return;
       }
       break;
+    case Control::kWorkerChange:
+      if (meta.sender == kSchedulerId && options_.role != Role::kScheduler) {
+        HandleWorkerChange(msg);
+        return;
+      }
+      break;
   }
   counters_.dropped_bad_control++;
   std::string since;
@@ -785,6 +802,14 @@ void Node::DispatchData(Message&& msg, bool from_van) {
       DropUnauthenticatedLocked(msg.meta);
       return;
     }
+    if (!table_.count(sender) && !dead_.count(sender) &&
+        from_unknown_count_ < kMaxHeldFromUnknown) {
+      // A member we have not heard of yet (a worker that joined): kept
+      // until it is announced (ApplyWorkerChangeLocked).
+      ++from_unknown_count_;
+      from_unknown_[sender].emplace_back(clock_->NowMs(), std::move(msg));
+      return;
+    }
     if (!table_.count(sender) || dead_.count(sender)) {
       counters_.dropped_unknown_sender++;
       std::string since;
@@ -821,6 +846,22 @@ void Node::SweepEarlyMessages() {
   {
     MutexLock lock(&mu_);
     int64_t now = clock_->NowMs();
+    for (auto it = from_unknown_.begin(); it != from_unknown_.end();) {
+      auto& held = it->second;
+      const size_t before = held.size();
+      EraseIf(&held, [&](const std::pair<int64_t, Message>& m) {
+        return now - m.first > options_.missing_app_timeout_ms;
+      });
+      if (held.size() != before) {
+        counters_.dropped_unknown_sender += before - held.size();
+        from_unknown_count_ -= before - held.size();
+        LOG(WARNING) << "dropping " << before - held.size()
+                     << " messages from node " << it->first
+                     << ", which nobody announced within "
+                     << options_.missing_app_timeout_ms << " ms";
+      }
+      it = held.empty() ? from_unknown_.erase(it) : std::next(it);
+    }
     for (auto it = early_.begin(); it != early_.end();) {
       auto& backlog = it->second;
       for (auto m = backlog.begin(); m != backlog.end();) {
@@ -892,6 +933,8 @@ void Node::HandleNodeTable(const Message& msg) {
     run_key_ = msg.meta.run_key;
     run_auth_ = ToKey128(run_key_);
     ApplyNodeTableLocked(msg);
+    // A worker admitted into the running job (elastic workers).
+    joined_running_ = msg.meta.join_running;
     if (ring_->epoch() > 1 && options_.role == Role::kServer &&
         !logical_.empty() && ring_->IndexOf(logical_.begin()->second) >= 0) {
       // Formation publishes epoch 1: this server joined a running cluster,
@@ -1215,6 +1258,123 @@ void Node::HandoverDone(int app_id) {
   done.meta.sender = logical_.begin()->second;
   done.meta.recipient = kSchedulerId;
   SendLocked(std::move(done));
+}
+
+int Node::num_workers() const {
+  MutexLock lock(&mu_);
+  if (!table_ready_) return options_.num_workers;
+  int n = 0;
+  for (int id : workers_) {
+    if (!dead_.count(id) && !left_.count(id)) ++n;
+  }
+  return n;
+}
+
+void Node::SetWorkerChangeCallback(WorkerChangeCallback callback) {
+  MutexLock lock(&cb_mu_);
+  worker_callback_ = std::move(callback);
+  if (!cb_thread_.joinable() && !cb_stop_) {
+    cb_thread_ = std::thread(&Node::RunWorkerCallbacks, this);
+  }
+}
+
+void Node::RunWorkerCallbacks() {
+  NameThisThread("ember-members");
+  MutexLock lock(&cb_mu_);
+  while (true) {
+    cb_cv_.wait(lock.native(), [this]() REQUIRES(cb_mu_) {
+      return cb_stop_ || !worker_notes_.empty();
+    });
+    if (cb_stop_) return;
+    std::vector<WorkerChangeNote> notes;
+    notes.swap(worker_notes_);
+    WorkerChangeCallback callback = worker_callback_;
+    lock.Unlock();
+    if (callback) {
+      for (const WorkerChangeNote& n : notes) {
+        callback(n.id, n.event, n.num_workers);
+      }
+    }
+    lock.Lock();
+  }
+}
+
+void Node::OnWorkerChange(const NodeInfo& worker, WorkerEvent event) {
+  std::vector<Message> held;
+  {
+    MutexLock lock(&mu_);
+    held = ApplyWorkerChangeLocked(worker, event);
+  }
+  for (Message& m : held) DispatchData(std::move(m));
+}
+
+void Node::HandleWorkerChange(const Message& msg) {
+  std::vector<Message> held;
+  MutexLock lock(&mu_);
+  const NodeInfo* n = msg.meta.nodes.size() == 1 ? &msg.meta.nodes[0] : nullptr;
+  if (!table_ready_ || n == nullptr || n->role != Role::kWorker || n->id < 9 ||
+      n->id % 2 != 1 || n->rank != IdToRank(n->id) ||
+      msg.meta.worker_event == WorkerEvent::kNone || IsLocalLocked(n->id)) {
+    counters_.dropped_bad_control++;
+    std::string since;
+    if (LogAllowed("worker change", &since)) {
+      LOG(WARNING) << "dropping a bad worker change " << msg.meta.DebugString()
+                   << since;
+    }
+    return;
+  }
+  held = ApplyWorkerChangeLocked(*n, msg.meta.worker_event);
+  lock.Unlock();
+  for (Message& m : held) DispatchData(std::move(m));
+}
+
+std::vector<Message> Node::ApplyWorkerChangeLocked(const NodeInfo& worker,
+                                                   WorkerEvent event) {
+  const int id = worker.id;
+  std::vector<Message> held;
+  switch (event) {
+    case WorkerEvent::kJoined:
+    case WorkerEvent::kBack:
+      table_[id] = worker;
+      dead_.erase(id);
+      left_.erase(id);
+      away_.erase(id);
+      if (!scheduler_ && !IsLocalLocked(id)) {
+        // A restarted worker listens elsewhere: its id's route moves.
+        Status s =
+            van_->Connect(id, worker.host, worker.port, worker.local_endpoint);
+        if (!s.ok()) LOG(ERROR) << "cannot connect to " << worker.DebugString();
+      }
+      workers_ = IdsOfRole(table_, Role::kWorker);
+      if (auto it = from_unknown_.find(id); it != from_unknown_.end()) {
+        for (auto& m : it->second) held.push_back(std::move(m.second));
+        from_unknown_count_ -= it->second.size();
+        from_unknown_.erase(it);
+      }
+      break;
+    case WorkerEvent::kAway:
+      away_.insert(id);
+      break;
+    case WorkerEvent::kGone:
+      away_.erase(id);
+      left_.insert(id);
+      break;
+    case WorkerEvent::kNone:
+      return held;
+  }
+  int live = 0;
+  for (int w : workers_) {
+    if (!dead_.count(w) && !left_.count(w)) ++live;
+  }
+  LOG(INFO) << DescribeLocked(id) << " " << WorkerEventName(event) << "; "
+            << live << " workers";
+  // Under mu_ so no customer is destroyed meanwhile; this never blocks.
+  for (const auto& c : customers_) c.second->OnWorkerChange(id, event);
+  cv_.notify_all();
+  MutexLock cb(&cb_mu_);
+  worker_notes_.push_back(WorkerChangeNote{id, event, live});
+  cb_cv_.notify_all();
+  return held;
 }
 
 int Node::my_id(int customer_id) const {

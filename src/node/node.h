@@ -104,7 +104,19 @@ class Node final : private SchedulerHost {
   Role role() const { return options_.role; }
   const Options& options() const { return options_; }
   int num_servers() const { return options_.num_servers; }
-  int num_workers() const { return options_.num_workers; }
+  // DMLC_NUM_WORKER until the node table came; then the workers of the
+  // current membership: those that formed the job or joined it since,
+  // less those gone (a worker away, its rank held for its restart, counts).
+  int num_workers() const EXCLUDES(mu_);
+
+  // Elastic workers (docs/consistency.md, "Elastic workers"): `callback`
+  // runs after every change of the workers' membership this node hears of
+  // (the worker's id, what happened, num_workers() after it), one at a
+  // time and in order, on a thread of its own ("ember-members"), never
+  // with a lock of the node held. Replaces the previous; null removes it.
+  using WorkerChangeCallback =
+      std::function<void(int id, WorkerEvent event, int num_workers)>;
+  void SetWorkerChangeCallback(WorkerChangeCallback callback) EXCLUDES(cb_mu_);
   // This process's id for logical node `customer_id` (-1 if none).
   int my_id(int customer_id = 0) const;
   int my_rank() const;
@@ -202,6 +214,16 @@ class Node final : private SchedulerHost {
   void OnMemberLeft(int id) override EXCLUDES(mu_);
   void OnBarrierReleased(int customer_id, const Status& status) override
       EXCLUDES(mu_);
+  void OnWorkerChange(const NodeInfo& worker, WorkerEvent event) override
+      EXCLUDES(mu_);
+  // A worker's membership changed (kWorkerChange, or OnWorkerChange on the
+  // scheduler): the table, then every customer, then the callback. Returns
+  // the data held from the worker before this node knew it
+  // (from_unknown_), for the caller to dispatch once it has released mu_.
+  [[nodiscard]] std::vector<Message> ApplyWorkerChangeLocked(
+      const NodeInfo& worker, WorkerEvent event) REQUIRES(mu_);
+  void HandleWorkerChange(const Message& msg) EXCLUDES(mu_);
+  void RunWorkerCallbacks() EXCLUDES(cb_mu_);
   // Every change of ring_: sets it and its atomics, then tells every
   // customer (Customer::OnRingChanged).
   void SetRingLocked(std::shared_ptr<const KeyRing> ring) REQUIRES(mu_);
@@ -311,6 +333,11 @@ class Node final : private SchedulerHost {
   std::shared_ptr<const KeyRing> joined_ring_ GUARDED_BY(mu_);
   std::set<int> handed_over_ GUARDED_BY(mu_);
   bool handover_reported_ GUARDED_BY(mu_) = false;
+  // A worker admitted into a running job (its node table says so): it
+  // meets no start barrier.
+  bool joined_running_ GUARDED_BY(mu_) = false;
+  // Workers away: dead, their ranks held for their restart.
+  std::set<int> away_ GUARDED_BY(mu_);
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_
       GUARDED_BY(mu_);  // by customer id
@@ -329,6 +356,15 @@ class Node final : private SchedulerHost {
   static constexpr size_t kMaxHeldBeforeTable = 100000;
   static constexpr size_t kMaxHeldBytesBeforeTable = size_t{256} << 20;
   std::vector<Message> before_table_ GUARDED_BY(mu_);
+  // Data from a member this node has not heard of yet (it carries the run's
+  // key, so its sender joined this run): a worker admitted into the running
+  // job may send before the WORKER_CHANGE announcing it arrives here. By
+  // sender, with the arrival time; dispatched when it is announced, dropped
+  // after EMBER_MISSING_APP_TIMEOUT_MS; at most kMaxHeldFromUnknown.
+  static constexpr size_t kMaxHeldFromUnknown = 10000;
+  std::map<int, std::vector<std::pair<int64_t, Message>>> from_unknown_
+      GUARDED_BY(mu_);
+  size_t from_unknown_count_ GUARDED_BY(mu_) = 0;
   size_t before_table_bytes_ GUARDED_BY(mu_) = 0;
   std::function<void()> exit_callback_ GUARDED_BY(mu_);
   int64_t last_scheduler_echo_ms_ GUARDED_BY(mu_) = 0;
@@ -339,6 +375,19 @@ class Node final : private SchedulerHost {
   // On the scheduler: each member's process key, which this process's
   // messages to it carry (published by the Scheduler).
   std::map<int, Key128> member_keys_ GUARDED_BY(mu_);
+
+  // The worker-change callback and its thread.
+  Mutex cb_mu_;
+  std::condition_variable cb_cv_;
+  WorkerChangeCallback worker_callback_ GUARDED_BY(cb_mu_);
+  struct WorkerChangeNote {
+    int id;
+    WorkerEvent event;
+    int num_workers;
+  };
+  std::vector<WorkerChangeNote> worker_notes_ GUARDED_BY(cb_mu_);
+  bool cb_stop_ GUARDED_BY(cb_mu_) = false;
+  std::thread cb_thread_;
 
   // Heartbeat thread.
   std::thread heartbeat_thread_;

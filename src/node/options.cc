@@ -359,6 +359,11 @@ StatusOr<Options> Options::FromEnvironment() {
     PS_RETURN_IF_ERROR(ReadInt("EMBER_JOIN", nullptr, 0, 1, &join));
     o.join = join != 0;
   }
+  PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_WORKER_RANK", nullptr, -1, 65535, &o.worker_rank));
+  if (o.worker_rank >= 0) o.rank_hint = o.worker_rank;
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_WORKER_REJOIN_MS", nullptr, -1, 86400000,
+                             &o.worker_rejoin_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_INTERVAL_MS",
                              "ember_heartbeat_interval_ms", 0, 600000,
                              &o.heartbeat_interval_ms));

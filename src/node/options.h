@@ -59,6 +59,15 @@ struct Options {
   // A server that joins while a server slot is vacant (after a failover)
   // is admitted without it.
   bool join = false;
+  // Elastic workers (docs/consistency.md, "Elastic workers"). A worker
+  // restarted into a running job with the rank it had (EMBER_WORKER_RANK;
+  // -1: none). Before the cluster forms it is the worker's rank hint.
+  int worker_rank = -1;
+  // Scheduler: -1 (default) a worker's death is a node failure as any
+  // other (EMBER_ON_NODE_FAILURE); >= 0 workers are elastic: a dead
+  // worker's rank is held this long for its restart (the others wait for
+  // it as for a slow worker), then it is dropped; 0 drops it at once.
+  int worker_rejoin_ms = -1;  // EMBER_WORKER_REJOIN_MS
 
   // Failure detection. Interval 0 disables heartbeats (unit tests drive
   // CheckLiveness() by hand instead).

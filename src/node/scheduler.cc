@@ -181,6 +181,29 @@ void Scheduler::HandleJoin(const Message& msg) {
       AdmitServerLocked(node, key);
       return;
     }
+    if (node.role == Role::kWorker) {
+      bool vacant = false;
+      for (int id : workers_) vacant |= DroppedWorkerLocked(id);
+      if (msg.meta.join_running || node.rank >= 0 || vacant) {
+        if ((msg.meta.num_servers != 0 &&
+             msg.meta.num_servers != options_.num_servers) ||
+            (msg.meta.num_workers != 0 &&
+             msg.meta.num_workers != options_.num_workers)) {
+          const std::string why =
+              "this worker's DMLC_NUM_SERVER=" +
+              std::to_string(msg.meta.num_servers) +
+              " and DMLC_NUM_WORKER=" + std::to_string(msg.meta.num_workers) +
+              " are not the job's (" + std::to_string(options_.num_servers) +
+              " and " + std::to_string(options_.num_workers) + ")";
+          LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
+                       << why;
+          RejectLocked(node, key, why);
+          return;
+        }
+        AdmitWorkerLocked(node, key);
+        return;
+      }
+    }
     LOG(WARNING) << "rejecting late " << node.DebugString()
                  << ": the cluster has already formed";
     if (msg.meta.join_running) {
@@ -376,6 +399,115 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node,
   PublishLocked();
 }
 
+bool Scheduler::DroppedWorkerLocked(int id) const {
+  return options_.worker_rejoin_ms >= 0 && !away_.count(id) &&
+         (dead_.count(id) || left_.count(id));
+}
+
+void Scheduler::AdmitWorkerLocked(const NodeInfo& node,
+                                  const std::string& key) {
+  auto refuse = [&](const std::string& why) REQUIRES(mu_) {
+    LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
+                 << why;
+    RejectLocked(node, key, why);
+  };
+  for (const auto& n : table_) {
+    if (n.second.address() == node.address() &&
+        n.second.customer_id == node.customer_id && !dead_.count(n.first) &&
+        !left_.count(n.first)) {
+      return refuse("a live member (" + DescribeLocked(n.first) +
+                    ") has that address");
+    }
+  }
+  int ranks = 0;  // Worker ranks used in this run: 0 .. ranks - 1.
+  for (int id : workers_) ranks = std::max(ranks, table_[id].rank + 1);
+  int rank = node.rank;
+  WorkerEvent event = WorkerEvent::kJoined;
+  if (rank >= 0) {
+    if (rank >= ranks) {
+      return refuse("EMBER_WORKER_RANK=" + std::to_string(rank) +
+                    " is out of range: this job's workers have ranks 0.." +
+                    std::to_string(ranks - 1) +
+                    " (a new worker joins with EMBER_JOIN=1 instead)");
+    }
+    const int id = WorkerRankToNodeId(rank);
+    if (!dead_.count(id) && !left_.count(id)) {
+      return refuse("EMBER_WORKER_RANK=" + std::to_string(rank) +
+                    " is held by a live worker, " + DescribeLocked(id) +
+                    "; only a dead or departed worker's rank can be taken");
+    }
+    if (away_.count(id)) event = WorkerEvent::kBack;
+  } else {
+    // The lowest rank no longer waited for, else a new one.
+    rank = ranks;
+    for (int id : workers_) {
+      if (DroppedWorkerLocked(id)) {
+        rank = std::min(rank, table_[id].rank);
+      }
+    }
+  }
+  NodeInfo n = node;
+  n.rank = rank;
+  n.id = WorkerRankToNodeId(rank);
+  Status s = van_->Connect(n.id, n.host, n.port, n.local_endpoint);
+  if (!s.ok()) return refuse("cannot connect to it: " + s.ToString());
+  table_[n.id] = n;
+  member_keys_[n.id] = ToKey128(key);
+  joins_.push_back(n);
+  join_keys_[n.address()] = key;
+  dead_.erase(n.id);
+  left_.erase(n.id);
+  away_.erase(n.id);
+  if (std::find(workers_.begin(), workers_.end(), n.id) == workers_.end()) {
+    workers_ = IdsOfRole(table_, Role::kWorker);
+  }
+  // Its barrier numbers start again at 1.
+  for (auto it = barrier_numbers_.begin(); it != barrier_numbers_.end();) {
+    it = it->first.first == n.id ? barrier_numbers_.erase(it) : std::next(it);
+  }
+  suspects_.erase(n.address());
+  last_beat_ms_[n.address()] = clock_->NowMs();
+  LOG(WARNING) << DescribeLocked(n.id)
+               << (event == WorkerEvent::kBack
+                       ? " is back: it resumes its rank"
+                       : " joins the running job: it takes part from the "
+                         "next clock");
+  // The others first, so that they know it before it sends to them.
+  WorkerChangeLocked(n.id, event);
+  Message m;
+  m.meta.control = Control::kNodeTable;
+  m.meta.sender = kSchedulerNodeId;
+  m.meta.recipient = n.id;
+  for (const auto& e : table_) {
+    if (!dead_.count(e.first) && !left_.count(e.first)) {
+      m.meta.nodes.push_back(e.second);
+    }
+  }
+  m.meta.ring = ring_->ToInfo();
+  m.meta.run_key = run_key_;
+  m.meta.join_running = true;  // It meets no start barrier.
+  SendLocked(std::move(m));
+  EvaluateBarriersLocked();
+}
+
+void Scheduler::WorkerChangeLocked(int id, WorkerEvent event) {
+  host_->OnWorkerChange(table_[id], event);
+  for (const auto& entry : table_) {
+    const int to = entry.first;
+    if (to == kSchedulerNodeId || to == id || dead_.count(to) ||
+        left_.count(to) || away_.count(to)) {
+      continue;
+    }
+    Message m;
+    m.meta.control = Control::kWorkerChange;
+    m.meta.sender = kSchedulerNodeId;
+    m.meta.recipient = to;
+    m.meta.nodes.push_back(table_[id]);
+    m.meta.worker_event = event;
+    SendLocked(std::move(m));
+  }
+}
+
 void Scheduler::PublishLocked() {
   Membership membership;
   membership.nodes = table_;
@@ -446,7 +578,11 @@ void Scheduler::EvaluateBarriersLocked() {
       std::string dead_member;
       bool complete = true;
       for (int id : GroupIds(group, servers_, workers_)) {
-        if (left_.count(id)) continue;
+        if (left_.count(id) || DroppedWorkerLocked(id)) continue;
+        if (away_.count(id)) {
+          complete = false;  // Waited for as a slow worker.
+          continue;
+        }
         if (dead_.count(id)) {
           dead_member = DescribeLocked(id);
           break;
@@ -585,6 +721,11 @@ void Scheduler::HandleLeave(const Message& msg) {
     suspects_.erase(it->second.address());
   }
   VLOG(1) << it->second.DebugString() << " left";
+  if (formed_ && it->second.role == Role::kWorker &&
+      !dead_.count(msg.meta.sender)) {
+    // Elastic workers: servers stop waiting for it in their clocks.
+    WorkerChangeLocked(msg.meta.sender, WorkerEvent::kGone);
+  }
   EvaluateBarriersLocked();
 }
 
@@ -592,6 +733,18 @@ void Scheduler::CheckLiveness() {
   MutexLock lock(&mu_);
   if (!formed_) return;
   const int64_t now = clock_->NowMs();
+  std::vector<int> expired_holds;
+  for (const auto& a : away_) {
+    if (now >= a.second) expired_holds.push_back(a.first);
+  }
+  for (int id : expired_holds) {
+    away_.erase(id);
+    LOG(WARNING) << DescribeLocked(id) << " did not come back within "
+                 << options_.worker_rejoin_ms
+                 << " ms (EMBER_WORKER_REJOIN_MS): the job goes on without it";
+    WorkerChangeLocked(id, WorkerEvent::kGone);
+  }
+  if (!expired_holds.empty()) EvaluateBarriersLocked();
   std::vector<std::pair<std::string, int64_t>> expired;
   for (const auto& beat : last_beat_ms_) {
     if (now - beat.second > options_.heartbeat_timeout_ms) {
@@ -704,6 +857,37 @@ void Scheduler::DeclareDeadLocked(const std::string& address,
   for (int id : victims) {
     std::string who = DescribeLocked(id);
     LOG(ERROR) << who << " is dead: " << why;
+    if (options_.worker_rejoin_ms >= 0 && table_[id].role == Role::kWorker) {
+      // Elastic workers: the job goes on; the victim alone hears that it
+      // was declared dead (if it is alive after all, it stops).
+      Message notice;
+      notice.meta.control = Control::kNodeFailed;
+      notice.meta.sender = kSchedulerNodeId;
+      notice.meta.recipient = id;
+      notice.meta.failed_node = id;
+      notice.meta.reason = why;
+      SendLocked(std::move(notice));
+      // Out of every barrier round it had arrived at.
+      for (auto& entry : rounds_) {
+        for (Round& r : entry.second) {
+          r.arrived.erase(id);
+          r.numbers.erase(id);
+        }
+      }
+      if (options_.worker_rejoin_ms > 0) {
+        away_[id] = clock_->NowMs() + options_.worker_rejoin_ms;
+        LOG(WARNING) << who << ": its rank is held for "
+                     << options_.worker_rejoin_ms
+                     << " ms (EMBER_WORKER_REJOIN_MS) for its restart "
+                        "(EMBER_WORKER_RANK="
+                     << table_[id].rank << "); the others wait for it";
+        host_->RequestLivenessCheck(options_.worker_rejoin_ms);
+        WorkerChangeLocked(id, WorkerEvent::kAway);
+      } else {
+        WorkerChangeLocked(id, WorkerEvent::kGone);
+      }
+      continue;
+    }
     auto h = heirs.find(id);
     if (!lost && h != heirs.end() && FailOverLocked(id, h->second, why)) {
       continue;
@@ -881,7 +1065,8 @@ std::string Scheduler::StatusJson() const {
   node(host_->SchedulerEntry(), "alive");
   for (const auto& n : table_) {
     if (n.first == kSchedulerNodeId) continue;
-    node(n.second, dead_.count(n.first)   ? "dead"
+    node(n.second, away_.count(n.first)   ? "away"
+                   : dead_.count(n.first) ? "dead"
                    : left_.count(n.first) ? "left"
                                           : "alive");
   }

@@ -81,6 +81,11 @@ class SchedulerHost {
   // A barrier round in which the node's customer `customer_id` took part
   // is over: OK, or why it cannot complete.
   virtual void OnBarrierReleased(int customer_id, const Status& status) = 0;
+  // Worker `worker` joined, came back, is away or is gone (elastic
+  // workers, docs/consistency.md); every other member is sent
+  // kWorkerChange.
+  virtual void OnWorkerChange(const NodeInfo& /*worker*/,
+                              WorkerEvent /*event*/) {}
   // Asks for a call of Scheduler::CheckLiveness in about `delay_ms`
   // (sooner than the next heartbeat check, when that is later); a host
   // without a timer of its own may do nothing (its next check comes).
@@ -180,6 +185,19 @@ class Scheduler {
   // the next ring epoch, which PublishLocked sends every member.
   void AdmitServerLocked(const NodeInfo& node, const std::string& key)
       REQUIRES(mu_);
+  // A worker's join after the cluster formed (elastic workers,
+  // docs/consistency.md): a claim of its rank (EMBER_WORKER_RANK, in the
+  // join's rank) takes back a rank whose worker is dead or gone; otherwise
+  // the lowest rank no longer waited for, or the next new one. Refused
+  // (the job untouched) for a rank out of range or held by a live worker.
+  void AdmitWorkerLocked(const NodeInfo& node, const std::string& key)
+      REQUIRES(mu_);
+  // Tells the node and every live member but the worker itself
+  // (kWorkerChange) what happened to worker `id`.
+  void WorkerChangeLocked(int id, WorkerEvent event) REQUIRES(mu_);
+  // Whether a dead worker no longer counts (elastic workers): barriers
+  // go on without it.
+  bool DroppedWorkerLocked(int id) const REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.
   void RejectLocked(const NodeInfo& node, const std::string& key,
@@ -261,6 +279,9 @@ class Scheduler {
   // The server that joined last and has not yet reported its hand-over
   // done (HandleHandoverDone), or -1. A join meanwhile is refused.
   int joining_ GUARDED_BY(mu_) = -1;
+  // Elastic workers (EMBER_WORKER_REJOIN_MS >= 0): dead workers whose
+  // ranks are held for their restart, with the time the hold ends.
+  std::map<int, int64_t> away_ GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -105,6 +105,10 @@ void ExpectMetaEq(const Meta& a, const Meta& b) {
   EXPECT_EQ(a.failed_node, b.failed_node);
   EXPECT_EQ(a.reason, b.reason);
   EXPECT_EQ(a.join_running, b.join_running);
+  EXPECT_EQ(a.worker_event, b.worker_event);
+  EXPECT_EQ(a.clock_query, b.clock_query);
+  EXPECT_EQ(a.num_servers, b.num_servers);
+  EXPECT_EQ(a.num_workers, b.num_workers);
 }
 
 // A data message with every data field set to a non-default value.
@@ -128,6 +132,7 @@ Meta FullDataMeta() {
   m.status_code = static_cast<int>(Code::kAborted);
   m.status_message = "server 9 refused";
   m.moved_epoch = 0x8000000000000003ULL;
+  m.clock_query = 2;
   return m;
 }
 
@@ -148,6 +153,9 @@ Meta FullControlMeta() {
   m.failed_node = 10;
   m.reason = "heartbeat timeout";
   m.join_running = true;
+  m.worker_event = WorkerEvent::kBack;
+  m.num_servers = 4096;
+  m.num_workers = 65536;
   return m;
 }
 
@@ -304,6 +312,35 @@ TEST(MessageCodecTest, RejectsUnknownControlCommand) {
     Status s = Decode(Encode(in));
     EXPECT_EQ(s.code(), Code::kCorruption) << cmd;
     EXPECT_NE(s.message().find("control"), std::string::npos) << s;
+  }
+}
+
+TEST(MessageCodecTest, RoundTripsWorkerChange) {
+  Meta in = FullControlMeta();
+  in.control = Control::kWorkerChange;
+  for (WorkerEvent e : {WorkerEvent::kJoined, WorkerEvent::kBack,
+                        WorkerEvent::kAway, WorkerEvent::kGone}) {
+    in.worker_event = e;
+    Meta out;
+    std::vector<uint64_t> frame_bytes;
+    ASSERT_TRUE(Decode(Encode(in), &out, &frame_bytes).ok());
+    ExpectMetaEq(in, out);
+  }
+  EXPECT_STREQ(ControlName(Control::kWorkerChange), "worker_change");
+  EXPECT_STREQ(WorkerEventName(WorkerEvent::kAway), "away");
+}
+
+TEST(MessageCodecTest, RejectsUnknownWorkerEventAndClockQuery) {
+  Meta in = FullControlMeta();
+  in.control = Control::kWorkerChange;
+  in.worker_event = static_cast<WorkerEvent>(5);
+  EXPECT_EQ(Decode(Encode(in)).code(), Code::kCorruption);
+  in.worker_event = static_cast<WorkerEvent>(-1);
+  EXPECT_EQ(Decode(Encode(in)).code(), Code::kCorruption);
+  Meta data = FullDataMeta();
+  for (int q : {3, -1}) {
+    data.clock_query = q;
+    EXPECT_EQ(Decode(Encode(data)).code(), Code::kCorruption) << q;
   }
 }
 

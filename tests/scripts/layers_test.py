@@ -30,6 +30,7 @@ PUBLIC = {
     "consistency.h": "consistency",
     "internal/postoffice.h": "app", "internal/kv_core.h": "app",
     "kv_app.h": "app", "simple_app.h": "app", "ps.h": "app",
+    "membership.h": "app",
     "model.h": "model",
     "data.h": "data",
 }

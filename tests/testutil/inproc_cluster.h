@@ -97,6 +97,26 @@ class InProcCluster {
     return servers_.back().get();
   }
 
+  // A worker made after the cluster formed (elastic workers), with the
+  // cluster's options: `join` as EMBER_JOIN, `rank` as EMBER_WORKER_RANK
+  // (-1: none); `tweak`, if given, edits them last. Not started. It is one
+  // of all() from now on.
+  Postoffice* AddWorker(bool join, int rank,
+                        const std::function<void(Options*)>& tweak = nullptr) {
+    Options o = base_;
+    o.role = Role::kWorker;
+    if (tweak_) tweak_(&o);
+    o.join = join;
+    o.worker_rank = rank;
+    o.rank_hint = rank;
+    if (tweak) tweak(&o);
+    workers_.push_back(Make(o));
+    return workers_.back().get();
+  }
+
+  // Whether `p` was killed (KillByHeartbeat).
+  bool killed(Postoffice* p) const { return killed_.count(p) > 0; }
+
   // Starts every node (with the start barrier) and checks it worked.
   void Start() {
     ForAll([](Postoffice* p) { return p->StartStatus(0, true); });

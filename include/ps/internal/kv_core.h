@@ -65,6 +65,10 @@ class KVWorkerCore {
   int Clock();
   // Iterations ended so far.
   int64_t clock() const;
+  // Elastic workers (docs/consistency.md): asks every server at which clock
+  // this worker starts, takes that clock and tells every server. Call once,
+  // before the first request of a worker that joined a running job.
+  StatusOr<int64_t> JoinClock();
 
   // ps-lite's per-server key ranges, for custom slicers.
   const std::vector<Range>& ServerKeyRanges();

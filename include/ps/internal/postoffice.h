@@ -23,6 +23,7 @@ namespace ps {
 
 class Node;
 struct Options;
+struct MembershipChange;
 
 class Postoffice {
  public:
@@ -86,6 +87,10 @@ class Postoffice {
   Node* node();
 
  private:
+  // ps/membership.h: makes the node if need be.
+  friend void SetMembershipCallback(
+      std::function<void(const MembershipChange& change)> callback);
+
   explicit Postoffice(std::unique_ptr<Node> node);
   Status EnsureNode();
   // The settings: the node's, or before there is a node, the environment's
