@@ -28,6 +28,7 @@ const char* ControlName(Control control) {
   static const char* const kNames[] = {
       "none",        "join",  "node_table", "barrier",       "heartbeat",
       "node_failed", "abort", "leave",      "replica_ready", "handover_done"};
+  if (control == Control::kRejoin) return "rejoin";
   return NameOf(control, kNames);
 }
 
@@ -209,8 +210,9 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->join_running = false;
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
-    if (c.cmd() < static_cast<int>(Control::kNone) ||
-        c.cmd() > static_cast<int>(Control::kHandoverDone)) {
+    if ((c.cmd() < static_cast<int>(Control::kNone) ||
+         c.cmd() > static_cast<int>(Control::kHandoverDone)) &&
+        c.cmd() != static_cast<int>(Control::kRejoin)) {
       return Status::Corruption("unknown control command " +
                                 std::to_string(c.cmd()));
     }

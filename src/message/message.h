@@ -36,6 +36,11 @@ enum class Control : int {
   // server -> scheduler: a server that joined a running cluster has
   // received the state of its ranges from their former owners
   kHandoverDone = 9,
+  // node -> scheduler: re-registration with a restarted scheduler (id,
+  // role, rank, address, ring, the barrier it waits in); docs/replication.md,
+  // "Scheduler restart". Numbered from the top (branch sched), so that other
+  // additions can take 10 on; a merge may renumber it.
+  kRejoin = 31,
 };
 
 const char* ControlName(Control control);
