@@ -29,6 +29,7 @@ const char* ControlName(Control control) {
       "none",        "join",  "node_table", "barrier",       "heartbeat",
       "node_failed", "abort", "leave",      "replica_ready", "handover_done"};
   if (control == Control::kWorkerChange) return "worker_change";
+  if (control == Control::kRejoin) return "rejoin";
   return NameOf(control, kNames);
 }
 
@@ -224,7 +225,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
         (c.cmd() > static_cast<int>(Control::kHandoverDone) &&
-         c.cmd() != static_cast<int>(Control::kWorkerChange))) {
+         c.cmd() != static_cast<int>(Control::kWorkerChange) &&
+         c.cmd() != static_cast<int>(Control::kRejoin))) {
       return Status::Corruption("unknown control command " +
                                 std::to_string(c.cmd()));
     }

@@ -40,6 +40,11 @@ enum class Control : int {
   // (`worker_event`, docs/consistency.md "Elastic workers"). Numbered from
   // the top (branch wjoin): a merge may renumber it.
   kWorkerChange = 15,
+  // node -> scheduler: re-registration with a restarted scheduler (id,
+  // role, rank, address, ring, the barrier it waits in); docs/replication.md,
+  // "Scheduler restart". Numbered from the top (branch sched), so that other
+  // additions can take 10 on; a merge may renumber it.
+  kRejoin = 31,
 };
 
 // kWorkerChange's `worker_event`.

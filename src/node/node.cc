@@ -53,6 +53,23 @@ std::string NewKeyOrEmpty() {
   return std::move(key.value());
 }
 
+// The run's key of a scheduler: a restarted one reads the key its
+// predecessor wrote to EMBER_RUN_KEY_FILE (docs/security.md), any other
+// makes a new one. Empty, with *error set, if neither works (Start fails
+// with it).
+std::string SchedulerRunKey(const Options& options, Status* error) {
+  if (!options.scheduler_restart) return NewKeyOrEmpty();
+  StatusOr<std::string> key = ReadSecretFile(options.run_key_file);
+  if (!key.ok()) {
+    *error = Status(key.status().code(),
+                    "EMBER_SCHEDULER_RESTART=1: cannot take the run's key "
+                    "from EMBER_RUN_KEY_FILE: " +
+                        key.status().message());
+    return std::string();
+  }
+  return std::move(key.value());
+}
+
 // Writes the port atomically (a launcher polls for the file).
 Status WritePortFile(const std::string& path, int port) {
   Status s = WriteStringToFileAtomically(path, std::to_string(port) + "\n");
@@ -96,6 +113,9 @@ bool HandOverToScheduler(Scheduler* scheduler, const Message& msg) {
     case Control::kHandoverDone:
       scheduler->HandleHandoverDone(msg);
       return true;
+    case Control::kRejoin:
+      scheduler->HandleRejoin(msg);
+      return true;
     default:
       return false;
   }
@@ -112,8 +132,10 @@ Node::Node(Options options, std::unique_ptr<Van> van, const Clock* clock)
       process_auth_(ToKey128(process_key_)),
       scheduler_(options_.role == Role::kScheduler
                      ? std::make_unique<Scheduler>(
-                           options_, NewKeyOrEmpty(), van_.get(), clock_,
-                           &counters_, static_cast<SchedulerHost*>(this))
+                           options_,
+                           SchedulerRunKey(options_, &run_key_status_),
+                           van_.get(), clock_, &counters_,
+                           static_cast<SchedulerHost*>(this))
                      : nullptr) {
   if (scheduler_) {
     MutexLock lock(&mu_);
@@ -138,11 +160,13 @@ Status Node::Start(int customer_id, bool do_barrier) {
   PS_RETURN_IF_ERROR(options_.Validate());
   {
     MutexLock lock(&mu_);
+    PS_RETURN_IF_ERROR(run_key_status_);
     if (process_key_.empty() || (scheduler_ && run_key_.empty())) {
       return Status::Internal(
           "cannot make this node's keys (getrandom failed)");
     }
   }
+  PS_RETURN_IF_ERROR(WriteRunKeyFile());
   PS_RETURN_IF_ERROR(StartVan());
   MutexLock lock(&mu_);
   if (scheduler_) {
@@ -219,6 +243,8 @@ Status Node::Start(int customer_id, bool do_barrier) {
   // A server that joined a running cluster meets no start barrier: the
   // others passed theirs long ago.
   if (joined_ring_ || joined_running_) do_barrier = false;
+  // Nor does a restarted scheduler: its predecessor passed it.
+  if (scheduler_ && options_.scheduler_restart) do_barrier = false;
   lock.Unlock();
   StartThreads();
   if (do_barrier) {
@@ -371,6 +397,13 @@ void Node::SendHeartbeat() {
   if (options_.role == Role::kScheduler || logical_.empty() || stopped_) {
     return;
   }
+  if (table_ready_ && beats_unanswered_ >= 2) {
+    // No echo for two beats: the scheduler may have restarted and not
+    // know us; a re-registration is a beat to one that does.
+    SendRejoinsLocked();
+    return;
+  }
+  ++beats_unanswered_;
   Message beat;
   beat.meta.control = Control::kHeartbeat;
   beat.meta.request = true;
@@ -391,11 +424,105 @@ void Node::CheckLiveness() {
   }
   if (dead_.count(kSchedulerId)) return;
   int64_t silent = now - last_scheduler_echo_ms_;
-  if (silent > options_.heartbeat_timeout_ms) {
+  if (silent > SchedulerWaitMs()) {
     lock.Unlock();
-    HandleNodeFailed(kSchedulerId, "no heartbeat echo from the scheduler for " +
-                                       std::to_string(silent) + " ms");
+    HandleNodeFailed(
+        kSchedulerId,
+        "no heartbeat echo from the scheduler at " + options_.scheduler_host +
+            ":" + std::to_string(options_.scheduler_port) + " for " +
+            std::to_string(silent) +
+            " ms; it did not come back within EMBER_SCHEDULER_WAIT_MS=" +
+            std::to_string(SchedulerWaitMs()));
+    return;
   }
+  if (silent > options_.heartbeat_timeout_ms) SchedulerSilentLocked(silent);
+}
+
+int64_t Node::SchedulerWaitMs() const {
+  return std::max<int64_t>(options_.scheduler_wait_ms,
+                           options_.heartbeat_timeout_ms);
+}
+
+void Node::SchedulerSilentLocked(int64_t silent_ms) {
+  const int64_t now = clock_->NowMs();
+  const int64_t interval = options_.wait_log_interval_ms > 0
+                               ? options_.wait_log_interval_ms
+                               : options_.heartbeat_timeout_ms;
+  if (scheduler_silent_logged_ms_ >= 0 &&
+      now - scheduler_silent_logged_ms_ < interval) {
+    return;
+  }
+  scheduler_silent_logged_ms_ = now;
+  LOG(WARNING) << "the scheduler at " << options_.scheduler_host << ":"
+               << options_.scheduler_port << " has not answered for "
+               << silent_ms / 1000
+               << " s: waiting for it (data still goes to servers and "
+                  "workers directly; barriers and membership changes wait "
+                  "for it); re-registering every "
+               << options_.heartbeat_interval_ms << " ms, giving up after "
+               << SchedulerWaitMs() / 1000 << " s (EMBER_SCHEDULER_WAIT_MS)";
+}
+
+void Node::SendRejoinsLocked() {
+  if (!ring_) return;
+  const RingInfo ring = ring_->ToInfo();
+  std::vector<NodeInfo> live;
+  for (const auto& n : table_) {
+    if (!dead_.count(n.first) && !left_.count(n.first)) {
+      live.push_back(n.second);
+    }
+  }
+  for (const auto& l : logical_) {
+    Message m;
+    m.meta.control = Control::kRejoin;
+    m.meta.request = true;
+    m.meta.sender = l.second;
+    m.meta.recipient = kSchedulerId;
+    m.meta.customer_id = l.first;
+    m.meta.process_key = process_key_;
+    m.meta.cluster_token = options_.cluster_token;
+    m.meta.nodes = live;
+    m.meta.ring = ring;
+    // The barrier this logical node waits in, if any: a restarted
+    // scheduler counts it as if the request had come again.
+    auto since = barrier_since_.find(l.first);
+    auto wait = barrier_waits_.find(l.first);
+    auto number = barrier_numbers_.find(l.first);
+    if (since != barrier_since_.end() && wait != barrier_waits_.end() &&
+        !wait->second.first && number != barrier_numbers_.end()) {
+      m.meta.barrier_group = since->second.first;
+      m.meta.barrier_round = number->second;
+    }
+    SendLocked(std::move(m));
+  }
+}
+
+void Node::OnSchedulerEchoLocked() {
+  const int64_t now = clock_->NowMs();
+  if (scheduler_silent_logged_ms_ >= 0) {
+    LOG(WARNING) << "the scheduler answers again after "
+                 << (now - last_scheduler_echo_ms_) / 1000
+                 << " s of silence; barriers and membership changes go on";
+    scheduler_silent_logged_ms_ = -1;
+  }
+  last_scheduler_echo_ms_ = now;
+  beats_unanswered_ = 0;
+}
+
+Status Node::WriteRunKeyFile() {
+  if (!scheduler_ || options_.scheduler_restart ||
+      options_.run_key_file.empty()) {
+    return Status::OK();
+  }
+  std::string key;
+  {
+    MutexLock lock(&mu_);
+    if (van_started_) return Status::OK();  // Written by the first Start.
+    key = run_key_;
+  }
+  Status s = WriteSecretFile(options_.run_key_file, key);
+  if (s.ok()) return s;
+  return Status(s.code(), "cannot write EMBER_RUN_KEY_FILE: " + s.message());
 }
 
 std::string Node::Address(int id) const {
@@ -419,7 +546,9 @@ void Node::WatchWaits() {
                    << (now - b.second.second) / 1000 << " s at a barrier over "
                    << "group " << b.second.first
                    << (scheduler_ ? ""
-                                  : " (the scheduler logs whom it waits for)");
+                       : scheduler_silent_logged_ms_ >= 0
+                           ? " (the scheduler is silent: waiting for it)"
+                           : " (the scheduler logs whom it waits for)");
     }
   }
   if (scheduler_) scheduler_->WatchWaits(interval);
@@ -703,6 +832,7 @@ void Node::OnMessage(Message&& msg, bool from_van) {
     case Control::kLeave:
     case Control::kReplicaReady:
     case Control::kHandoverDone:
+    case Control::kRejoin:
       break;  // For the scheduler only.
     case Control::kNodeTable:
       if (options_.role != Role::kScheduler) {
@@ -717,9 +847,9 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       }
       break;
     case Control::kHeartbeat: {
-      // The scheduler's echo of this node's beat.
+      // The scheduler's echo of this node's beat (or re-registration).
       MutexLock lock(&mu_);
-      last_scheduler_echo_ms_ = clock_->NowMs();
+      OnSchedulerEchoLocked();
       return;
     }
     case Control::kNodeFailed:

@@ -258,6 +258,21 @@ class Node final : private SchedulerHost {
   void StartThreads();
   void StopThreads();
   void HeartbeatLoop();
+  // Scheduler restart (docs/replication.md, "Scheduler restart"). How long
+  // a silent scheduler is waited for.
+  int64_t SchedulerWaitMs() const;
+  // The scheduler has not echoed for `silent_ms` (more than the heartbeat
+  // timeout): logs, every wait-log interval, that the node waits for it.
+  void SchedulerSilentLocked(int64_t silent_ms) REQUIRES(mu_);
+  // A REJOIN for every logical node: its entry and this node's view of the
+  // live members, the ring, the barrier it waits in. Sent instead of a
+  // beat once two beats in a row went unanswered.
+  void SendRejoinsLocked() REQUIRES(mu_);
+  // An echo (or any answer) from the scheduler: it is alive.
+  void OnSchedulerEchoLocked() REQUIRES(mu_);
+  // The scheduler (unless restarted) writes the run's key to
+  // EMBER_RUN_KEY_FILE, once, before it binds.
+  Status WriteRunKeyFile() EXCLUDES(mu_);
   std::string DescribeLocked(int id) const REQUIRES(mu_);
   std::vector<int> GetNodeIdsLocked(int group) const REQUIRES(mu_);
   bool IsLocalLocked(int id) const REQUIRES(mu_);
@@ -293,6 +308,9 @@ class Node final : private SchedulerHost {
   // Start then fails).
   const std::string process_key_;
   const Key128 process_auth_;  // process_key_'s words
+  // Why the Scheduler's run key could not be had (a restarted scheduler's
+  // EMBER_RUN_KEY_FILE); Start fails with it. Set during construction.
+  Status run_key_status_;
 
   NodeCounters counters_;
   // The scheduler's role: set if and only if this node's role is
@@ -368,6 +386,12 @@ class Node final : private SchedulerHost {
   size_t before_table_bytes_ GUARDED_BY(mu_) = 0;
   std::function<void()> exit_callback_ GUARDED_BY(mu_);
   int64_t last_scheduler_echo_ms_ GUARDED_BY(mu_) = 0;
+  // When the node last logged that it waits for a silent scheduler; -1:
+  // it is not waiting.
+  int64_t scheduler_silent_logged_ms_ GUARDED_BY(mu_) = -1;
+  // Beats sent since the scheduler last echoed; from 2 on, the node
+  // re-registers instead of beating.
+  int beats_unanswered_ GUARDED_BY(mu_) = 0;
   // The run's key, which members authenticate with: made for the Scheduler
   // at construction, learnt by the others from the node table.
   std::string run_key_ GUARDED_BY(mu_);

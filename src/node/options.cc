@@ -370,6 +370,17 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_TIMEOUT_MS",
                              "ember_heartbeat_timeout_ms", 1, 3600000,
                              &o.heartbeat_timeout_ms));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_SCHEDULER_WAIT_MS", nullptr, 0, 86400000,
+                             &o.scheduler_wait_ms));
+  {
+    int restart = 0;
+    PS_RETURN_IF_ERROR(
+        ReadInt("EMBER_SCHEDULER_RESTART", nullptr, 0, 1, &restart));
+    o.scheduler_restart = restart != 0;
+    if (const char* file = std::getenv("EMBER_RUN_KEY_FILE")) {
+      o.run_key_file = file;
+    }
+  }
   PS_RETURN_IF_ERROR(ReadInt("EMBER_DISCONNECT_GRACE_MS",
                              "ember_disconnect_grace_ms", -1, 3600000,
                              &o.disconnect_grace_ms));
@@ -439,6 +450,11 @@ Status Options::Validate() const {
         "EMBER_REPLICAS=" + std::to_string(replicas) + " needs at least " +
         std::to_string(replicas + 1) + " servers; DMLC_NUM_SERVER is " +
         std::to_string(num_servers));
+  }
+  if (role == Role::kScheduler && scheduler_restart && run_key_file.empty()) {
+    return Status::InvalidArgument(
+        "EMBER_SCHEDULER_RESTART=1 needs EMBER_RUN_KEY_FILE: the restarted "
+        "scheduler reads the run's key from the file the first one wrote");
   }
   if (heartbeat_interval_ms > 0 &&
       heartbeat_timeout_ms < 2 * heartbeat_interval_ms) {

@@ -100,6 +100,23 @@ struct Options {
   FailurePolicy failure_policy =
       FailurePolicy::kAbort;  // EMBER_ON_NODE_FAILURE
 
+  // Scheduler restart (docs/replication.md, "Scheduler restart").
+  // Servers and workers: how long a silent scheduler is waited for (its
+  // heartbeat echoes stop) before the node fails naming it; meanwhile data
+  // goes on, barriers and membership changes wait, and the node
+  // re-registers every heartbeat (EMBER_SCHEDULER_WAIT_MS; at least the
+  // heartbeat timeout).
+  int scheduler_wait_ms = 60000;
+  // Scheduler only: the run's key is written to this file (mode 0600) when
+  // the scheduler starts, and read from it by a restarted scheduler
+  // (EMBER_RUN_KEY_FILE).
+  std::string run_key_file;
+  // Scheduler only: this scheduler replaces one that died, on the same
+  // address (EMBER_SCHEDULER_RESTART=1): it takes the run's key from
+  // run_key_file and rebuilds the membership, the ring and the barriers
+  // from the members' re-registrations instead of forming a cluster.
+  bool scheduler_restart = false;
+
   // Scheduler only: if set, the bound port is written to this file (the
   // scheduler may bind port 0 and let launchers learn the port from it).
   std::string port_file;  // EMBER_PORT_FILE

@@ -59,15 +59,24 @@ Status Scheduler::WaitFormed() {
       options_.wait_log_interval_ms,
       [this]() REQUIRES(mu_) { return formed_ || !abort_status_.ok(); },
       [this]() REQUIRES(mu_) {
+        if (options_.scheduler_restart) {
+          LOG(WARNING) << "restarted scheduler: waiting for the members to "
+                          "re-register (no member has yet)";
+          return;
+        }
         LOG(WARNING) << "waiting for the cluster to form: "
                      << MissingNodesLocked();
       });
   if (!abort_status_.ok()) return abort_status_;
   if (formed_) return Status::OK();
   Status s = Status::DeadlineExceeded(
-      "the cluster did not form within " +
-      std::to_string(options_.start_timeout_ms / 1000) +
-      " s: " + MissingNodesLocked());
+      options_.scheduler_restart
+          ? "no member re-registered with this restarted scheduler within " +
+                std::to_string(options_.start_timeout_ms / 1000) +
+                " s (EMBER_START_TIMEOUT)"
+          : "the cluster did not form within " +
+                std::to_string(options_.start_timeout_ms / 1000) +
+                " s: " + MissingNodesLocked());
   for (const NodeInfo& n : joins_) {
     RejectLocked(n, join_keys_[n.address()], s.message());
   }
@@ -159,6 +168,18 @@ void Scheduler::HandleJoin(const Message& msg) {
   }
   if (!abort_status_.ok()) {
     RejectLocked(node, key, abort_status_.message());
+    return;
+  }
+  if (options_.scheduler_restart && !formed_) {
+    // A restarted scheduler never forms a new cluster: the running one's
+    // members re-register first.
+    LOG(WARNING) << "refusing the join of " << node.DebugString()
+                 << ": this scheduler restarted and has not yet heard from "
+                    "the running cluster's members";
+    RejectLocked(node, key,
+                 "the scheduler restarted and is rebuilding the running "
+                 "cluster from its members; start this node again once it "
+                 "has");
     return;
   }
   {
@@ -543,13 +564,27 @@ void Scheduler::HandleBarrierRequest(const Message& msg) {
     LOG(WARNING) << "dropping a bad barrier request " << msg.meta.DebugString();
     return;
   }
-  const uint64_t number = msg.meta.barrier_round;
+  if (sender != kSchedulerNodeId && !member_keys_.count(sender)) {
+    // A member that has not re-registered with this restarted scheduler
+    // (a request queued while it was down): its release could not reach
+    // it. Its REJOIN carries the barrier it waits in.
+    VLOG(1) << "barrier request from " << DescribeLocked(sender)
+            << " before its re-registration: left to its REJOIN";
+    return;
+  }
+  CountBarrierLocked(sender, msg.meta.customer_id, group,
+                     msg.meta.barrier_round);
+}
+
+void Scheduler::CountBarrierLocked(int sender, int customer, int group,
+                                   uint64_t number) {
   if (number != 0) {
     uint64_t& last = barrier_numbers_[std::make_pair(sender, group)];
     if (number <= last) {
       counters_->dropped_bad_control++;
-      VLOG(1) << "dropping a repeated barrier request "
-              << msg.meta.DebugString();
+      VLOG(1) << "dropping a repeated barrier request from "
+              << DescribeLocked(sender) << " (group " << group << ", number "
+              << number << ")";
       return;
     }
     last = number;
@@ -562,7 +597,7 @@ void Scheduler::HandleBarrierRequest(const Message& msg) {
     rounds.emplace_back();
     rounds.back().started_ms = clock_->NowMs();
   }
-  rounds[r].arrived[sender] = msg.meta.customer_id;
+  rounds[r].arrived[sender] = customer;
   rounds[r].numbers[sender] = number;
   VLOG(1) << "barrier " << group << ": " << rounds[r].arrived.size()
           << " arrived";
@@ -650,6 +685,10 @@ void Scheduler::HandleHeartbeat(const Message& msg) {
               << " beats although its connection closed: not dead";
     suspects_.erase(suspect);
   }
+  // A member that has not re-registered with this restarted scheduler gets
+  // no echo (it could not prove it came from us): missing echoes make it
+  // re-register.
+  if (!member_keys_.count(msg.meta.sender)) return;
   Message echo;
   echo.meta.control = Control::kHeartbeat;
   echo.meta.request = false;
@@ -698,6 +737,286 @@ void Scheduler::HandleHandoverDone(const Message& msg) {
             << " has joined: it holds the state of its ranges and serves "
                "them; "
             << ring_->DebugString();
+}
+
+void Scheduler::HandleRejoin(const Message& msg) {
+  MutexLock lock(&mu_);
+  const int sender = msg.meta.sender;
+  const std::string& key = msg.meta.process_key;
+  auto drop = [&](const std::string& why) REQUIRES(mu_) {
+    counters_->dropped_bad_control++;
+    std::string since;
+    if (LogAllowed("rejoin " + std::to_string(sender), &since)) {
+      LOG(WARNING) << "dropping a re-registration from node " << sender << ": "
+                   << why << since;
+    }
+  };
+  const NodeInfo* me = nullptr;
+  for (const NodeInfo& n : msg.meta.nodes) {
+    if (n.id == sender) me = &n;
+  }
+  if (me == nullptr || me->role == Role::kScheduler || me->host.empty() ||
+      me->port <= 0 || me->rank < 0 || key.size() != kSecretBytes) {
+    return drop("malformed (no entry of its own, or no process key)");
+  }
+  if (sender != (me->role == Role::kServer ? ServerRankToNodeId(me->rank)
+                                           : WorkerRankToNodeId(me->rank))) {
+    return drop("its id does not match its role and rank");
+  }
+  if (!options_.cluster_token.empty() &&
+      !SecretsEqual(msg.meta.cluster_token, options_.cluster_token)) {
+    counters_->dropped_unauthenticated++;
+    std::string since;
+    if (LogAllowed("rejoin token", &since)) {
+      LOG(WARNING) << "refusing a re-registration as " << me->DebugString()
+                   << ": "
+                   << (msg.meta.cluster_token.empty() ? "no cluster token"
+                                                      : "a wrong cluster token")
+                   << " (EMBER_CLUSTER_TOKEN)" << since;
+    }
+    return;
+  }
+  auto parsed = KeyRing::FromInfo(msg.meta.ring);
+  if (!parsed.ok())
+    return drop("a bad key ring: " + parsed.status().ToString());
+  for (int id : parsed->server_ids()) {
+    bool listed = false;
+    for (const NodeInfo& n : msg.meta.nodes) {
+      listed = listed || (n.id == id && n.role == Role::kServer);
+    }
+    if (!listed) {
+      return drop("its ring names node " + std::to_string(id) +
+                  ", which it does not list as a live server");
+    }
+  }
+  auto ring = std::make_shared<const KeyRing>(std::move(parsed.value()));
+  if (!abort_status_.ok())
+    return RejectLocked(*me, key, abort_status_.message());
+  const Key128 key128 = ToKey128(key);
+  auto known = member_keys_.find(sender);
+  if (known != member_keys_.end() && !KeysEqual(known->second, key128)) {
+    // The first process to re-register as a member keeps its id; what
+    // another reports is not read.
+    counters_->dropped_unauthenticated++;
+    std::string since;
+    if (LogAllowed("rejoin key", &since)) {
+      LOG(WARNING) << "refusing a re-registration as " << DescribeLocked(sender)
+                   << ": another process has registered with that id" << since;
+    }
+    return;
+  }
+  if (!formed_) {
+    if (!options_.scheduler_restart) return drop("the cluster has not formed");
+    AdoptReportedLocked(msg.meta.nodes, ring);
+  } else if (options_.scheduler_restart && ring->epoch() > ring_->epoch()) {
+    AdoptLaterRingLocked(msg.meta.nodes, ring);
+  }
+  auto it = table_.find(sender);
+  if (it == table_.end() || it->second.role != me->role ||
+      it->second.address() != me->address()) {
+    counters_->dropped_bad_control++;
+    LOG(WARNING) << "refusing the re-registration of " << me->DebugString()
+                 << ": not a member of the running cluster as this scheduler "
+                    "knows it";
+    return RejectLocked(*me, key,
+                        "the scheduler does not know " + me->DebugString() +
+                            " as a member of the running cluster");
+  }
+  if (dead_.count(sender) || left_.count(sender)) {
+    return RejectLocked(*me, key,
+                        DescribeLocked(sender) +
+                            " was declared dead or has left; it cannot "
+                            "re-register");
+  }
+  const std::string address = it->second.address();
+  if (known == member_keys_.end()) {
+    member_keys_[sender] = key128;
+    Status s = van_->Connect(sender, it->second.host, it->second.port,
+                             it->second.local_endpoint);
+    if (!s.ok()) LOG(ERROR) << "cannot connect to " << DescribeLocked(sender);
+    reported_epoch_[sender] = ring->epoch();
+    reported_servers_[sender] = ring->server_ids();
+    size_t members = 0, registered = 0;
+    for (const auto& n : table_) {
+      if (n.first == kSchedulerNodeId || dead_.count(n.first) ||
+          left_.count(n.first)) {
+        continue;
+      }
+      ++members;
+      registered += member_keys_.count(n.first);
+    }
+    LOG(INFO) << DescribeLocked(sender) << " re-registered (" << registered
+              << " of " << members << " members)";
+    if (registered == members) {
+      LOG(WARNING) << "every member has re-registered: membership, ring and "
+                      "barriers rebuilt; "
+                   << ring_->DebugString();
+    }
+    PublishToHostLocked();
+    CatchUpLocked(sender);
+  }
+  last_beat_ms_[address] = clock_->NowMs();
+  suspects_.erase(address);
+  Message echo;
+  echo.meta.control = Control::kHeartbeat;
+  echo.meta.request = false;
+  echo.meta.sender = kSchedulerNodeId;
+  echo.meta.recipient = sender;
+  SendLocked(std::move(echo));
+  const int group = msg.meta.barrier_group;
+  const uint64_t number = msg.meta.barrier_round;
+  if (group > 0 && group < 8 && number > 0) {
+    // Sent again with every re-registration: counted once.
+    auto last = barrier_numbers_.find(std::make_pair(sender, group));
+    if (last == barrier_numbers_.end() || last->second < number) {
+      CountBarrierLocked(sender, msg.meta.customer_id, group, number);
+    }
+  }
+}
+
+void Scheduler::AdoptReportedLocked(const std::vector<NodeInfo>& nodes,
+                                    std::shared_ptr<const KeyRing> ring) {
+  NodeInfo me = host_->SchedulerEntry();
+  me.metrics_port = -1;
+  table_[kSchedulerNodeId] = me;
+  const int64_t now = clock_->NowMs();
+  for (const NodeInfo& n : nodes) {
+    if (n.id < 8 || n.role == Role::kScheduler || n.host.empty() ||
+        n.port <= 0) {
+      continue;
+    }
+    table_[n.id] = n;
+    // Members that do not re-register within the heartbeat timeout are
+    // declared dead, as after silence.
+    last_beat_ms_[n.address()] = now;
+  }
+  ring_ = std::move(ring);
+  servers_.clear();
+  for (int id : IdsOfRole(table_, Role::kServer)) {
+    if (ring_->IndexOf(id) >= 0) {
+      servers_.push_back(id);
+    } else {
+      dead_.insert(id);
+    }
+  }
+  workers_ = IdsOfRole(table_, Role::kWorker);
+  // Copies of epoch 1 are whole from the start (FormLocked); later ones
+  // were counted by the scheduler that died, from REPLICA_READY reports.
+  for (int id : servers_) {
+    holders_[id] = ring_->epoch() == kFirstEpoch ? ring_->ReplicaTargets(id)
+                                                 : std::vector<int>();
+  }
+  joining_ = -1;
+  formed_ = true;
+  LOG(WARNING) << "restarted scheduler: rebuilding the running cluster from "
+                  "the members' reports: "
+               << servers_.size() << " servers, " << workers_.size()
+               << " workers, " << ring_->DebugString()
+               << "; a member that does not re-register within "
+               << options_.heartbeat_timeout_ms << " ms is declared dead";
+  if (ring_->epoch() != kFirstEpoch && ring_->replicas() > 0) {
+    LOG(WARNING) << "the copies made since ring epoch 1 are not known to "
+                    "this scheduler: until a server reports its copies "
+                    "made again, its death ends the run";
+  }
+  PublishToHostLocked();
+  cv_.notify_all();
+}
+
+void Scheduler::AdoptLaterRingLocked(const std::vector<NodeInfo>& nodes,
+                                     std::shared_ptr<const KeyRing> ring) {
+  const int64_t now = clock_->NowMs();
+  for (const NodeInfo& n : nodes) {
+    if (n.id < 8 || n.role == Role::kScheduler || n.host.empty() ||
+        n.port <= 0 || table_.count(n.id)) {
+      continue;
+    }
+    table_[n.id] = n;
+    last_beat_ms_[n.address()] = now;
+    if (n.role == Role::kServer) holders_[n.id] = {};
+  }
+  LOG(WARNING) << "a member reports a later ring than this scheduler's ("
+               << ring_->DebugString() << "): " << ring->DebugString();
+  ring_ = std::move(ring);
+  for (int id : std::vector<int>(servers_)) {
+    if (ring_->IndexOf(id) >= 0) continue;
+    dead_.insert(id);
+    holders_.erase(id);
+    LOG(WARNING) << DescribeLocked(id)
+                 << " failed over before this scheduler restarted";
+    host_->OnMemberFailedOver(
+        id, ring_,
+        Status::Unavailable(DescribeLocked(id) +
+                            " failed over before the scheduler restarted"));
+  }
+  servers_.clear();
+  for (int id : IdsOfRole(table_, Role::kServer)) {
+    if (ring_->IndexOf(id) >= 0 && !dead_.count(id)) servers_.push_back(id);
+  }
+  workers_ = IdsOfRole(table_, Role::kWorker);
+  for (const auto& e : reported_epoch_) {
+    if (!dead_.count(e.first) && !left_.count(e.first)) CatchUpLocked(e.first);
+  }
+  PublishToHostLocked();
+  EvaluateBarriersLocked();
+}
+
+void Scheduler::CatchUpLocked(int id) {
+  auto reported = reported_epoch_.find(id);
+  if (reported == reported_epoch_.end() || reported->second >= ring_->epoch()) {
+    return;
+  }
+  const uint64_t old_epoch = reported->second;
+  const std::vector<int> had = reported_servers_[id];
+  std::vector<int> gone;
+  bool added = false;
+  for (int s : had) {
+    if (ring_->IndexOf(s) < 0) gone.push_back(s);
+  }
+  for (int s : ring_->server_ids()) {
+    added = added || std::find(had.begin(), had.end(), s) == had.end();
+  }
+  reported->second = ring_->epoch();
+  reported_servers_[id] = ring_->server_ids();
+  Message m;
+  m.meta.sender = kSchedulerNodeId;
+  m.meta.recipient = id;
+  m.meta.ring = ring_->ToInfo();
+  if (!gone.empty()) {
+    // The failover notice the scheduler that died did not send it.
+    if (gone.size() > 1 || added) {
+      LOG(ERROR) << DescribeLocked(id) << " re-registered with ring epoch "
+                 << old_epoch
+                 << "; more than one server's failover since cannot be "
+                    "caught up: it learns of "
+                 << DescribeLocked(gone[0]) << "'s only";
+    }
+    m.meta.control = Control::kNodeFailed;
+    m.meta.failed_node = gone[0];
+    m.meta.reason = "failed over while the scheduler restarted";
+  } else if (added) {
+    // The node table of a join it did not receive.
+    m.meta.control = Control::kNodeTable;
+    for (const auto& e : table_) {
+      if (!dead_.count(e.first) && !left_.count(e.first)) {
+        m.meta.nodes.push_back(e.second);
+      }
+    }
+    m.meta.run_key = run_key_;
+  } else {
+    return;
+  }
+  LOG(INFO) << "bringing " << DescribeLocked(id) << " up to "
+            << ring_->DebugString();
+  SendLocked(std::move(m));
+}
+
+void Scheduler::PublishToHostLocked() {
+  Membership membership;
+  membership.nodes = table_;
+  membership.ring = ring_;
+  membership.member_keys = member_keys_;
+  host_->OnMembership(membership);
 }
 
 void Scheduler::HandleLeave(const Message& msg) {
@@ -1027,7 +1346,10 @@ void Scheduler::WatchWaits(int64_t interval_ms) {
 void Scheduler::SendLocked(Message&& msg) {
   if (msg.meta.auth.empty()) {
     auto it = member_keys_.find(msg.meta.recipient);
-    if (it != member_keys_.end()) msg.meta.auth = it->second;
+    // A member that has not re-registered with a restarted scheduler:
+    // it would drop the message, which it cannot authenticate.
+    if (it == member_keys_.end()) return;
+    msg.meta.auth = it->second;
   }
   host_->SendControl(std::move(msg));
 }

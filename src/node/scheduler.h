@@ -140,6 +140,14 @@ class Scheduler {
   // A server that joined the running cluster has received the state of its
   // ranges: the join is over, and another may begin.
   void HandleHandoverDone(const Message& msg) EXCLUDES(mu_);
+  // A member's re-registration (docs/replication.md, "Scheduler restart"):
+  // its entry, its view of the live members, its ring and the barrier it
+  // waits in. A restarted scheduler (EMBER_SCHEDULER_RESTART=1) rebuilds
+  // the membership from the first one and takes a later ring from any;
+  // every scheduler records the member's process key (a second process
+  // claiming a known member's id or address is refused), counts its
+  // barrier, and echoes it like a beat.
+  void HandleRejoin(const Message& msg) EXCLUDES(mu_);
 
   // Declares dead every process that has not beaten for
   // EMBER_HEARTBEAT_TIMEOUT_MS, and every process whose connection closed
@@ -202,6 +210,30 @@ class Scheduler {
   // joining process's key.
   void RejectLocked(const NodeInfo& node, const std::string& key,
                     const std::string& reason) REQUIRES(mu_);
+  // Counts `sender`'s (logical node `customer`'s) arrival at a barrier over
+  // `group`, numbered `number` (0: unnumbered); a number already counted
+  // is a copy and is dropped.
+  void CountBarrierLocked(int sender, int customer, int group, uint64_t number)
+      REQUIRES(mu_);
+  // Scheduler restart: the membership reported by the first member that
+  // re-registers (its live nodes and `ring`) becomes this scheduler's, as
+  // if it had formed the cluster.
+  void AdoptReportedLocked(const std::vector<NodeInfo>& nodes,
+                           std::shared_ptr<const KeyRing> ring) REQUIRES(mu_);
+  // A member reported a later ring than this scheduler's (the scheduler
+  // died while it announced it): nodes it lists are added, servers
+  // missing from it are dead (they failed over), and the members that
+  // re-registered with an older ring are brought up to it.
+  void AdoptLaterRingLocked(const std::vector<NodeInfo>& nodes,
+                            std::shared_ptr<const KeyRing> ring) REQUIRES(mu_);
+  // Brings member `id`, which re-registered with the ring of
+  // reported_epoch_[id] over reported_servers_[id], up to ring_: a
+  // failover notice for a server that has gone from it, a node table if
+  // servers were added.
+  void CatchUpLocked(int id) REQUIRES(mu_);
+  // The membership as the host sees it (SchedulerHost::OnMembership),
+  // without a NODE_TABLE to the members.
+  void PublishToHostLocked() REQUIRES(mu_);
   void EvaluateBarriersLocked() REQUIRES(mu_);
   void ReleaseRoundLocked(int group, const Round& round, const Status& status)
       REQUIRES(mu_);
@@ -282,6 +314,10 @@ class Scheduler {
   // Elastic workers (EMBER_WORKER_REJOIN_MS >= 0): dead workers whose
   // ranks are held for their restart, with the time the hold ends.
   std::map<int, int64_t> away_ GUARDED_BY(mu_);
+  // Scheduler restart: what each member that re-registered reported (its
+  // ring's epoch and servers), to bring it up to a later ring.
+  std::map<int, uint64_t> reported_epoch_ GUARDED_BY(mu_);
+  std::map<int, std::vector<int>> reported_servers_ GUARDED_BY(mu_);
 };
 
 }  // namespace ps

@@ -19,6 +19,11 @@ void InProcNetwork::Sever(const std::string& address) {
   severed_.insert(address);
 }
 
+void InProcNetwork::Revive(const std::string& address) {
+  MutexLock lock(&mu_);
+  severed_.erase(address);
+}
+
 StatusOr<int> InProcNetwork::Bind(const std::string& host, int port,
                                   InProcVan* van) {
   MutexLock lock(&mu_);

@@ -35,6 +35,10 @@ class InProcNetwork {
   // Makes the van at `address` unreachable for good, as if its process had
   // died: messages to it are dropped.
   void Sever(const std::string& address);
+  // A process is to be started again at `address` (a scheduler restarted
+  // on its port): from now on messages to it wait for the van that binds
+  // it, as ZeroMQ keeps them for a peer that reconnects.
+  void Revive(const std::string& address);
 
  private:
   friend class InProcVan;

@@ -46,6 +46,17 @@ inline bool KeysEqual(const Key128& a, const Key128& b) {
   return diff == 0 && !a.empty();
 }
 
+// A key kept in a file for a process that starts later (the run's key, for
+// a restarted scheduler; docs/security.md): `key` as hex digits and a
+// newline, written atomically with mode 0600.
+[[nodiscard]] Status WriteSecretFile(const std::string& path,
+                                     const std::string& key);
+// The key WriteSecretFile wrote to `path`. kInvalidArgument if the file is
+// not such a key or others than its owner may read or write it; an I/O
+// error (kNotFound, kUnavailable) if it cannot be read. The message names
+// the path.
+[[nodiscard]] StatusOr<std::string> ReadSecretFile(const std::string& path);
+
 }  // namespace ps
 
 #endif  // PS_UTIL_SECRET_H_

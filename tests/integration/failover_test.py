@@ -22,6 +22,15 @@ Modes:
   replace  kill one server, wait for the failover, then start a replacement
            with the usual settings (no EMBER_JOIN: it takes the vacant
            slot); as survive, and the replacement must exit 0 too.
+  scheduler
+           kill the scheduler, start it again --restart-after seconds later
+           on the same port with EMBER_SCHEDULER_RESTART=1 and the run's
+           key file (docs/replication.md, "Scheduler restart"): every
+           worker must push on while it is down (its progress advances),
+           every process but the killed scheduler must exit 0, the sums
+           must be exact, and the figures are reported: pushes done during
+           the outage, the longest single push, and the time from the
+           restart to every member re-registered.
 
 The cluster is started by hand, not through ember-launch, because the
 launcher ends the job as soon as one process dies. Every process's log is
@@ -46,7 +55,8 @@ def parse_args(argv):
     p.add_argument("program")
     p.add_argument("scheduler")
     p.add_argument("--mode",
-                   choices=("survive", "twice", "lost", "join", "replace"),
+                   choices=("survive", "twice", "lost", "join", "replace",
+                            "scheduler"),
                    default="survive")
     p.add_argument("--servers", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
@@ -59,6 +69,9 @@ def parse_args(argv):
     p.add_argument("--timeout-ms", type=int, default=600)
     p.add_argument("--limit", type=float, default=120.0,
                    help="seconds the whole run may take after the kill")
+    p.add_argument("--restart-after", type=float, default=5.0,
+                   help="scheduler: seconds between the kill and the "
+                   "restart")
     return p.parse_args(argv)
 
 
@@ -79,6 +92,7 @@ class Cluster:
             os.mkdir(self.dir)
         self.procs = {}  # name -> Popen
         self.logs = {}
+        self.scheduler_env = {}  # Extra settings of the scheduler.
 
     def program_args(self, role):
         del role  # The same for every role.
@@ -111,9 +125,10 @@ class Cluster:
 
     def start(self):
         port_file = os.path.join(self.dir, "port")
+        extra = {"DMLC_PS_ROOT_PORT": "0", "EMBER_PORT_FILE": port_file}
+        extra.update(self.scheduler_env)
         self.spawn("scheduler", [self.args.scheduler],
-                   self.env("scheduler", {"DMLC_PS_ROOT_PORT": "0",
-                                          "EMBER_PORT_FILE": port_file}))
+                   self.env("scheduler", extra))
         deadline = time.monotonic() + 30
         while not (os.path.exists(port_file) and os.path.getsize(port_file)):
             if time.monotonic() > deadline:
@@ -142,6 +157,12 @@ class Cluster:
     def log(self, name):
         with open(self.logs[name], errors="replace") as f:
             return f.read()
+
+    def progress(self, worker):
+        """The last progress worker `worker` printed (-1: none yet)."""
+        seen = [int(m) for m in re.findall(
+            self.progress_pattern, self.log("worker-%d" % worker))]
+        return max(seen) if seen else -1
 
     def wait_progress(self, at_least, seconds):
         deadline = time.monotonic() + seconds
@@ -263,9 +284,77 @@ def run_join(args, cluster):
     print("failover_test: PASS: sums exact, every process exited 0")
 
 
+def run_scheduler_restart(args, cluster):
+    """--mode=scheduler."""
+    key_file = os.path.join(cluster.dir, "run.key")
+    cluster.scheduler_env = {"EMBER_RUN_KEY_FILE": key_file}
+    cluster.start()
+    cluster.wait_progress(args.iterations // 10, 60)
+    if os.stat(key_file).st_mode & 0o777 != 0o600:
+        raise Failure("the run's key file is not mode 0600")
+    at_kill = [cluster.progress(w) for w in range(args.workers)]
+    os.kill(cluster.procs["scheduler"].pid, signal.SIGKILL)
+    cluster.procs["scheduler"].wait()
+    kill_ms = time.time() * 1000.0
+    print("failover_test: killed the scheduler; workers at %s" % at_kill)
+    time.sleep(args.restart_after)
+    at_restart = [cluster.progress(w) for w in range(args.workers)]
+    print("failover_test: restarting the scheduler; workers at %s"
+          % at_restart)
+    stalled = [w for w in range(args.workers)
+               if at_restart[w] <= at_kill[w]]
+    with open(os.path.join(cluster.dir, "port")) as f:
+        port = f.read().strip()
+    restart_ms = time.time() * 1000.0
+    cluster.spawn("scheduler-restarted", [args.scheduler],
+                  cluster.env("scheduler", {
+                      "DMLC_PS_ROOT_PORT": port,
+                      "EMBER_SCHEDULER_RESTART": "1",
+                      "EMBER_RUN_KEY_FILE": key_file}))
+    if stalled:
+        raise Failure("workers %s made no progress while the scheduler was "
+                      "down" % stalled)
+    survivors = [n for n in cluster.procs if n != "scheduler"]
+    cluster.wait_all(survivors, args.limit)
+    bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in survivors
+           if cluster.procs[n].returncode != 0]
+    if bad:
+        raise Failure("non-zero exits: %s" % ", ".join(bad))
+    if "sums exact" not in cluster.log("worker-0"):
+        raise Failure("worker 0 did not report exact sums")
+    sched = cluster.log("scheduler-restarted")
+    rebuilt_ms = first_line_time(sched, "every member has re-registered")
+    if rebuilt_ms is None:
+        raise Failure("the restarted scheduler did not report every member "
+                      "re-registered")
+    for name in survivors:
+        if name.startswith("scheduler"):
+            continue
+        text = cluster.log(name)
+        if "waiting for it" not in text or "answers again" not in text:
+            raise Failure("%s did not log its wait for the scheduler" % name)
+    stalls = []
+    for w in range(args.workers):
+        m = re.search(r"max_stall_ms=([\d.]+)", cluster.log("worker-%d" % w))
+        if not m:
+            raise Failure("worker %d reported no stall figure" % w)
+        stalls.append(float(m.group(1)))
+    during = [at_restart[w] - at_kill[w] for w in range(args.workers)]
+    print("RESULT scheduler_restart servers=%d workers=%d outage_ms=%.0f "
+          "pushes_during_outage=%s (to the nearest 200) max_push_ms=%.0f "
+          "restart_to_rebuilt_ms=%.0f"
+          % (args.servers, args.workers, restart_ms - kill_ms,
+             "/".join(str(d) for d in during), max(stalls),
+             rebuilt_ms - restart_ms))
+    print("failover_test: PASS: workers pushed through the outage, sums "
+          "exact, every process but the killed scheduler exited 0")
+
+
 def run(args, cluster):
     if args.mode in ("join", "replace"):
         return run_join(args, cluster)
+    if args.mode == "scheduler":
+        return run_scheduler_restart(args, cluster)
     cluster.start()
     cluster.wait_progress(args.iterations // 6, 60)
     victims = ["server-%d" % args.victim]

@@ -304,6 +304,30 @@ TEST(MessageCodecTest, RejectsTruncatedHeader) {
   EXPECT_EQ(Decode(bytes.substr(0, host_at + 3)).code(), Code::kCorruption);
 }
 
+// REJOIN is numbered apart from the others (docs/protocol.md).
+TEST(MessageCodecTest, RoundTripsRejoin) {
+  Meta in;
+  in.control = Control::kRejoin;
+  in.barrier_group = 4;
+  in.barrier_round = 3;
+  in.process_key = std::string(16, 'k');
+  Meta out;
+  std::vector<uint64_t> frame_bytes;
+  ASSERT_TRUE(Decode(Encode(in), &out, &frame_bytes).ok());
+  EXPECT_EQ(out.control, Control::kRejoin);
+  EXPECT_EQ(out.barrier_round, 3u);
+  EXPECT_EQ(out.process_key, in.process_key);
+  EXPECT_STREQ(ControlName(Control::kRejoin), "rejoin");
+  EXPECT_EQ(Decode(Encode([] {
+              Meta m;
+              m.control =
+                  static_cast<Control>(static_cast<int>(Control::kRejoin) - 1);
+              return m;
+            }()))
+                .code(),
+            Code::kCorruption);
+}
+
 TEST(MessageCodecTest, RejectsUnknownControlCommand) {
   for (int cmd : {static_cast<int>(Control::kHandoverDone) + 1, 99, -1,
                   std::numeric_limits<int>::min()}) {

@@ -250,18 +250,32 @@ TEST(NodeTest, LongBarrierWaitsAreLoggedWithWhomTheyWaitFor) {
   EXPECT_TRUE(waiting.get().ok());
 }
 
-TEST(NodeTest, SilentSchedulerIsDetectedByNodes) {
-  InProcCluster cluster(1, 1);
+// A silent scheduler (it may be restarting) is waited for, with a log line,
+// for EMBER_SCHEDULER_WAIT_MS; then the node fails naming it.
+TEST(NodeTest, NodesWaitForASilentSchedulerThenFail) {
+  InProcCluster cluster(1, 1, [](Options* o) { o->scheduler_wait_ms = 5000; });
   cluster.Start();
+  LogCapture log;
   cluster.network()->Sever("scheduler:1");
   cluster.clock()->Advance(InProcCluster::kTimeoutMs + 1);
   auto waiting = std::async(std::launch::async, [&] {
     return cluster.worker(0)->BarrierStatus(0, kServerGroup + kWorkerGroup);
   });
-  cluster.worker(0)->node()->CheckLiveness();
+  Node* worker = cluster.worker(0)->node();
+  worker->CheckLiveness();
+  EXPECT_FALSE(log.Find("has not answered for 1 s: waiting for it").empty());
+  EXPECT_TRUE(worker->IsAlive(Node::kSchedulerId));
+  // Silent for 4999 ms of 5000: still waiting.
+  cluster.clock()->Advance(3998);
+  worker->CheckLiveness();
+  EXPECT_TRUE(worker->IsAlive(Node::kSchedulerId));
+  cluster.clock()->Advance(2);
+  worker->CheckLiveness();
   Status s = waiting.get();
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("scheduler"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("EMBER_SCHEDULER_WAIT_MS=5000"), std::string::npos)
+      << s;
 }
 
 TEST(NodeTest, StartTimesOutNamingTheMissingNodes) {

@@ -55,6 +55,9 @@ const char* const kVariables[] = {
     "EMBER_RECEIVE_QUEUE",
     "EMBER_CURVE",
     "EMBER_CURVE_KEY_FILE",
+    "EMBER_SCHEDULER_WAIT_MS",
+    "EMBER_SCHEDULER_RESTART",
+    "EMBER_RUN_KEY_FILE",
     "DMLC_USE_KUBERNETES",
     "EMBER_BIND_HOST",
 };
@@ -336,6 +339,32 @@ TEST_F(OptionsTest, ZeroHeartbeatIntervalDisablesTimeoutCheck) {
   StatusOr<Options> o = Options::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o.value().heartbeat_interval_ms, 0);
+}
+
+// Scheduler restart (docs/replication.md): the wait for a silent scheduler,
+// and a restart that needs the run's key file.
+TEST_F(OptionsTest, SchedulerRestartSettings) {
+  SetRequired();
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().scheduler_wait_ms, 60000);
+  EXPECT_FALSE(o.value().scheduler_restart);
+  Set("EMBER_SCHEDULER_WAIT_MS", "90000");
+  Set("EMBER_RUN_KEY_FILE", "/some/run.key");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().scheduler_wait_ms, 90000);
+  EXPECT_EQ(o.value().run_key_file, "/some/run.key");
+  ExpectEachRejected("EMBER_SCHEDULER_WAIT_MS", {"-1", "x"});
+  ExpectEachRejected("EMBER_SCHEDULER_RESTART", {"2", "yes"});
+  // A restarted scheduler without the key file cannot authenticate.
+  Set("DMLC_ROLE", "scheduler");
+  Set("EMBER_SCHEDULER_RESTART", "1");
+  unsetenv("EMBER_RUN_KEY_FILE");
+  o = Options::FromEnvironment();
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("EMBER_RUN_KEY_FILE"), std::string::npos)
+      << o.status();
 }
 
 TEST_F(OptionsTest, ClusterTokenComesFromTheVariableOrAFile) {

@@ -117,6 +117,28 @@ class InProcCluster {
   // Whether `p` was killed (KillByHeartbeat).
   bool killed(Postoffice* p) const { return killed_.count(p) > 0; }
 
+  // Kills the scheduler as kill -9 would: its process is gone (its address
+  // drops what is sent to it) and nothing it would have sent goes out.
+  // scheduler() is null until RestartScheduler.
+  void KillScheduler() { scheduler_.reset(); }
+
+  // A scheduler started on the killed one's address (what is sent to it
+  // from now on waits for it to bind) with the cluster's
+  // options (the constructor's `tweak` applied) and scheduler_restart set;
+  // `tweak`, if given, edits them last. Not started: the test starts it
+  // (Postoffice::StartStatus, which returns once a member re-registered).
+  Postoffice* RestartScheduler(
+      const std::function<void(Options*)>& tweak = nullptr) {
+    Options o = base_;
+    o.role = Role::kScheduler;
+    if (tweak_) tweak_(&o);
+    o.scheduler_restart = true;
+    if (tweak) tweak(&o);
+    network_.Revive("scheduler:1");
+    scheduler_ = Make(o);
+    return scheduler_.get();
+  }
+
   // Starts every node (with the start barrier) and checks it worked.
   void Start() {
     ForAll([](Postoffice* p) { return p->StartStatus(0, true); });
