@@ -24,10 +24,11 @@ const char* RoleName(Role role) {
 }
 
 const char* ControlName(Control control) {
-  // In the order of the enum's values, 0 to 9.
+  // In the order of the enum's values, 0 to 10.
   static const char* const kNames[] = {
-      "none",        "join",  "node_table", "barrier",       "heartbeat",
-      "node_failed", "abort", "leave",      "replica_ready", "handover_done"};
+      "none",          "join",          "node_table",   "barrier",
+      "heartbeat",     "node_failed",   "abort",        "leave",
+      "replica_ready", "handover_done", "leave_request"};
   return NameOf(control, kNames);
 }
 
@@ -210,7 +211,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
-        c.cmd() > static_cast<int>(Control::kHandoverDone)) {
+        c.cmd() > static_cast<int>(Control::kLeaveRequest)) {
       return Status::Corruption("unknown control command " +
                                 std::to_string(c.cmd()));
     }

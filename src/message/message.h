@@ -36,6 +36,10 @@ enum class Control : int {
   // server -> scheduler: a server that joined a running cluster has
   // received the state of its ranges from their former owners
   kHandoverDone = 9,
+  // request, server -> scheduler: let me leave the running cluster (my
+  // ranges move to the others); response, scheduler -> server: refused,
+  // `reason` says why. (Taken from the top; a merge may renumber it.)
+  kLeaveRequest = 10,
 };
 
 const char* ControlName(Control control);

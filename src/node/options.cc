@@ -359,6 +359,12 @@ StatusOr<Options> Options::FromEnvironment() {
     PS_RETURN_IF_ERROR(ReadInt("EMBER_JOIN", nullptr, 0, 1, &join));
     o.join = join != 0;
   }
+  {
+    int leave = 1;
+    PS_RETURN_IF_ERROR(
+        ReadInt("EMBER_LEAVE_ON_SIGTERM", nullptr, 0, 1, &leave));
+    o.leave_on_sigterm = leave != 0;
+  }
   PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_INTERVAL_MS",
                              "ember_heartbeat_interval_ms", 0, 600000,
                              &o.heartbeat_interval_ms));

@@ -59,6 +59,11 @@ struct Options {
   // A server that joins while a server slot is vacant (after a failover)
   // is admitted without it.
   bool join = false;
+  // A server leaves the running cluster on SIGTERM (EMBER_LEAVE_ON_SIGTERM,
+  // default 1; docs/replication.md, "Leaving"): it asks the scheduler, hands
+  // its ranges over and ends; a second SIGTERM ends it at once. 0: SIGTERM
+  // ends it at once, as before (a failure).
+  bool leave_on_sigterm = true;
 
   // Failure detection. Interval 0 disables heartbeats (unit tests drive
   // CheckLiveness() by hand instead).

@@ -134,7 +134,17 @@ class Scheduler {
   void HandleReplicaReady(const Message& msg) EXCLUDES(mu_);
   // A server that joined the running cluster has received the state of its
   // ranges: the join is over, and another may begin.
+  // Also the leaving server's: it has handed its ranges over and every
+  // new owner has acknowledged them; it has left (docs/replication.md,
+  // "Leaving").
   void HandleHandoverDone(const Message& msg) EXCLUDES(mu_);
+  // A server asks to leave the running cluster (docs/replication.md,
+  // "Leaving"): refused with the reason (a LEAVE_REQUEST answer, logged;
+  // the job is untouched) if it is the last server, another membership
+  // change is under way, or EMBER_REPLICAS copies could not be kept;
+  // otherwise its ranges go to the other servers (KeyRing::RemoveServer)
+  // under the next ring epoch, which PublishLocked sends every member.
+  void HandleLeaveRequest(const Message& msg) EXCLUDES(mu_);
 
   // Declares dead every process that has not beaten for
   // EMBER_HEARTBEAT_TIMEOUT_MS, and every process whose connection closed
@@ -180,6 +190,9 @@ class Scheduler {
   // the next ring epoch, which PublishLocked sends every member.
   void AdmitServerLocked(const NodeInfo& node, const std::string& key)
       REQUIRES(mu_);
+  // The leaving server's hand-over is acknowledged: it is a member no
+  // more (left_), and another membership change may begin.
+  void LeaveDoneLocked() REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.
   void RejectLocked(const NodeInfo& node, const std::string& key,
@@ -261,6 +274,9 @@ class Scheduler {
   // The server that joined last and has not yet reported its hand-over
   // done (HandleHandoverDone), or -1. A join meanwhile is refused.
   int joining_ GUARDED_BY(mu_) = -1;
+  // The server that asked to leave and has not yet reported its hand-over
+  // done, or -1. A join or another leave meanwhile is refused.
+  int leaving_ GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace ps

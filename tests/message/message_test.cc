@@ -171,7 +171,7 @@ TEST(MessageCodecTest, RoundTripsEveryControlField) {
 
 TEST(MessageCodecTest, RoundTripsEveryControlCommand) {
   for (int c = static_cast<int>(Control::kJoin);
-       c <= static_cast<int>(Control::kHandoverDone); ++c) {
+       c <= static_cast<int>(Control::kLeaveRequest); ++c) {
     SCOPED_TRACE(ControlName(static_cast<Control>(c)));
     Meta in;
     in.control = static_cast<Control>(c);
@@ -297,7 +297,7 @@ TEST(MessageCodecTest, RejectsTruncatedHeader) {
 }
 
 TEST(MessageCodecTest, RejectsUnknownControlCommand) {
-  for (int cmd : {static_cast<int>(Control::kHandoverDone) + 1, 99, -1,
+  for (int cmd : {static_cast<int>(Control::kLeaveRequest) + 1, 99, -1,
                   std::numeric_limits<int>::min()}) {
     Meta in;
     in.control = static_cast<Control>(cmd);
@@ -943,7 +943,8 @@ TEST(NamesTest, EveryRoleAndControlHasItsNameAndOthersAreUnknown) {
   EXPECT_STREQ(ControlName(Control::kLeave), "leave");
   EXPECT_STREQ(ControlName(Control::kReplicaReady), "replica_ready");
   EXPECT_STREQ(ControlName(Control::kHandoverDone), "handover_done");
-  EXPECT_STREQ(ControlName(static_cast<Control>(10)), "unknown");
+  EXPECT_STREQ(ControlName(Control::kLeaveRequest), "leave_request");
+  EXPECT_STREQ(ControlName(static_cast<Control>(11)), "unknown");
 }
 
 }  // namespace
