@@ -643,18 +643,25 @@ class ModelServer::Impl {
   // rank: a save would write a checkpoint that no cluster of this size can
   // load, and a load would leave the dead rank's shard out. Both are
   // refused, clearly, until a replacement server has joined.
+  // NumServers() follows the ring; the ranks of its servers must be 0..n-1
+  // with n at least DMLC_NUM_SERVER (a server that left leaves a gap too).
   Status CheckWholeRing(const char* what) const {
     Node* node = postoffice_->node();
     std::shared_ptr<const KeyRing> ring = node ? node->key_ring() : nullptr;
-    if (!ring || ring->num_servers() >= postoffice_->num_servers()) {
-      return Status::OK();
+    if (!ring) return Status::OK();
+    const int expected = node->options().num_servers;
+    bool whole = ring->num_servers() >= expected;
+    for (int id : ring->server_ids()) {
+      whole = whole && Node::IdToRank(id) < ring->num_servers();
     }
+    if (whole) return Status::OK();
     return Status::Unavailable(
-        std::string("model ") + what + " refused: " +
-        std::to_string(postoffice_->num_servers() - ring->num_servers()) +
-        " of " + std::to_string(postoffice_->num_servers()) +
-        " servers failed over (ring epoch " + std::to_string(ring->epoch()) +
-        ") and checkpoint shards are per server rank");
+        std::string("model ") + what + " refused: the ring (epoch " +
+        std::to_string(ring->epoch()) + ") has " +
+        std::to_string(ring->num_servers()) + " of the servers of ranks 0.." +
+        std::to_string(std::max(expected, ring->num_servers()) - 1) +
+        " (servers failed over or left) and checkpoint shards are per "
+        "server rank");
   }
 
   std::string ShardPath(const std::string& dir) const {
