@@ -337,11 +337,14 @@ def run_join_leave(args, cluster):
         if not m:
             raise Failure("worker %d reported no stall figure" % w)
         worst = max(worst, float(m.group(1)))
+    handed = sum(int(b) for b in re.findall(
+        r"handing the keys that moved to node \d+ under ring epoch \d+ over "
+        r"\(\d+ chunk\(s\), (\d+) bytes\)", cluster.log(leaver)))
     print("RESULT joinleave servers=%d workers=%d join_handover_ms=%.0f "
-          "join_max_stall_ms=%.0f leave_handover_ms=%.0f "
+          "join_max_stall_ms=%.0f leave_handover_ms=%.0f leave_handed_mb=%.1f "
           "leave_max_stall_ms=%.0f run_max_stall_ms=%.0f"
           % (args.servers, args.workers, joined_ms - admitted_ms, join_stall,
-             left_ms - leave_ms, leave_stall, worst))
+             left_ms - leave_ms, handed / 1e6, leave_stall, worst))
     print("failover_test: PASS: 2 -> 3 -> 2 servers, sums exact, every "
           "process (the leaver too) exited 0")
 
