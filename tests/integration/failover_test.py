@@ -337,9 +337,11 @@ def run_join_leave(args, cluster):
         if not m:
             raise Failure("worker %d reported no stall figure" % w)
         worst = max(worst, float(m.group(1)))
+    # What it handed over as it left (not at the join, as a former owner).
+    leaving = cluster.log(leaver).split("leaving the running cluster", 1)[-1]
     handed = sum(int(b) for b in re.findall(
         r"handing the keys that moved to node \d+ under ring epoch \d+ over "
-        r"\(\d+ chunk\(s\), (\d+) bytes\)", cluster.log(leaver)))
+        r"\(\d+ chunk\(s\), (\d+) bytes\)", leaving))
     print("RESULT joinleave servers=%d workers=%d join_handover_ms=%.0f "
           "join_max_stall_ms=%.0f leave_handover_ms=%.0f leave_handed_mb=%.1f "
           "leave_max_stall_ms=%.0f run_max_stall_ms=%.0f"
