@@ -61,6 +61,8 @@ class KVServerCore::Impl {
       MutexLock lock(&mu_);
       synced_ring_ = app_->node()->key_ring();
       handover_ring_ = synced_ring_;
+      ring_seen_.store(synced_ring_ ? synced_ring_->epoch() : 0,
+                       std::memory_order_relaxed);
       if (joined) {
         // A server that joined the running cluster: its ranges' state comes
         // from every other server of the ring it joined under; its copies
@@ -371,6 +373,7 @@ class KVServerCore::Impl {
       }
       return;
     }
+    if (HoldIfAhead(msg)) return;
     if (msg.meta.state_copy != 0) {
       LoadCopy(msg);
       return;
@@ -426,7 +429,8 @@ class KVServerCore::Impl {
     }
     uint64_t moved_epoch = 0;  // Set when refused for keys that moved.
     if (s.ok() && msg.meta.replica_of == 0 && msg.meta.epoch != 0 &&
-        msg.meta.epoch < app_->node()->ring_epoch()) {
+        msg.meta.epoch < app_->node()->ring_epoch() &&
+        !AppliedHere(msg.meta, req)) {
       s = CheckOwned(msg.meta.epoch, req.kvs.keys, &moved_epoch);
     }
     if (!s.ok()) {
@@ -470,6 +474,22 @@ class KVServerCore::Impl {
   // key this server does not own under the current ring (the keys moved
   // since), so that it is never applied where the key no longer lives.
   // *moved_epoch is then the epoch of that ring (the answer carries it).
+  // Whether push `req` is in the dedup table as applied here: a network
+  // duplicate of a push applied before its keys moved. It is answered as a
+  // duplicate (Replicate), not refused: a refusal can overtake the answer
+  // of the push itself (which waits for its copies), and the worker would
+  // re-route, and so apply again, a push applied here. Without copies
+  // there is no dedup table (docs/replication.md, "Re-routing").
+  bool AppliedHere(const Meta& meta, const RawRequest& req) {
+    if (!req.push) return false;
+    const int whose =
+        meta.resend_for != 0 ? meta.resend_for : app_->node()->my_id();
+    MutexLock lock(&mu_);
+    auto it = applied_.find(std::make_pair(req.sender, req.customer_id));
+    return it != applied_.end() &&
+           it->second.count(std::make_pair(req.timestamp, whose)) > 0;
+  }
+
   Status CheckOwned(uint64_t epoch, const SArray<Key>& keys,
                     uint64_t* moved_epoch) {
     std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
@@ -780,6 +800,7 @@ class KVServerCore::Impl {
     size_t outstanding = 0;  // chunks yet to be acknowledged
     Status status;
     bool handover = false;  // a hand-over to a server that joined
+    bool leave = false;     // ... or from this server, which leaves
   };
 
   // On the customer thread, after the ring changed.
@@ -1051,8 +1072,9 @@ class KVServerCore::Impl {
   // a hand-over.
   // `whose`: the server whose state it is (0: this one's); a hand-over an
   // heir makes for a dead server names it.
+  // `epoch`: a hand-over's, the ring it moves keys under (0: none).
   Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame,
-                   int whose = 0) {
+                   int whose = 0, uint64_t epoch = 0) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -1060,6 +1082,7 @@ class KVServerCore::Impl {
     m.meta.replica_of = whose != 0 ? whose : app_->node()->my_id();
     m.meta.value_bytes = static_cast<int>(value_bytes_);
     if (kind != 4) m.AddData(frame);  // The end of a hand-over has none.
+    m.meta.epoch = epoch;
     return app_->node()->Send(std::move(m));
   }
 
@@ -1094,7 +1117,10 @@ class KVServerCore::Impl {
       return;
     }
     std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
-    if (!ring || ring->IndexOf(msg.meta.sender) < 0) {
+    // A hand-over awaited here (checked above) may come from a server that
+    // leaves, which is off the ring.
+    const bool awaited = msg.meta.state_copy == 4 || msg.meta.state_copy == 5;
+    if (!ring || (ring->IndexOf(msg.meta.sender) < 0 && !awaited)) {
       s = Status::InvalidArgument("a copy of server state from node " +
                                   std::to_string(msg.meta.sender) +
                                   ", which is not a server on the ring");
@@ -1159,9 +1185,29 @@ class KVServerCore::Impl {
   // it joined under has ended its hand-over, then makes its copies
   // (RestoreCopies) and serves what it held, in order.
 
-  // On the customer thread: the node's ring changed.
+  // On the customer thread: the node's ring changed. Then the messages
+  // that came ahead of it (HoldIfAhead) are handled.
   void OnRingChanged() {
+    HandleRingChange();
+    std::vector<Message> ahead;
+    {
+      MutexLock lock(&mu_);
+      const uint64_t seen = ring_seen_.load(std::memory_order_relaxed);
+      for (auto it = ahead_.begin(); it != ahead_.end();) {
+        if (it->meta.epoch <= seen) {
+          ahead.push_back(std::move(*it));
+          it = ahead_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Message& m : ahead) Process(m);
+  }
+
+  void HandleRingChange() {
     std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    if (ring) ring_seen_.store(ring->epoch(), std::memory_order_relaxed);
     const int me = app_->node()->my_id();
     std::shared_ptr<const KeyRing> prev;
     bool waiting = false;
@@ -1176,8 +1222,13 @@ class KVServerCore::Impl {
     for (int id : ring->server_ids()) {
       if (prev->IndexOf(id) < 0) newcomers.push_back(id);
     }
+    const bool left = HandleLeave(*prev, *ring);
     // A failover adds nobody: OnFailover restores the copies.
-    if (newcomers.empty()) return;
+    if (newcomers.empty()) {
+      // After a leave: those that await no hand-over copy at once.
+      if (left && !holding_.load(std::memory_order_relaxed)) RestoreCopies();
+      return;
+    }
     {
       MutexLock lock(&mu_);
       join_prev_ring_ = prev;
@@ -1194,8 +1245,9 @@ class KVServerCore::Impl {
   // Sends newcomer `to` the state of the keys server `whose` (0: this one)
   // owned under `prev` that `to` owns under `ring`, then the end of the
   // hand-over.
-  void HandOver(const KeyRing& prev, const KeyRing& ring, int to,
-                int whose = 0) {
+  // Returns the hand-over's local timestamp (copies_), 0 if it failed.
+  int64_t HandOver(const KeyRing& prev, const KeyRing& ring, int to,
+                   int whose = 0) {
     const int me = whose != 0 ? whose : app_->node()->my_id();
     const std::string app = "server app " + std::to_string(app_->app_id());
     StateHooks hooks;
@@ -1241,14 +1293,16 @@ class KVServerCore::Impl {
     Status st;
     for (std::string& c : chunks) {
       bytes += c.size();
-      if (st.ok()) st = SendState(to, ts, 5, Adopt(std::move(c)), whose);
+      if (st.ok()) {
+        st = SendState(to, ts, 5, Adopt(std::move(c)), whose, ring.epoch());
+      }
     }
-    if (st.ok()) st = SendState(to, ts, 4, SArray<char>(), whose);
+    if (st.ok()) st = SendState(to, ts, 4, SArray<char>(), whose, ring.epoch());
     if (!st.ok()) {
       LOG(ERROR) << app << ": hand-over to node " << to << " failed: " << st;
       MutexLock lock(&mu_);
       copies_.erase(ts);
-      return;
+      return 0;
     }
     LOG(INFO) << app << ": handing the keys that moved to node " << to
               << " under ring epoch " << ring.epoch() << " over ("
@@ -1256,6 +1310,7 @@ class KVServerCore::Impl {
               << (whose != 0 ? " for dead node " + std::to_string(whose) +
                                    ", from its copy here"
                              : std::string());
+    return ts;
   }
 
   // Server `dead` failed over. If it was a former owner of keys that moved
@@ -1305,6 +1360,109 @@ class KVServerCore::Impl {
     for (Message& m : held) Process(m);
   }
 
+  // --- Leaving (docs/replication.md, "Leaving").
+  //
+  // When a ring drops a live server (it asked to leave), the leaver hands
+  // each server that takes some of its ranges (KeyRing::RemoveServer) the
+  // state of those keys, as a former owner does for a newcomer (chunks,
+  // state_copy 5, then the end, 4), and reports to its node once every
+  // new owner has acknowledged the end. A new owner holds its own requests
+  // from the moment it handles the ring until the leaver's end arrives,
+  // then makes its copies (RestoreCopies) and serves them, as a newcomer
+  // does. A request sliced by the new ring, or a hand-over under it, can
+  // reach a new owner before this app has handled that ring: it waits for
+  // it (HoldIfAhead), or it would be applied before the state and be lost
+  // when the state replaces its keys.
+
+  // Holds `msg` until this app has handled the ring it comes under: an
+  // own request sliced by a newer ring, or a hand-over message under one.
+  bool HoldIfAhead(const Message& msg) {
+    const bool handover = msg.meta.state_copy == 4 || msg.meta.state_copy == 5;
+    const bool own = msg.meta.state_copy == 0 && msg.meta.replica_of == 0 &&
+                     !msg.meta.clock_tick;
+    if ((!handover && !own) ||
+        msg.meta.epoch <= ring_seen_.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    Message held;  // Shares msg's frames.
+    held.meta = msg.meta;
+    held.data = msg.data;
+    MutexLock lock(&mu_);
+    ahead_.push_back(std::move(held));
+    return true;
+  }
+
+  // The servers that own some of `leaver`'s ranges of `prev` under `ring`.
+  static std::vector<int> NewOwners(const KeyRing& prev, const KeyRing& ring,
+                                    int leaver) {
+    std::set<int> owners;
+    const int index = prev.IndexOf(leaver);
+    if (index < 0) return {};
+    for (const Range& r : prev.RangesOf(index)) {
+      const uint64_t last = r.end() == UINT64_MAX ? UINT64_MAX : r.end() - 1;
+      for (size_t i = ring.RangeAt(r.begin());
+           i < ring.num_ranges() && ring.range_begin(i) <= last; ++i) {
+        owners.insert(ring.server_ids()[ring.range_owner(i)]);
+      }
+    }
+    return std::vector<int>(owners.begin(), owners.end());
+  }
+
+  // A ring change from `prev` to `ring`: for each live server it drops
+  // (one that leaves; a failover's dead server is not live), this server
+  // hands its ranges over if it is the leaver, or awaits them if it takes
+  // some. True if a server left.
+  bool HandleLeave(const KeyRing& prev, const KeyRing& ring) {
+    const int me = app_->node()->my_id();
+    bool any = false;
+    for (int leaver : prev.server_ids()) {
+      if (ring.IndexOf(leaver) >= 0 || !app_->node()->IsAlive(leaver)) {
+        continue;
+      }
+      any = true;
+      const std::vector<int> owners = NewOwners(prev, ring, leaver);
+      if (leaver == me) {
+        std::vector<int64_t> started;
+        for (int to : owners) {
+          const int64_t ts = HandOver(prev, ring, to);
+          if (ts != 0) started.push_back(ts);
+        }
+        bool none = false;
+        {
+          MutexLock lock(&mu_);
+          for (int64_t ts : started) {
+            copies_[ts].leave = true;
+            leave_pending_.insert(copies_[ts].target);
+          }
+          none = leave_pending_.empty();
+        }
+        // Nothing could be sent (logged): nothing to wait for.
+        if (none) app_->node()->LeaveHandedOver(app_->app_id());
+      } else if (std::find(owners.begin(), owners.end(), me) != owners.end()) {
+        MutexLock lock(&mu_);
+        awaiting_.insert(leaver);
+        holding_.store(true, std::memory_order_relaxed);
+        LOG(INFO) << "server app " << app_->app_id()
+                  << ": awaiting the keys that move here from node " << leaver
+                  << ", which leaves (ring epoch " << ring.epoch() << ")";
+      }
+    }
+    return any;
+  }
+
+  // New owner `target` acknowledged the end of this leaving server's
+  // hand-over.
+  void LeaveHandOverAcked(int target) {
+    {
+      MutexLock lock(&mu_);
+      if (!leave_pending_.erase(target) || !leave_pending_.empty()) return;
+    }
+    LOG(INFO) << "server app " << app_->app_id()
+              << ": every new owner has acknowledged the keys this server "
+                 "handed over";
+    app_->node()->LeaveHandedOver(app_->app_id());
+  }
+
   void OnStateAck(const Meta& meta) {
     Copy done;
     {
@@ -1316,7 +1474,10 @@ class KVServerCore::Impl {
         c.status = Status(static_cast<Status::Code>(meta.status_code),
                           meta.status_message);
       }
-      if (--c.outstanding > 0) return;
+      // A hand-over is acknowledged with its end's answer, which the target
+      // sends after every chunk's (one link, one thread, in order): a
+      // chunk's answer the network delivers twice must not end it early.
+      if (c.handover ? meta.state_copy != 4 : --c.outstanding > 0) return;
       done = c;
       copies_.erase(it);
     }
@@ -1329,6 +1490,7 @@ class KVServerCore::Impl {
         VLOG(1) << app << ": node " << done.target
                 << " has the state of the keys it took over";
       }
+      if (done.leave) LeaveHandOverAcked(done.target);
       return;
     }
     if (!done.status.ok()) {
@@ -1408,6 +1570,13 @@ class KVServerCore::Impl {
   std::shared_ptr<const KeyRing> join_ring_ GUARDED_BY(mu_);
   std::vector<Message> held_ GUARDED_BY(mu_);
   std::atomic<bool> holding_{false};  // !awaiting_.empty(), without a lock
+  // Leaving: the epoch of the ring this app last handled (customer thread
+  // only), the messages that came sliced by (or handing over under) a
+  // newer one, and the new owners yet to acknowledge this server's
+  // hand-over.
+  std::atomic<uint64_t> ring_seen_{0};
+  std::vector<Message> ahead_ GUARDED_BY(mu_);
+  std::set<int> leave_pending_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
   int targets_me_ GUARDED_BY(mu_) = 0;
   std::vector<int> targets_ GUARDED_BY(mu_);

@@ -36,15 +36,17 @@ enum class Control : int {
   // server -> scheduler: a server that joined a running cluster has
   // received the state of its ranges from their former owners
   kHandoverDone = 9,
+  // request, server -> scheduler: let me leave the running cluster (my
+  // ranges move to the others); response, scheduler -> server: refused,
+  // `reason` says why.
+  kLeaveRequest = 10,
   // scheduler -> nodes: a worker joined, came back, is away or is gone
-  // (`worker_event`, docs/consistency.md "Elastic workers"). Numbered from
-  // the top (branch wjoin): a merge may renumber it.
-  kWorkerChange = 15,
+  // (`worker_event`, docs/consistency.md "Elastic workers").
+  kWorkerChange = 11,
   // node -> scheduler: re-registration with a restarted scheduler (id,
   // role, rank, address, ring, the barrier it waits in); docs/replication.md,
-  // "Scheduler restart". Numbered from the top (branch sched), so that other
-  // additions can take 10 on; a merge may renumber it.
-  kRejoin = 31,
+  // "Scheduler restart".
+  kRejoin = 12,
 };
 
 // kWorkerChange's `worker_event`.

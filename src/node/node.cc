@@ -1,12 +1,14 @@
 #include "node/node.h"
 
 #include <glog/logging.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <random>
 
@@ -89,6 +91,37 @@ void TuneMalloc(int keep_mb) {
   });
 }
 
+// SIGTERM on a server asks to leave the running cluster (docs/replication.md,
+// "Leaving"): the handler only sets a flag, which the heartbeat thread reads
+// at its next beat. SA_RESETHAND: a second SIGTERM ends the process at once,
+// as it would have without the handler. Process-wide; installed once, and
+// only over the default action (never over a handler of the program's).
+std::atomic<bool> leave_signalled{false};
+
+void OnLeaveSignal(int) { leave_signalled.store(true); }
+
+void InstallLeaveOnSigterm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old;
+    if (sigaction(SIGTERM, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) {
+      LOG(INFO) << "SIGTERM has a handler already: it does not ask this "
+                   "server to leave the cluster";
+      return;
+    }
+    struct sigaction act;
+    std::memset(&act, 0, sizeof(act));
+    act.sa_handler = OnLeaveSignal;
+    sigemptyset(&act.sa_mask);
+    act.sa_flags = SA_RESETHAND | SA_RESTART;
+    if (sigaction(SIGTERM, &act, nullptr) != 0) {
+      LOG(WARNING) << "cannot handle SIGTERM: it ends this server at once";
+    }
+  });
+}
+
+bool LeaveSignalled() { return leave_signalled.exchange(false); }
+
 // Hands `msg` to `scheduler` if it is one of the control messages addressed
 // to the scheduler's role (JOIN, a BARRIER request, HEARTBEAT, LEAVE);
 // false, leaving it to the node, if it is not.
@@ -115,6 +148,10 @@ bool HandOverToScheduler(Scheduler* scheduler, const Message& msg) {
       return true;
     case Control::kRejoin:
       scheduler->HandleRejoin(msg);
+      return true;
+    case Control::kLeaveRequest:
+      if (!msg.meta.request) return false;  // A refusal, for the node.
+      scheduler->HandleLeaveRequest(msg);
       return true;
     default:
       return false;
@@ -245,7 +282,11 @@ Status Node::Start(int customer_id, bool do_barrier) {
   if (joined_ring_ || joined_running_) do_barrier = false;
   // Nor does a restarted scheduler: its predecessor passed it.
   if (scheduler_ && options_.scheduler_restart) do_barrier = false;
+  const bool leave_on_sigterm = options_.role == Role::kServer &&
+                                options_.leave_on_sigterm &&
+                                options_.heartbeat_interval_ms > 0;
   lock.Unlock();
+  if (leave_on_sigterm) InstallLeaveOnSigterm();
   StartThreads();
   if (do_barrier) {
     return Barrier(customer_id, kScheduler + kServerGroup + kWorkerGroup);
@@ -367,6 +408,7 @@ void Node::HeartbeatLoop() {
       // This round's check covers a check asked for by now.
       if (hb_check_due_ && hb_check_at_ <= now) hb_check_due_ = false;
       lock.Unlock();
+      if (LeaveSignalled()) RequestLeave("SIGTERM");
       SendHeartbeat();
       CheckLiveness();
       const int64_t now_ms = clock_->NowMs();
@@ -562,6 +604,9 @@ Status Node::Barrier(int customer_id, int group) {
   if (!table_ready_) {
     return Status::Aborted("Barrier before Start");
   }
+  // A server that has left waits for nobody (docs/replication.md,
+  // "Leaving").
+  if (leave_ == LeaveState::kLeft) return Status::OK();
   if (GetNodeIdsLocked(group).size() <= 1) return Status::OK();
   if ((group & RoleGroup(options_.role)) == 0) {
     return Status::InvalidArgument(
@@ -612,6 +657,19 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
     result = Barrier(customer_id, kScheduler + kServerGroup + kWorkerGroup);
   }
   MutexLock lock(&mu_);
+  // A leaving server ends once its ranges are handed over (or the run
+  // fails).
+  while (leave_ == LeaveState::kHandingOver && abort_status_.ok() &&
+         !stopped_) {
+    if (!cv_.wait_for(lock.native(), std::chrono::seconds(5),
+                      [&]() REQUIRES(mu_) {
+                        return leave_ != LeaveState::kHandingOver ||
+                               !abort_status_.ok() || stopped_;
+                      })) {
+      LOG(WARNING) << "Finalize waits for this server's hand-over of its "
+                      "ranges to be acknowledged";
+    }
+  }
   finalized_.insert(customer_id);
   cv_.notify_all();
   if (customer_id != 0 && logical_.count(0)) return result;
@@ -868,6 +926,12 @@ void Node::OnMessage(Message&& msg, bool from_van) {
     case Control::kWorkerChange:
       if (meta.sender == kSchedulerId && options_.role != Role::kScheduler) {
         HandleWorkerChange(msg);
+        return;
+      }
+      break;
+    case Control::kLeaveRequest:
+      if (!meta.request && meta.sender == kSchedulerId) {
+        HandleLeaveRefused(meta.reason);
         return;
       }
       break;
@@ -1131,7 +1195,8 @@ void Node::HandleLaterNodeTableLocked(const Message& msg) {
                   ", which is not a live server");
     }
   }
-  if (added.empty()) return drop("it adds no node");
+  const bool departure = IsDepartureLocked(msg, *ring);
+  if (added.empty() && !departure) return drop("it adds no node");
   for (const NodeInfo* n : added) {
     table_[n->id] = *n;
     Status s = van_->Connect(n->id, n->host, n->port, n->local_endpoint);
@@ -1140,19 +1205,42 @@ void Node::HandleLaterNodeTableLocked(const Message& msg) {
   }
   servers_.clear();
   for (int id : IdsOfRole(table_, Role::kServer)) {
-    if (!dead_.count(id) && !left_.count(id)) servers_.push_back(id);
+    if (!dead_.count(id) && !left_.count(id) && ring->IndexOf(id) >= 0) {
+      servers_.push_back(id);
+    }
   }
   workers_ = IdsOfRole(table_, Role::kWorker);
   LOG(INFO) << "switching to ring " << ring->DebugString();
+  const int me = logical_.empty() ? -1 : logical_.begin()->second;
+  const bool leaving = departure && options_.role == Role::kServer &&
+                       ring_->IndexOf(me) >= 0 && ring->IndexOf(me) < 0;
+  if (leaving) leave_ = LeaveState::kHandingOver;
   SetRingLocked(std::make_shared<const KeyRing>(std::move(ring.value())));
+  if (leaving) StartLeavingLocked();
+}
+
+bool Node::IsDepartureLocked(const Message& msg, const KeyRing& ring) const {
+  if (!ring_) return false;
+  std::set<int> listed;
+  for (const NodeInfo& n : msg.meta.nodes) listed.insert(n.id);
+  for (int id : ring_->server_ids()) {
+    if (ring.IndexOf(id) < 0 && listed.count(id) && !dead_.count(id) &&
+        !left_.count(id)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Node::TableReadyLocked() {
   servers_.clear();
   // The scheduler's own table keeps the dead (OnMembership after a
   // failover): they are no servers of the ring any more.
+  // A server that is leaving (or has left) is off the ring too.
   for (int id : IdsOfRole(table_, Role::kServer)) {
-    if (!dead_.count(id)) servers_.push_back(id);
+    if (!dead_.count(id) && (!ring_ || ring_->IndexOf(id) >= 0)) {
+      servers_.push_back(id);
+    }
   }
   workers_ = IdsOfRole(table_, Role::kWorker);
   table_ready_ = true;
@@ -1306,6 +1394,8 @@ void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
   ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
   ring_replicas_.store(ring_ ? ring_->replicas() : 0,
                        std::memory_order_release);
+  ring_servers_.store(ring_ ? ring_->num_servers() : 0,
+                      std::memory_order_release);
   // Under mu_ so no customer is destroyed meanwhile; this never blocks.
   for (const auto& c : customers_) c.second->OnRingChanged();
 }
@@ -1505,6 +1595,86 @@ std::vector<Message> Node::ApplyWorkerChangeLocked(const NodeInfo& worker,
   worker_notes_.push_back(WorkerChangeNote{id, event, live});
   cb_cv_.notify_all();
   return held;
+}
+
+bool Node::RequestLeave(const std::string& why) {
+  MutexLock lock(&mu_);
+  auto cannot = [&](const std::string& because) {
+    LOG(WARNING) << why
+                 << ": this node cannot ask to leave the cluster: " << because;
+    return false;
+  };
+  if (options_.role != Role::kServer) return cannot("it is no server");
+  if (!table_ready_ || logical_.empty()) {
+    return cannot("it has not joined yet");
+  }
+  if (stopped_ || !abort_status_.ok() || dead_.count(kSchedulerId)) {
+    return cannot("it is finishing, or the cluster has failed");
+  }
+  if (leave_ != LeaveState::kNone) return cannot("it is leaving already");
+  leave_ = LeaveState::kAsked;
+  LOG(WARNING) << why << ": " << DescribeLocked(logical_.begin()->second)
+               << " asks the scheduler to let it leave the running cluster";
+  Message ask;
+  ask.meta.control = Control::kLeaveRequest;
+  ask.meta.request = true;
+  ask.meta.sender = logical_.begin()->second;
+  ask.meta.recipient = kSchedulerId;
+  SendLocked(std::move(ask));
+  return true;
+}
+
+void Node::HandleLeaveRefused(const std::string& reason) {
+  MutexLock lock(&mu_);
+  if (leave_ != LeaveState::kAsked) return;
+  leave_ = LeaveState::kNone;
+  LOG(ERROR) << "the scheduler refused to let this server leave: " << reason
+             << "; it goes on serving (a second SIGTERM ends it at once)";
+}
+
+bool Node::handing_over() const {
+  MutexLock lock(&mu_);
+  return leave_ == LeaveState::kHandingOver;
+}
+
+bool Node::has_left() const {
+  MutexLock lock(&mu_);
+  return leave_ == LeaveState::kLeft;
+}
+
+void Node::StartLeavingLocked() {
+  LOG(WARNING) << "leaving the running cluster: handing this server's "
+                  "ranges over to their new owners under "
+               << ring_->DebugString();
+  // Without apps that hold state there is nothing to hand over.
+  if (state_apps_.empty()) LeftLocked();
+}
+
+void Node::LeaveHandedOver(int app_id) {
+  MutexLock lock(&mu_);
+  if (leave_ != LeaveState::kHandingOver) return;
+  leave_handed_.insert(app_id);
+  if (!std::includes(leave_handed_.begin(), leave_handed_.end(),
+                     state_apps_.begin(), state_apps_.end())) {
+    return;
+  }
+  LeftLocked();
+}
+
+void Node::LeftLocked() {
+  leave_ = LeaveState::kLeft;
+  Message done;
+  done.meta.control = Control::kHandoverDone;
+  done.meta.request = true;
+  done.meta.sender = logical_.begin()->second;
+  done.meta.recipient = kSchedulerId;
+  SendLocked(std::move(done));
+  LOG(WARNING) << "this server has left the running cluster: every new "
+                  "owner has acknowledged its ranges; Finalize ends without "
+                  "the others";
+  // Its barriers wait for nobody now.
+  for (auto& w : barrier_waits_) w.second = {true, Status::OK()};
+  cv_.notify_all();
 }
 
 int Node::my_id(int customer_id) const {

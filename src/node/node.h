@@ -103,7 +103,12 @@ class Node final : private SchedulerHost {
   // --- Membership. Valid after Start() has returned OK.
   Role role() const { return options_.role; }
   const Options& options() const { return options_; }
-  int num_servers() const { return options_.num_servers; }
+  // The servers of the current ring (DMLC_NUM_SERVER before the node
+  // table): it follows joins, leaves and failovers.
+  int num_servers() const {
+    const int n = ring_servers_.load(std::memory_order_acquire);
+    return n > 0 ? n : options_.num_servers;
+  }
   // DMLC_NUM_WORKER until the node table came; then the workers of the
   // current membership: those that formed the job or joined it since,
   // less those gone (a worker away, its rank held for its restart, counts).
@@ -182,6 +187,26 @@ class Node final : private SchedulerHost {
   std::shared_ptr<const KeyRing> joined_ring() const EXCLUDES(mu_);
   void HandoverDone(int app_id) EXCLUDES(mu_);
 
+  // --- Leaving (docs/replication.md, "Leaving"). A server asks the
+  // scheduler to let it leave the running cluster (on SIGTERM too, with
+  // heartbeats on, unless EMBER_LEAVE_ON_SIGTERM=0). Asynchronous: false,
+  // logged, if this node cannot ask (not a server, no node table yet,
+  // finalized, asked already). The scheduler refuses (logged here; the
+  // node goes on serving) or publishes a ring without this server: then
+  // its server apps hand their ranges over to the new owners (KVServerCore)
+  // and call LeaveHandedOver once every new owner has acknowledged them;
+  // once every state app has, the scheduler is told (kHandoverDone) and
+  // this server has left: Barrier returns OK at once (a barrier it waits
+  // at too), and Finalize ends without waiting for the others. Finalize
+  // called meanwhile waits for the hand-over.
+  bool RequestLeave(const std::string& why) EXCLUDES(mu_);
+  // The ring without this server has come and its hand-over is not yet
+  // acknowledged.
+  bool handing_over() const EXCLUDES(mu_);
+  // This server has left the cluster (its hand-over is acknowledged).
+  bool has_left() const EXCLUDES(mu_);
+  void LeaveHandedOver(int app_id) EXCLUDES(mu_);
+
   // Data messages held for apps this node has not created (yet).
   size_t held_messages() const;
 
@@ -243,6 +268,18 @@ class Node final : private SchedulerHost {
   // new nodes are added and the ring switches (docs/replication.md,
   // "Joining").
   void HandleLaterNodeTableLocked(const Message& msg) REQUIRES(mu_);
+  // Whether a later node table's `ring` drops a live server of the current
+  // ring that the table still lists (it leaves; docs/replication.md,
+  // "Leaving"); a later table must add a node or do this.
+  bool IsDepartureLocked(const Message& msg, const KeyRing& ring) const
+      REQUIRES(mu_);
+  // The ring without this server came: its hand-over begins.
+  void StartLeavingLocked() REQUIRES(mu_);
+  // The scheduler refused to let this server leave.
+  void HandleLeaveRefused(const std::string& reason) EXCLUDES(mu_);
+  // Every state app's hand-over is acknowledged: tells the scheduler,
+  // releases this server's barriers.
+  void LeftLocked() REQUIRES(mu_);
   void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
   // The table's ids by role, and the table is ready.
   void TableReadyLocked() REQUIRES(mu_);
@@ -339,6 +376,7 @@ class Node final : private SchedulerHost {
   std::shared_ptr<const KeyRing> ring_ GUARDED_BY(mu_);
   std::atomic<uint64_t> ring_epoch_{0};  // ring_'s, written under mu_
   std::atomic<int> ring_replicas_{0};    // ring_'s, written under mu_
+  std::atomic<int> ring_servers_{0};     // ring_'s, written under mu_
   std::set<int> dead_ GUARDED_BY(mu_);
   std::set<int> left_ GUARDED_BY(mu_);
   // Restoring copies: the apps that copy state, and which have copied it
@@ -356,6 +394,11 @@ class Node final : private SchedulerHost {
   bool joined_running_ GUARDED_BY(mu_) = false;
   // Workers away: dead, their ranks held for their restart.
   std::set<int> away_ GUARDED_BY(mu_);
+  // Leaving: where this server is on its way out, and the state apps
+  // whose hand-over every new owner has acknowledged.
+  enum class LeaveState { kNone, kAsked, kHandingOver, kLeft };
+  LeaveState leave_ GUARDED_BY(mu_) = LeaveState::kNone;
+  std::set<int> leave_handed_ GUARDED_BY(mu_);
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_
       GUARDED_BY(mu_);  // by customer id

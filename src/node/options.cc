@@ -364,6 +364,12 @@ StatusOr<Options> Options::FromEnvironment() {
   if (o.worker_rank >= 0) o.rank_hint = o.worker_rank;
   PS_RETURN_IF_ERROR(ReadInt("EMBER_WORKER_REJOIN_MS", nullptr, -1, 86400000,
                              &o.worker_rejoin_ms));
+  {
+    int leave = 1;
+    PS_RETURN_IF_ERROR(
+        ReadInt("EMBER_LEAVE_ON_SIGTERM", nullptr, 0, 1, &leave));
+    o.leave_on_sigterm = leave != 0;
+  }
   PS_RETURN_IF_ERROR(ReadInt("EMBER_HEARTBEAT_INTERVAL_MS",
                              "ember_heartbeat_interval_ms", 0, 600000,
                              &o.heartbeat_interval_ms));

@@ -68,6 +68,11 @@ struct Options {
   // worker's rank is held this long for its restart (the others wait for
   // it as for a slow worker), then it is dropped; 0 drops it at once.
   int worker_rejoin_ms = -1;  // EMBER_WORKER_REJOIN_MS
+  // A server leaves the running cluster on SIGTERM (EMBER_LEAVE_ON_SIGTERM,
+  // default 1; docs/replication.md, "Leaving"): it asks the scheduler, hands
+  // its ranges over and ends; a second SIGTERM ends it at once. 0: SIGTERM
+  // ends it at once, as before (a failure).
+  bool leave_on_sigterm = true;
 
   // Failure detection. Interval 0 disables heartbeats (unit tests drive
   // CheckLiveness() by hand instead).

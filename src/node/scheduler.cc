@@ -359,6 +359,12 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node,
                   " is receiving the state of its ranges); start this server "
                   "again once it has joined");
   }
+  if (leaving_ >= 0) {
+    return refuse("a membership change is under way (" +
+                  DescribeLocked(leaving_) +
+                  " is handing its ranges over to leave); start this server "
+                  "again once it has left");
+  }
   if (!ring_ ||
       ring_->num_servers() >= static_cast<int>(KeyRing::kMaxServers)) {
     return refuse("the key ring cannot take another server");
@@ -676,7 +682,8 @@ void Scheduler::HandleHeartbeat(const Message& msg) {
     return;
   }
   const int64_t now = clock_->NowMs();
-  last_beat_ms_[it->second.address()] = now;
+  // A server that has left beats until it finalizes: echoed, not watched.
+  if (!left_.count(msg.meta.sender)) last_beat_ms_[it->second.address()] = now;
   // A beat after the failed reconnect: alive after all.
   auto suspect = suspects_.find(it->second.address());
   if (suspect != suspects_.end() && suspect->second.refused_ms >= 0 &&
@@ -728,6 +735,10 @@ void Scheduler::HandleReplicaReady(const Message& msg) {
 
 void Scheduler::HandleHandoverDone(const Message& msg) {
   MutexLock lock(&mu_);
+  if (leaving_ >= 0 && msg.meta.sender == leaving_) {
+    LeaveDoneLocked();
+    return;
+  }
   if (msg.meta.sender != joining_ || joining_ < 0) {
     counters_->dropped_bad_control++;
     return;
@@ -1019,6 +1030,124 @@ void Scheduler::PublishToHostLocked() {
   host_->OnMembership(membership);
 }
 
+void Scheduler::HandleLeaveRequest(const Message& msg) {
+  MutexLock lock(&mu_);
+  const int id = msg.meta.sender;
+  if (!msg.meta.request || !formed_ || !table_.count(id) ||
+      id == kSchedulerNodeId || dead_.count(id) || left_.count(id)) {
+    counters_->dropped_bad_control++;
+    return;
+  }
+  // The same request delivered again, or asked again: under way already.
+  if (id == leaving_) return;
+  auto refuse = [&](const std::string& why) REQUIRES(mu_) {
+    LOG(WARNING) << "refusing to let " << DescribeLocked(id)
+                 << " leave: " << why << "; the job goes on unchanged";
+    Message no;
+    no.meta.control = Control::kLeaveRequest;
+    no.meta.request = false;
+    no.meta.sender = kSchedulerNodeId;
+    no.meta.recipient = id;
+    no.meta.reason = why;
+    SendLocked(std::move(no));
+  };
+  if (table_[id].role != Role::kServer || !ring_ || ring_->IndexOf(id) < 0) {
+    return refuse("it is not a server of the key ring");
+  }
+  if (joining_ >= 0 || leaving_ >= 0) {
+    const int other = joining_ >= 0 ? joining_ : leaving_;
+    return refuse("a membership change is under way (" + DescribeLocked(other) +
+                  (joining_ >= 0 ? " is receiving the state of its ranges"
+                                 : " is handing its ranges over to leave") +
+                  "); ask again once it is over");
+  }
+  const int remain = ring_->num_servers() - 1;
+  if (remain == 0) return refuse("it is the last server");
+  if (options_.replicas > 0 && remain < options_.replicas + 1) {
+    return refuse("EMBER_REPLICAS=" + std::to_string(options_.replicas) +
+                  " copies of every server's data need " +
+                  std::to_string(options_.replicas + 1) +
+                  " servers, and only " + std::to_string(remain) +
+                  " would remain");
+  }
+  auto next = ring_->RemoveServer(id, ring_->epoch() + 1);
+  if (!next.ok()) {
+    return refuse("cannot give its ranges to the others: " +
+                  next.status().ToString());
+  }
+  next->set_replicas(options_.replicas);
+  // Holders keep counting only while they are still targets under the new
+  // ring (they receive the copies of its pushes), and a server whose
+  // ranges grow by the leaver's has no whole copy anywhere until its new
+  // copies are made (REPLICA_READY).
+  const KeyRing& before = *ring_;
+  for (auto& entry : holders_) {
+    const int owner = entry.first;
+    auto& v = entry.second;
+    if (next->IndexOf(owner) < 0) continue;
+    const std::vector<Range> had = before.RangesOf(before.IndexOf(owner));
+    const std::vector<Range> has = next->RangesOf(next->IndexOf(owner));
+    uint64_t had_size = 0, has_size = 0;
+    for (const Range& r : had) had_size += r.end() - r.begin();
+    for (const Range& r : has) has_size += r.end() - r.begin();
+    if (has_size != had_size) {
+      v.clear();
+      continue;
+    }
+    const std::vector<int> targets = next->ReplicaTargets(owner);
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [&targets](int h) {
+                             return std::find(targets.begin(), targets.end(),
+                                              h) == targets.end();
+                           }),
+            v.end());
+  }
+  holders_.erase(id);
+  servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
+                 servers_.end());
+  ring_ = std::make_shared<const KeyRing>(std::move(next.value()));
+  leaving_ = id;
+  LOG(WARNING) << DescribeLocked(id)
+               << " leaves the running cluster; its ranges move to the other "
+                  "servers under "
+               << ring_->DebugString();
+  PublishLocked();
+  // A barrier need not wait for it any more.
+  EvaluateBarriersLocked();
+}
+
+void Scheduler::LeaveDoneLocked() {
+  const int id = leaving_;
+  leaving_ = -1;
+  left_.insert(id);
+  host_->OnMemberLeft(id);
+  // Its process may go on beating until it finalizes; it is no member to
+  // watch any more.
+  const std::string address = table_[id].address();
+  bool all_left = true;
+  for (const auto& n : table_) {
+    if (n.second.address() == address && !left_.count(n.first) &&
+        !dead_.count(n.first)) {
+      all_left = false;
+    }
+  }
+  if (all_left) {
+    last_beat_ms_.erase(address);
+    suspects_.erase(address);
+  }
+  // Its barrier requests are void: it waits at none any more.
+  for (auto& entry : rounds_) {
+    for (Round& round : entry.second) {
+      round.arrived.erase(id);
+      round.numbers.erase(id);
+    }
+  }
+  LOG(INFO) << DescribeLocked(id)
+            << " has left: its ranges are handed over and acknowledged; "
+            << ring_->DebugString();
+  EvaluateBarriersLocked();
+}
+
 void Scheduler::HandleLeave(const Message& msg) {
   MutexLock lock(&mu_);
   auto it = table_.find(msg.meta.sender);
@@ -1152,6 +1281,14 @@ void Scheduler::DeclareDeadLocked(const std::string& address,
       LOG(ERROR) << DescribeLocked(id)
                  << " died before it had received the state of its ranges";
       joining_ = -1;
+    }
+    if (id == leaving_) {
+      // Its ranges are off the ring already: no failover; the keys that
+      // moved from it may not have reached their new owners.
+      LOG(ERROR) << DescribeLocked(id)
+                 << " died before its hand-over was acknowledged: the state "
+                    "of the keys that moved from it may be lost";
+      leaving_ = -1;
     }
   }
   // Servers whose data another holds fail over, unless some victim's data

@@ -139,6 +139,9 @@ class Scheduler {
   void HandleReplicaReady(const Message& msg) EXCLUDES(mu_);
   // A server that joined the running cluster has received the state of its
   // ranges: the join is over, and another may begin.
+  // Also the leaving server's: it has handed its ranges over and every
+  // new owner has acknowledged them; it has left (docs/replication.md,
+  // "Leaving").
   void HandleHandoverDone(const Message& msg) EXCLUDES(mu_);
   // A member's re-registration (docs/replication.md, "Scheduler restart"):
   // its entry, its view of the live members, its ring and the barrier it
@@ -148,6 +151,13 @@ class Scheduler {
   // claiming a known member's id or address is refused), counts its
   // barrier, and echoes it like a beat.
   void HandleRejoin(const Message& msg) EXCLUDES(mu_);
+  // A server asks to leave the running cluster (docs/replication.md,
+  // "Leaving"): refused with the reason (a LEAVE_REQUEST answer, logged;
+  // the job is untouched) if it is the last server, another membership
+  // change is under way, or EMBER_REPLICAS copies could not be kept;
+  // otherwise its ranges go to the other servers (KeyRing::RemoveServer)
+  // under the next ring epoch, which PublishLocked sends every member.
+  void HandleLeaveRequest(const Message& msg) EXCLUDES(mu_);
 
   // Declares dead every process that has not beaten for
   // EMBER_HEARTBEAT_TIMEOUT_MS, and every process whose connection closed
@@ -206,6 +216,9 @@ class Scheduler {
   // Whether a dead worker no longer counts (elastic workers): barriers
   // go on without it.
   bool DroppedWorkerLocked(int id) const REQUIRES(mu_);
+  // The leaving server's hand-over is acknowledged: it is a member no
+  // more (left_), and another membership change may begin.
+  void LeaveDoneLocked() REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.
   void RejectLocked(const NodeInfo& node, const std::string& key,
@@ -318,6 +331,9 @@ class Scheduler {
   // ring's epoch and servers), to bring it up to a later ring.
   std::map<int, uint64_t> reported_epoch_ GUARDED_BY(mu_);
   std::map<int, std::vector<int>> reported_servers_ GUARDED_BY(mu_);
+  // The server that asked to leave and has not yet reported its hand-over
+  // done, or -1. A join or another leave meanwhile is refused.
+  int leaving_ GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace ps

@@ -8,6 +8,9 @@
 // Output lines the test reads:
 //   cluster_failover: progress N
 //   cluster_failover: worker R max_stall_ms=S stall_end_unix_ms=T
+//   cluster_failover: stall_ms=S end_unix_ms=T   (each push over 20 ms,
+//                                                 so a test can tell the
+//                                                 stalls of two migrations)
 //   cluster_failover: sums exact (V on every key)   or   ... FAIL ...
 
 #include <gflags/gflags.h>
@@ -76,6 +79,10 @@ int RunWorker() {
     if (ms > max_stall_ms) {
       max_stall_ms = ms;
       stall_end = UnixMs();
+    }
+    if (ms > 20) {
+      std::printf("cluster_failover: stall_ms=%.1f end_unix_ms=%lld\n", ms,
+                  static_cast<long long>(UnixMs()));
     }
     if (it % 200 == 0) {
       std::printf("cluster_failover: progress %d\n", it);

@@ -31,6 +31,12 @@ Modes:
            must be exact, and the figures are reported: pushes done during
            the outage, the longest single push, and the time from the
            restart to every member re-registered.
+  joinleave  the issue's 2 -> 3 -> 2: start one more server with
+           EMBER_JOIN=1, wait until it has joined, then send server
+           --victim SIGTERM (docs/replication.md, "Leaving"): it must leave
+           and exit 0, and so must every other process, with exact sums;
+           the figures of each migration are reported (its hand-over and
+           the longest stall a worker saw while it ran).
 
 The cluster is started by hand, not through ember-launch, because the
 launcher ends the job as soon as one process dies. Every process's log is
@@ -56,7 +62,7 @@ def parse_args(argv):
     p.add_argument("scheduler")
     p.add_argument("--mode",
                    choices=("survive", "twice", "lost", "join", "replace",
-                            "scheduler"),
+                            "scheduler", "joinleave"),
                    default="survive")
     p.add_argument("--servers", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
@@ -350,11 +356,94 @@ def run_scheduler_restart(args, cluster):
           "exact, every process but the killed scheduler exited 0")
 
 
+def wait_log(cluster, name, needle, seconds):
+    deadline = time.monotonic() + seconds
+    while needle not in cluster.log(name):
+        if time.monotonic() > deadline:
+            raise Failure("no %r in the log of %s within %d s"
+                          % (needle, name, seconds))
+        for n, p in cluster.procs.items():
+            if p.poll() is not None and p.returncode != 0:
+                raise Failure("%s exited (%d) early" % (n, p.returncode))
+        time.sleep(0.02)
+
+
+def worst_stall(cluster, workers, begin_ms, end_ms):
+    """The longest push a worker reported that ended in [begin_ms,
+    end_ms], in ms (0 if none took over 20 ms)."""
+    worst = 0.0
+    for w in range(workers):
+        for m in re.finditer(r"stall_ms=([\d.]+) end_unix_ms=(\d+)",
+                             cluster.log("worker-%d" % w)):
+            if begin_ms <= int(m.group(2)) <= end_ms:
+                worst = max(worst, float(m.group(1)))
+    return worst
+
+
+def run_join_leave(args, cluster):
+    """--mode=joinleave: 2 -> 3 -> 2 servers while the workers push."""
+    cluster.start()
+    cluster.wait_progress(args.iterations // 6, 60)
+    newcomer = "server-%d" % args.servers
+    cluster.spawn_server(newcomer, args.servers, {"EMBER_JOIN": "1"})
+    print("failover_test: started %s with EMBER_JOIN=1" % newcomer)
+    wait_log(cluster, "scheduler", "has joined: it holds the state", 60)
+    sched = cluster.log("scheduler")
+    admitted_ms = first_line_time(sched, "joins the running cluster")
+    joined_ms = first_line_time(sched, "has joined: it holds the state")
+    # The leave comes once the workers have gone on a while after the join.
+    seen = max(int(m) for m in re.findall(cluster.progress_pattern,
+                                           cluster.log("worker-0")))
+    cluster.wait_progress(min(seen + args.iterations // 6,
+                              args.iterations * 2 // 3), 60)
+    leaver = "server-%d" % args.victim
+    os.kill(cluster.procs[leaver].pid, signal.SIGTERM)
+    print("failover_test: sent %s SIGTERM" % leaver)
+    wait_log(cluster, "scheduler", "has left: its ranges are handed over", 60)
+    cluster.wait_all(list(cluster.procs), args.limit)
+    bad = ["%s (%d)" % (n, p.returncode) for n, p in cluster.procs.items()
+           if p.returncode != 0]
+    if bad:
+        raise Failure("non-zero exits: %s" % ", ".join(bad))
+    if "sums exact" not in cluster.log("worker-0"):
+        raise Failure("worker 0 did not report exact sums")
+    if "this server has left the running cluster" not in cluster.log(leaver):
+        raise Failure("%s did not report that it left" % leaver)
+    sched = cluster.log("scheduler")
+    leave_ms = first_line_time(sched, "leaves the running cluster")
+    left_ms = first_line_time(sched, "has left: its ranges are handed over")
+    # A migration's stalls end at most a second after its end (a request
+    # waiting for the ring, then re-routed).
+    join_stall = worst_stall(cluster, args.workers, admitted_ms,
+                             joined_ms + 1000)
+    leave_stall = worst_stall(cluster, args.workers, leave_ms, left_ms + 1000)
+    worst = 0.0
+    for w in range(args.workers):
+        m = re.search(r"max_stall_ms=([\d.]+)", cluster.log("worker-%d" % w))
+        if not m:
+            raise Failure("worker %d reported no stall figure" % w)
+        worst = max(worst, float(m.group(1)))
+    # What it handed over as it left (not at the join, as a former owner).
+    leaving = cluster.log(leaver).split("leaving the running cluster", 1)[-1]
+    handed = sum(int(b) for b in re.findall(
+        r"handing the keys that moved to node \d+ under ring epoch \d+ over "
+        r"\(\d+ chunk\(s\), (\d+) bytes\)", leaving))
+    print("RESULT joinleave servers=%d workers=%d join_handover_ms=%.0f "
+          "join_max_stall_ms=%.0f leave_handover_ms=%.0f leave_handed_mb=%.1f "
+          "leave_max_stall_ms=%.0f run_max_stall_ms=%.0f"
+          % (args.servers, args.workers, joined_ms - admitted_ms, join_stall,
+             left_ms - leave_ms, handed / 1e6, leave_stall, worst))
+    print("failover_test: PASS: 2 -> 3 -> 2 servers, sums exact, every "
+          "process (the leaver too) exited 0")
+
+
 def run(args, cluster):
     if args.mode in ("join", "replace"):
         return run_join(args, cluster)
     if args.mode == "scheduler":
         return run_scheduler_restart(args, cluster)
+    if args.mode == "joinleave":
+        return run_join_leave(args, cluster)
     cluster.start()
     cluster.wait_progress(args.iterations // 6, 60)
     victims = ["server-%d" % args.victim]

@@ -179,7 +179,7 @@ TEST(MessageCodecTest, RoundTripsEveryControlField) {
 
 TEST(MessageCodecTest, RoundTripsEveryControlCommand) {
   for (int c = static_cast<int>(Control::kJoin);
-       c <= static_cast<int>(Control::kHandoverDone); ++c) {
+       c <= static_cast<int>(Control::kRejoin); ++c) {
     SCOPED_TRACE(ControlName(static_cast<Control>(c)));
     Meta in;
     in.control = static_cast<Control>(c);
@@ -304,7 +304,6 @@ TEST(MessageCodecTest, RejectsTruncatedHeader) {
   EXPECT_EQ(Decode(bytes.substr(0, host_at + 3)).code(), Code::kCorruption);
 }
 
-// REJOIN is numbered apart from the others (docs/protocol.md).
 TEST(MessageCodecTest, RoundTripsRejoin) {
   Meta in;
   in.control = Control::kRejoin;
@@ -321,7 +320,7 @@ TEST(MessageCodecTest, RoundTripsRejoin) {
   EXPECT_EQ(Decode(Encode([] {
               Meta m;
               m.control =
-                  static_cast<Control>(static_cast<int>(Control::kRejoin) - 1);
+                  static_cast<Control>(static_cast<int>(Control::kRejoin) + 1);
               return m;
             }()))
                 .code(),
@@ -329,7 +328,7 @@ TEST(MessageCodecTest, RoundTripsRejoin) {
 }
 
 TEST(MessageCodecTest, RejectsUnknownControlCommand) {
-  for (int cmd : {static_cast<int>(Control::kHandoverDone) + 1, 99, -1,
+  for (int cmd : {static_cast<int>(Control::kRejoin) + 1, 99, -1,
                   std::numeric_limits<int>::min()}) {
     Meta in;
     in.control = static_cast<Control>(cmd);
@@ -1004,7 +1003,10 @@ TEST(NamesTest, EveryRoleAndControlHasItsNameAndOthersAreUnknown) {
   EXPECT_STREQ(ControlName(Control::kLeave), "leave");
   EXPECT_STREQ(ControlName(Control::kReplicaReady), "replica_ready");
   EXPECT_STREQ(ControlName(Control::kHandoverDone), "handover_done");
-  EXPECT_STREQ(ControlName(static_cast<Control>(10)), "unknown");
+  EXPECT_STREQ(ControlName(Control::kLeaveRequest), "leave_request");
+  EXPECT_STREQ(ControlName(Control::kWorkerChange), "worker_change");
+  EXPECT_STREQ(ControlName(Control::kRejoin), "rejoin");
+  EXPECT_STREQ(ControlName(static_cast<Control>(13)), "unknown");
 }
 
 }  // namespace

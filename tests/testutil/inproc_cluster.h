@@ -16,6 +16,7 @@
 #include "node/node.h"
 #include "ps/ps.h"
 #include "testutil/fake_clock.h"
+#include "transport/fault_van.h"
 #include "transport/inproc_van.h"
 
 namespace ps {
@@ -39,8 +40,12 @@ class InProcCluster {
   static constexpr int kTimeoutMs = 1000;
 
   // `tweak`, if given, edits every node's options (its role is set).
+  // `faults`, if given, wraps every node's van in a FaultVan of that
+  // injector (borrowed: it must outlive the cluster).
   InProcCluster(int num_servers, int num_workers,
-                const std::function<void(Options*)>& tweak = nullptr) {
+                const std::function<void(Options*)>& tweak = nullptr,
+                FaultInjector* faults = nullptr)
+      : faults_(faults) {
     Options base;
     base.scheduler_host = "scheduler";
     base.scheduler_port = 1;
@@ -191,8 +196,10 @@ class InProcCluster {
 
  private:
   std::unique_ptr<Postoffice> Make(const Options& o) {
-    return Postoffice::Create(std::make_unique<Node>(
-        o, std::make_unique<InProcVan>(&network_), &clock_));
+    std::unique_ptr<Van> van = std::make_unique<InProcVan>(&network_);
+    if (faults_) van = std::make_unique<FaultVan>(std::move(van), faults_);
+    return Postoffice::Create(
+        std::make_unique<Node>(o, std::move(van), &clock_));
   }
 
   std::string Address(Postoffice* p) {
@@ -213,6 +220,7 @@ class InProcCluster {
     }
   }
 
+  FaultInjector* const faults_;
   Options base_;
   std::function<void(Options*)> tweak_;
   FakeClock clock_;

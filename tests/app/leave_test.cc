@@ -1,0 +1,388 @@
+// Servers leaving a running cluster on request over the in-process
+// transport (docs/replication.md, "Leaving"): the scheduler gives the
+// leaver's ranges to the others (KeyRing::RemoveServer) under the next ring
+// epoch, the leaver hands their state over while workers push, waits until
+// every new owner has acknowledged it, and then has left: no push is lost
+// or applied twice, its Finalize ends at once, and the others finish
+// without it. Refusals leave the job untouched.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "message/message.h"
+#include "node/node.h"
+#include "partition/key_ring.h"
+#include "ps/ps.h"
+#include "testutil/inproc_cluster.h"
+#include "testutil/log_capture.h"
+#include "transport/fault_van.h"
+
+namespace ps {
+namespace {
+
+// `n` keys spread evenly over the whole key space.
+std::vector<Key> SpreadKeys(size_t n) {
+  std::vector<Key> keys(n);
+  const Key step = kMaxKey / n;
+  for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
+  return keys;
+}
+
+// A summing server whose state can be copied and handed over, counting the
+// pushes its handle applied as their keys' owner.
+class CountingServer {
+ public:
+  explicit CountingServer(Postoffice* po) : server_(0, po) {
+    server_.set_state_handle(
+        [this](const std::function<bool(Key)>& want, size_t max_bytes,
+               std::vector<std::string>* chunks) {
+          return default_.DumpState(want, max_bytes, chunks);
+        },
+        [this](const char* data, size_t size) {
+          return default_.LoadState(data, size);
+        });
+    server_.set_request_handle([this](const KVMeta& meta,
+                                      const KVPairs<float>& data,
+                                      KVServer<float>* s) {
+      if (meta.push && meta.replica_of == 0) own_.fetch_add(1);
+      default_(meta, data, s);
+    });
+  }
+  int own() const { return own_.load(); }
+
+ private:
+  KVServerDefaultHandle<float> default_;
+  std::atomic<int> own_{0};
+  KVServer<float> server_;
+};
+
+class TestWorker : public KVWorker<float> {
+ public:
+  using KVWorker<float>::KVWorker;
+  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
+};
+
+class LeaveTest : public ::testing::TestWithParam<int> {
+ protected:
+  void Form(int servers, int workers, int replicas,
+            FaultInjector* faults = nullptr) {
+    cluster_ = std::make_unique<InProcCluster>(
+        servers, workers, [replicas](Options* o) { o->replicas = replicas; },
+        faults);
+    cluster_->Start();
+    for (int i = 0; i < servers; ++i) {
+      servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
+    }
+    for (int w = 0; w < workers; ++w) {
+      workers_.push_back(
+          std::make_unique<TestWorker>(0, 0, cluster_->worker(w)));
+    }
+  }
+  void TearDown() override {
+    workers_.clear();
+    servers_.clear();
+    if (cluster_) cluster_->Finalize();
+    cluster_.reset();
+  }
+
+  // A server started with EMBER_JOIN=1 after the cluster formed, with its
+  // app.
+  Postoffice* Join() {
+    Postoffice* po = cluster_->AddServer(true);
+    Status s = po->StartStatus(0, true);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return nullptr;
+    servers_.push_back(std::make_unique<CountingServer>(po));
+    return po;
+  }
+
+  // Asks server `po` to leave and waits until the scheduler says it has.
+  void Leave(Postoffice* po, LogCapture* log) {
+    const std::string who =
+        cluster_->scheduler()->node()->Describe(po->node()->my_id());
+    ASSERT_TRUE(po->node()->RequestLeave("test"));
+    ASSERT_TRUE(WaitUntil([&] {
+      return !log->Find(who + " has left: its ranges are handed over").empty();
+    }));
+    EXPECT_TRUE(po->node()->has_left());
+  }
+
+  // Every worker pushes 1 to every key `times` times, one request at a
+  // time; `during` runs (on this thread) once every worker has done
+  // `after` pushes, while they go on.
+  void PushOnes(const std::vector<Key>& keys, int times, int after,
+                const std::function<void()>& during) {
+    std::vector<float> ones(keys.size(), 1.0f);
+    std::vector<std::thread> threads;
+    std::atomic<int> ready{0};
+    std::atomic<bool> go_on{during == nullptr};
+    for (auto& w : workers_) {
+      TestWorker* kv = w.get();
+      threads.emplace_back([&, kv] {
+        for (int i = 0; i < times; ++i) {
+          if (i == after) ready.fetch_add(1);
+          Status s = kv->WaitBounded(kv->Push(keys, ones));
+          ASSERT_TRUE(s.ok()) << s;
+          if (i + 2 == times) {
+            while (!go_on.load()) std::this_thread::yield();
+          }
+        }
+      });
+    }
+    if (during) {
+      ASSERT_TRUE(WaitUntil(
+          [&] { return ready.load() == static_cast<int>(workers_.size()); }));
+      during();
+      go_on.store(true);
+    }
+    for (auto& t : threads) t.join();
+  }
+  void ExpectAll(const std::vector<Key>& keys, float expected) {
+    std::vector<float> out;
+    Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(out.size(), keys.size());
+    size_t wrong = 0;
+    size_t first = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (out[i] != expected) {
+        ++wrong;
+        if (first == keys.size()) first = i;
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "keys off " << expected << ", e.g. key "
+                         << (wrong ? keys[first] : 0) << " = "
+                         << (wrong ? out[first] : 0);
+  }
+
+  std::unique_ptr<InProcCluster> cluster_;
+  std::vector<std::unique_ptr<CountingServer>> servers_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;
+};
+
+// Server 1 of 3 leaves while 2 workers push 1 to keys spread over the key
+// space: its ranges go to the other two with their state, every key ends
+// at exactly workers x pushes, and the leaver serves nothing afterwards.
+TEST_P(LeaveTest, AServerLeavesWhileWorkersPush) {
+  Form(3, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  Postoffice* leaver = cluster_->server(1);
+  const int id = leaver->node()->my_id();
+  LogCapture log;
+  PushOnes(keys, 30, 10, [&] { Leave(leaver, &log); });
+  ExpectAll(keys, 2 * 30);
+  for (Postoffice* po : cluster_->all()) {
+    auto ring = po->node()->key_ring();
+    EXPECT_EQ(ring->epoch(), 2u);
+    EXPECT_EQ(ring->num_servers(), 2);
+    EXPECT_LT(ring->IndexOf(id), 0);
+  }
+  // NumServers() follows the membership; the others' server group is
+  // the two that stay.
+  EXPECT_EQ(cluster_->worker(0)->num_servers(), 2);
+  EXPECT_EQ(cluster_->worker(0)->node()->server_ids().size(), 2u);
+  EXPECT_EQ(cluster_->worker(0)->GetServerKeyRanges().size(), 2u);
+  // The leaver handed the keys over to both (RemoveServer fills the two
+  // others up to one level).
+  EXPECT_EQ(log.Find("handing the keys that moved to node").size(), 2u);
+  const int before = servers_[1]->own();
+  PushOnes(keys, 2, 0, nullptr);
+  EXPECT_EQ(servers_[1]->own(), before);
+  ExpectAll(keys, 2 * 32);
+  if (GetParam() > 0) {
+    // Both servers' data is whole on the other again.
+    EXPECT_TRUE(WaitUntil([&] {
+      return log.Find("copies restored").size() >= 2;
+    })) << "copies not restored";
+  }
+  // The leaver's Finalize ends at once; the others finalize without it.
+  EXPECT_TRUE(leaver->node()->Barrier(0, kServerGroup).ok());
+}
+
+// The target in one process: 2 servers, a third joins, then one of
+// the first two leaves, all while 2 workers push: exact sums at the end,
+// and the cluster runs on the 2 servers that stay.
+TEST_P(LeaveTest, TwoServersThenThreeThenTwo) {
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  PushOnes(keys, 20, 5, [&] {
+    newcomer = Join();
+    ASSERT_NE(newcomer, nullptr);
+    ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  });
+  ASSERT_NE(newcomer, nullptr);
+  ExpectAll(keys, 2 * 20);
+  Postoffice* leaver = cluster_->server(0);
+  PushOnes(keys, 20, 5, [&] { Leave(leaver, &log); });
+  ExpectAll(keys, 2 * 40);
+  auto ring = cluster_->worker(1)->node()->key_ring();
+  EXPECT_EQ(ring->epoch(), 3u);
+  ASSERT_EQ(ring->num_servers(), 2);
+  EXPECT_GE(ring->IndexOf(newcomer->node()->my_id()), 0);
+  EXPECT_LT(ring->IndexOf(leaver->node()->my_id()), 0);
+  EXPECT_EQ(cluster_->worker(1)->num_servers(), 2);
+}
+
+// A server that joined can leave again (its ranges go back to the others).
+TEST_P(LeaveTest, AServerThatJoinedLeavesAgain) {
+  Form(2, 2, GetParam());
+  const std::vector<Key> keys = SpreadKeys(4096);
+  LogCapture log;
+  Postoffice* newcomer = Join();
+  ASSERT_NE(newcomer, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  PushOnes(keys, 20, 5, [&] { Leave(newcomer, &log); });
+  ExpectAll(keys, 2 * 20);
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->num_servers(), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, LeaveTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "k" + std::to_string(info.param);
+                         });
+
+// The network delivers messages of the leaver (its hand-over's chunks and
+// end, its answers, its requests to the scheduler) and messages to it (the
+// acknowledgements, pushes) twice, the copy up to 8 messages late: a chunk
+// or an end that comes again after the end is ignored, a repeated request
+// to leave or report is dropped, duplicated pushes are deduplicated (k=1),
+// and every key ends exact.
+TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    FaultInjector injector(seed);
+    InProcCluster cluster(
+        3, 2, [](Options* o) { o->replicas = 1; }, &injector);
+    cluster.Start();
+    std::vector<std::unique_ptr<CountingServer>> servers;
+    for (int i = 0; i < 3; ++i) {
+      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
+    }
+    std::vector<std::unique_ptr<TestWorker>> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
+    }
+    const std::vector<Key> keys = SpreadKeys(1024);
+    std::vector<float> ones(keys.size(), 1.0f);
+    Postoffice* leaver = cluster.server(2);
+    const int id = leaver->node()->my_id();
+    FaultPlan plan;
+    plan.duplicate = 0.3;
+    plan.max_delay = 8;
+    plan.target.kind = FaultTarget::Kind::kAll;
+    plan.target.links = {{id, FaultTarget::kAnyNode},
+                         {FaultTarget::kAnyNode, id}};
+    ASSERT_TRUE(injector.set_plan(plan).ok());
+    LogCapture log;
+    std::atomic<bool> asked{false};
+    std::vector<std::thread> threads;
+    for (auto& w : workers) {
+      TestWorker* kv = w.get();
+      threads.emplace_back([&, kv] {
+        for (int i = 0; i < 20; ++i) {
+          if (i == 5) {
+            bool no = false;
+            if (asked.compare_exchange_strong(no, true)) {
+              EXPECT_TRUE(leaver->node()->RequestLeave("test"));
+            }
+          }
+          Status s = kv->WaitBounded(kv->Push(keys, ones));
+          ASSERT_TRUE(s.ok()) << s;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
+    ASSERT_TRUE(WaitUntil([&] { return !log.Find("has left").empty(); }));
+    EXPECT_GT(injector.counters().duplicated, 0u);
+    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
+    std::vector<float> out;
+    Status s = workers[0]->WaitBounded(workers[0]->Pull(keys, &out));
+    ASSERT_TRUE(s.ok()) << s;
+    size_t wrong = 0;
+    float first = 0;
+    for (float v : out) {
+      if (v != 2 * 20 && wrong++ == 0) first = v;
+    }
+    EXPECT_EQ(wrong, 0u) << "e.g. " << first;
+    workers.clear();
+    servers.clear();
+    cluster.Finalize();
+  }
+}
+
+// The scheduler refuses a leave that cannot be made, says why in its log
+// and the leaver's, and the job goes on untouched: the last server, a
+// leave that would leave too few servers for EMBER_REPLICAS copies, and a
+// leave while another server is still receiving its ranges.
+TEST(LeaveRefusal, ImpossibleLeavesAreRefusedAndTheJobIsUntouched) {
+  {
+    InProcCluster cluster(1, 1, [](Options* o) { o->replicas = 0; });
+    cluster.Start();
+    LogCapture log;
+    ASSERT_TRUE(cluster.server(0)->node()->RequestLeave("test"));
+    ASSERT_TRUE(WaitUntil([&] {
+      return !log.Find(
+                     "the scheduler refused to let this server leave: it "
+                     "is the last server")
+                  .empty();
+    }));
+    EXPECT_FALSE(log.Find("the job goes on unchanged").empty());
+    EXPECT_EQ(cluster.worker(0)->node()->ring_epoch(), 1u);
+    EXPECT_FALSE(cluster.server(0)->node()->has_left());
+    cluster.Finalize();
+  }
+  {
+    InProcCluster cluster(2, 1, [](Options* o) { o->replicas = 1; });
+    cluster.Start();
+    LogCapture log;
+    ASSERT_TRUE(cluster.server(1)->node()->RequestLeave("test"));
+    ASSERT_TRUE(WaitUntil([&] {
+      return !log.Find(
+                     "EMBER_REPLICAS=1 copies of every server's data need 2 "
+                     "servers, and only 1 would remain")
+                  .empty();
+    }));
+    EXPECT_EQ(cluster.worker(0)->node()->ring_epoch(), 1u);
+    // Refused: it may ask again.
+    EXPECT_TRUE(WaitUntil([&] {
+      return !log.Find("the scheduler refused to let this server leave")
+                  .empty();
+    }));
+    EXPECT_TRUE(cluster.server(1)->node()->RequestLeave("test"));
+    cluster.Finalize();
+  }
+  {
+    InProcCluster cluster(2, 1, [](Options* o) { o->replicas = 0; });
+    cluster.Start();
+    std::vector<std::unique_ptr<KVServer<float>>> apps;
+    for (int i = 0; i < 2; ++i) {
+      apps.push_back(std::make_unique<KVServer<float>>(0, cluster.server(i)));
+      apps.back()->set_request_handle(KVServerDefaultHandle<float>());
+    }
+    // The newcomer creates no app: its join never ends.
+    Postoffice* newcomer = cluster.AddServer(true);
+    ASSERT_TRUE(newcomer->StartStatus(0, true).ok());
+    LogCapture log;
+    ASSERT_TRUE(cluster.server(0)->node()->RequestLeave("test"));
+    ASSERT_TRUE(WaitUntil(
+        [&] { return !log.Find("a membership change is under way").empty(); }));
+    EXPECT_EQ(cluster.worker(0)->node()->key_ring()->num_servers(), 3);
+    EXPECT_FALSE(cluster.server(0)->node()->has_left());
+    // A worker cannot ask.
+    EXPECT_FALSE(cluster.worker(0)->node()->RequestLeave("test"));
+    apps.clear();
+  }
+}
+
+}  // namespace
+}  // namespace ps
