@@ -158,18 +158,23 @@ void AppImpl::set_response_handle(SimpleApp::Handle handle) {
 }
 
 bool AppImpl::Process(Message& msg) {
-  if (msg.meta.request && msg.meta.timestamp >= 0) {
+  KVHandler handler;
+  std::shared_ptr<SimpleApp::Handle> handle;
+  {
+    // One lock per message: the newest request and the handler together.
     MutexLock lock(&mu_);
-    int64_t& newest =
-        newest_request_[std::make_pair(msg.meta.sender, msg.meta.customer_id)];
-    newest = std::max(newest, msg.meta.timestamp);
+    if (msg.meta.request && msg.meta.timestamp >= 0) {
+      int64_t& newest = newest_request_[std::make_pair(msg.meta.sender,
+                                                       msg.meta.customer_id)];
+      newest = std::max(newest, msg.meta.timestamp);
+    }
+    if (!msg.meta.simple_app) {
+      handler = kv_handler_;
+    } else {
+      handle = msg.meta.request ? request_handle_ : response_handle_;
+    }
   }
   if (!msg.meta.simple_app) {
-    KVHandler handler;
-    {
-      MutexLock lock(&mu_);
-      handler = kv_handler_;
-    }
     if (handler) return handler(msg);
     LOG_EVERY_N(WARNING, 1000)
         << "app " << app_id_ << " has no key-value handler; dropping "
@@ -180,11 +185,6 @@ bool AppImpl::Process(Message& msg) {
   data.head = msg.meta.cmd;
   data.body = msg.meta.body;
   CopyOrigin(msg.meta, &data);
-  std::shared_ptr<SimpleApp::Handle> handle;
-  {
-    MutexLock lock(&mu_);
-    handle = msg.meta.request ? request_handle_ : response_handle_;
-  }
   (*handle)(data, app_);
   return true;
 }

@@ -150,12 +150,22 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(state_copy) X(moved_epoch) X(key_run) X(clock_query)
 // clang-format on
 
+// Whether a field differs from proto3's default, which is not sent anyway:
+// setting an empty string field would allocate a string in the MetaPb for
+// every message (body and status_message are empty in nearly all).
+inline bool NotDefault(const std::string& s) { return !s.empty(); }
+template <typename T>
+inline bool NotDefault(T v) {
+  return v != T{};
+}
+
 }  // namespace
 
 void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
                 std::string* out) {
   pb::MetaPb p;
-#define PS_SET_FIELD(field) p.set_##field(meta.field);
+#define PS_SET_FIELD(field) \
+  if (NotDefault(meta.field)) p.set_##field(meta.field);
   PS_META_SAME_FIELDS(PS_SET_FIELD)
 #undef PS_SET_FIELD
   p.set_auth_lo(meta.auth.lo);
@@ -187,6 +197,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
       r->set_replicas(meta.ring.replicas);
     }
   }
+  p.mutable_frame_bytes()->Reserve(static_cast<int>(data.size()));
   for (const auto& d : data) p.add_frame_bytes(d.size());
   p.SerializeToString(out);
 }

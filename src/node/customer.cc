@@ -189,7 +189,11 @@ void Customer::RunClaimed(Message&& msg) {
 
 void Customer::HandleBusy(Event* e) {
   Handle(*e);
-  *e = Event();  // Drops the message's buffers before counting it handled.
+  // Drops the message's buffers before counting it handled. The rest of
+  // the event is overwritten whole by its next use (TryPop, Deliver's kept
+  // message), so it need not be reset here: resetting a Meta (its strings
+  // and vectors) cost hundreds of instructions per message.
+  e->msg.data.clear();
   MutexLock lock(&mu_);
   busy_ = false;
   ++handled_;

@@ -374,25 +374,32 @@ Status ZmqVan::Connect(int id, const std::string& host, int port,
       counters_.local_connections++;
     }
     routes_[id] = address;
+    routes_version_.fetch_add(1, std::memory_order_acq_rel);
   }
   MutexLock lock(&send_mu_);
+  dealer_of_.erase(id);
   if (!closed_) SocketFor(address);  // Errors are logged; Send reports them.
   return Status::OK();
 }
 
 void ZmqVan::Disconnect(int id) {
   std::string address;
+  bool shared = false;
   {
     MutexLock lock(&mu_);
     auto it = routes_.find(id);
     if (it == routes_.end()) return;
     address = it->second;
     routes_.erase(it);
+    routes_version_.fetch_add(1, std::memory_order_acq_rel);
     for (const auto& r : routes_) {
-      if (r.second == address) return;  // Another id still uses it.
+      if (r.second == address) shared = true;  // Another id still uses it.
     }
   }
   MutexLock lock(&send_mu_);
+  dealer_of_.erase(id);
+  if (shared) return;
+  dealer_of_.clear();  // Other ids may point at the DEALER closed here.
   auto it = dealers_.find(address);
   if (it == dealers_.end()) return;
   zmq_close(it->second);  // Lingers kLingerMs for what was sent.
@@ -405,12 +412,24 @@ std::string ZmqVan::local_endpoint() const {
 }
 
 Status ZmqVan::Send(Message&& msg) {
-  PeerCounters* peer = counters_.peers.For(msg.meta.recipient);
+  const int recipient = msg.meta.recipient;
+  PeerCounters* peer = counters_.peers.For(recipient);
+  {
+    MutexLock lock(&send_mu_);
+    if (closed_) return Status::Unavailable("van is stopped");
+    auto known = dealer_of_.find(recipient);
+    if (known != dealer_of_.end()) {
+      DoSend(known->second->second, known->second->first, peer, &msg);
+      return Status::OK();
+    }
+  }
   std::string address;
+  uint64_t version = 0;
   {
     MutexLock lock(&mu_);
-    PS_RETURN_IF_ERROR(FindRoute(started_ && !stopping_, routes_,
-                                 msg.meta.recipient, &address));
+    PS_RETURN_IF_ERROR(
+        FindRoute(started_ && !stopping_, routes_, recipient, &address));
+    version = routes_version_.load(std::memory_order_acquire);
   }
   MutexLock lock(&send_mu_);
   if (closed_) return Status::Unavailable("van is stopped");
@@ -418,8 +437,12 @@ Status ZmqVan::Send(Message&& msg) {
   if (socket == nullptr) {
     counters_.CountSendError(peer);
     return Status::Unavailable("cannot connect to node " +
-                               std::to_string(msg.meta.recipient) + " at " +
-                               address);
+                               std::to_string(recipient) + " at " + address);
+  }
+  // Remembered only if no route changed since it was read: a change bumps
+  // the version before it clears its ids here.
+  if (routes_version_.load(std::memory_order_acquire) == version) {
+    dealer_of_[recipient] = &*dealers_.find(address);
   }
   DoSend(socket, address, peer, &msg);
   return Status::OK();
@@ -469,7 +492,7 @@ void* ZmqVan::SocketFor(const std::string& address) {
 
 void ZmqVan::DoSend(void* socket, const std::string& address,
                     PeerCounters* peer, Message* msg) {
-  std::string header;
+  std::string& header = header_;
   EncodeMeta(msg->meta, msg->data, &header);
   size_t bytes = header.size();
   const size_t n = msg->data.size();
@@ -481,15 +504,20 @@ void ZmqVan::DoSend(void* socket, const std::string& address,
   }
   for (size_t i = 0; i < n; ++i) {
     SArray<char>& d = msg->data[i];
-    zmq_msg_t frame;
-    if (d.empty()) {
-      zmq_msg_init_size(&frame, 0);
-    } else {
-      // The frame holds a reference to the buffer until ZeroMQ frees it.
-      auto* ref = new SArray<char>(d);
-      zmq_msg_init_data(&frame, ref->data(), ref->size(), FreeSArray, ref);
-    }
     bytes += d.size();
+    if (d.size() <= kCopyMaxBytes) {
+      if (zmq_send(socket, d.data(), d.size(), i + 1 < n ? ZMQ_SNDMORE : 0) <
+          0) {
+        counters_.CountSendError(peer);
+        LOG(WARNING) << "send to " << address << " failed: " << ZmqError();
+        return;
+      }
+      continue;
+    }
+    // The frame holds a reference to the buffer until ZeroMQ frees it.
+    zmq_msg_t frame;
+    auto* ref = new SArray<char>(d);
+    zmq_msg_init_data(&frame, ref->data(), ref->size(), FreeSArray, ref);
     if (zmq_msg_send(&frame, socket, i + 1 < n ? ZMQ_SNDMORE : 0) < 0) {
       counters_.CountSendError(peer);
       LOG(WARNING) << "send to " << address << " failed: " << ZmqError();
@@ -530,7 +558,8 @@ void ZmqVan::ReceiveAll() {
     std::string peer(static_cast<const char*>(zmq_msg_data(&identity)),
                      zmq_msg_size(&identity));
     zmq_msg_close(&identity);
-    std::vector<zmq_msg_t> frames;
+    std::vector<zmq_msg_t>& frames = frames_;
+    frames.clear();
     while (more) {
       frames.emplace_back();
       zmq_msg_init(&frames.back());
@@ -547,11 +576,12 @@ void ZmqVan::ReceiveAll() {
       continue;
     }
     Message msg;
-    std::vector<uint64_t> frame_bytes;
+    std::vector<uint64_t>& frame_bytes = frame_bytes_;
     size_t total = zmq_msg_size(&frames[0]);
     Status s = DecodeMeta(static_cast<const char*>(zmq_msg_data(&frames[0])),
                           zmq_msg_size(&frames[0]), &msg.meta, &frame_bytes);
     zmq_msg_close(&frames[0]);
+    msg.data.reserve(frames.size() - 1);
     for (size_t i = 1; i < frames.size(); ++i) {
       total += zmq_msg_size(&frames[i]);
       msg.data.push_back(TakeFrame(&frames[i]));
@@ -572,6 +602,11 @@ void ZmqVan::Stop() {
     MutexLock lock(&mu_);
     if (!started_ || stopping_) return;
     stopping_ = true;
+    routes_version_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  {
+    MutexLock lock(&send_mu_);
+    dealer_of_.clear();  // Sends take the way that sees stopping_.
   }
   gate_.Stop();
   if (io_thread_.joinable()) io_thread_.join();
@@ -586,6 +621,7 @@ void ZmqVan::Stop() {
   {
     MutexLock lock(&send_mu_);
     closed_ = true;
+    dealer_of_.clear();
     for (auto& entry : dealers_) zmq_close(entry.second);
     dealers_.clear();
   }

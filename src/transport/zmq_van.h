@@ -6,14 +6,18 @@
 // Send() writes the message to it itself, under send_mu_ (ZeroMQ sockets may
 // change threads across a full memory barrier), so a request or a response
 // reaches ZeroMQ without a hand-off to another thread of ours. Sends from
-// one thread keep their order. Data frames go to ZeroMQ without
-// copying (zmq_msg_init_data with a free callback that drops a reference to
-// the SArray) and arrive without copying (the received zmq_msg_t backs the
-// SArray). Hosts are IPv4 or IPv6 literals (without brackets; ZMQ_IPV6 is
-// set on the sockets that use an IPv6 one) or, to connect, names, which
-// ZeroMQ resolves to IPv4. Thread-safe.
+// one thread keep their order. Data frames of more than kCopyMaxBytes go
+// to ZeroMQ without copying (zmq_msg_init_data with a free callback that
+// drops a reference to the SArray); smaller ones are copied, which costs
+// less than the two allocations, the reference count and the free callback
+// on ZeroMQ's I/O thread that sharing them takes. Frames arrive without
+// copying (the received zmq_msg_t backs the SArray). Hosts are IPv4 or IPv6
+// literals (without brackets; ZMQ_IPV6 is set on the sockets that use an IPv6
+// one) or, to connect, names, which ZeroMQ resolves to IPv4. Thread-safe.
 #ifndef PS_TRANSPORT_ZMQ_VAN_H_
 #define PS_TRANSPORT_ZMQ_VAN_H_
+
+#include <zmq.h>
 
 #include <atomic>
 #include <mutex>
@@ -37,6 +41,9 @@ class ZmqVan final : public GatedVan {
   ZmqVan(const ZmqVan&) = delete;
   ZmqVan& operator=(const ZmqVan&) = delete;
 
+  // Data frames up to this size are copied into ZeroMQ's own buffer.
+  static constexpr size_t kCopyMaxBytes = 4096;
+
   StatusOr<int> Start(const std::string& host, int port,
                       Handler handler) override;
   Status Connect(int id, const std::string& host, int port,
@@ -53,7 +60,7 @@ class ZmqVan final : public GatedVan {
 
  private:
   void DoSend(void* socket, const std::string& address, PeerCounters* peer,
-              Message* msg);
+              Message* msg) REQUIRES(send_mu_);
   void ReceiveAll();
   // One line per connection per second for the messages it drops.
   void LogRejected(const std::string& peer, const Status& why);
@@ -93,6 +100,21 @@ class ZmqVan final : public GatedVan {
   Mutex send_mu_;
   std::unordered_map<std::string, void*> dealers_ GUARDED_BY(send_mu_);
   bool closed_ GUARDED_BY(send_mu_) = false;
+  // Send's shortcut: node id -> its entry in dealers_, so that a send to a
+  // known peer takes one lock and no string copy or string hash. Filled by
+  // Send only while routes_version_ is what it was when Send read the
+  // route; emptied of an id when its route changes (Connect, Disconnect)
+  // and of everything when a DEALER closes or Stop begins.
+  std::unordered_map<int, const std::pair<const std::string, void*>*> dealer_of_
+      GUARDED_BY(send_mu_);
+  // Bumped under mu_ whenever routes_ changes or Stop begins.
+  std::atomic<uint64_t> routes_version_{0};
+  // The header's encoding buffer, reused from send to send.
+  std::string header_ GUARDED_BY(send_mu_);
+  // ReceiveAll's buffers, reused from message to message; touched only by
+  // whoever holds gate_'s drain (ReceiveAll runs nowhere else).
+  std::vector<zmq_msg_t> frames_;
+  std::vector<uint64_t> frame_bytes_;
 
   // Monitors made by WatchDealer (a PAIR connected to the DEALER's monitor,
   // and the address) not yet taken by the monitor thread.

@@ -405,5 +405,41 @@ TEST(SlicerTest, RefusesUnsortedOrRepeatedKeys) {
       << s;
 }
 
+// The check compares several keys at a time (four per instruction where the
+// CPU has AVX2): a fault at every position of batches of every length up to
+// 40 and around a block of 1024, of equal or smaller keys, on both sides of
+// 2^63 (where unsigned and signed order differ), is found and named.
+TEST(SlicerTest, FindsTheFirstFaultAtEveryPosition) {
+  const KeyRing ring = Even(3);
+  const uint64_t bases[] = {0, (uint64_t{1} << 63) - 20, kMaxKey - 5000};
+  std::vector<size_t> lengths;
+  for (size_t n = 2; n <= 40; ++n) lengths.push_back(n);
+  for (size_t n : {1023, 1024, 1025, 1029, 2050}) lengths.push_back(n);
+  for (uint64_t base : bases) {
+    for (size_t n : lengths) {
+      std::vector<uint64_t> keys(n);
+      for (size_t i = 0; i < n; ++i) keys[i] = base + 2 * i;
+      SlicePlan plan;
+      ASSERT_TRUE(SliceKeys(ring, keys.data(), n, &plan).ok()) << n;
+      ExpectPlanCovers(ring, keys, plan);
+      for (size_t at = 1; at < n; ++at) {
+        if (n > 40 && at > 8 && at + 8 < n && at % 1024 > 8 &&
+            at % 1024 < 1016) {
+          continue;  // Long batches: their edges and block edges.
+        }
+        for (const uint64_t fault : {keys[at - 1], keys[at - 1] - 1}) {
+          if (fault > keys[at - 1]) continue;  // 0 - 1 wrapped.
+          std::vector<uint64_t> bad = keys;
+          bad[at] = fault;
+          Status s = SliceKeys(ring, bad.data(), n, &plan);
+          ASSERT_EQ(s.code(), Status::Code::kInvalidArgument) << n << " " << at;
+          const std::string named = "key " + std::to_string(at) + " (";
+          EXPECT_NE(s.message().find(named), std::string::npos) << s;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ps
