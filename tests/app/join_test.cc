@@ -57,54 +57,12 @@ class JoinTest : public ::testing::TestWithParam<int> {
     return po;
   }
 
-  // Every worker pushes 1 to every key `times` times, one request at a
-  // time; `during` runs (on this thread) once every worker has done
-  // `after` pushes, while they go on.
   void PushOnes(const std::vector<Key>& keys, int times, int after,
                 const std::function<void()>& during) {
-    std::vector<float> ones(keys.size(), 1.0f);
-    std::vector<std::thread> threads;
-    std::atomic<int> ready{0};
-    std::atomic<bool> go_on{during == nullptr};
-    for (auto& w : workers_) {
-      TestWorker* kv = w.get();
-      threads.emplace_back([&, kv] {
-        for (int i = 0; i < times; ++i) {
-          if (i == after) ready.fetch_add(1);
-          Status s = kv->WaitBounded(kv->Push(keys, ones));
-          ASSERT_TRUE(s.ok()) << s;
-          // The last push waits for `during` to end, so that the pushes
-          // overlap all of it.
-          if (i + 2 == times) {
-            while (!go_on.load()) std::this_thread::yield();
-          }
-        }
-      });
-    }
-    if (during) {
-      ASSERT_TRUE(WaitUntil(
-          [&] { return ready.load() == static_cast<int>(workers_.size()); }));
-      during();
-      go_on.store(true);
-    }
-    for (auto& t : threads) t.join();
+    PushOnesWhile(workers_, keys, times, after, during);
   }
   void ExpectAll(const std::vector<Key>& keys, float expected) {
-    std::vector<float> out;
-    Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
-    ASSERT_TRUE(s.ok()) << s;
-    ASSERT_EQ(out.size(), keys.size());
-    size_t wrong = 0;
-    size_t first = keys.size();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (out[i] != expected) {
-        ++wrong;
-        if (first == keys.size()) first = i;
-      }
-    }
-    EXPECT_EQ(wrong, 0u) << "keys off " << expected << ", e.g. key "
-                         << (wrong ? keys[first] : 0) << " = "
-                         << (wrong ? out[first] : 0);
+    ExpectAllKeys(workers_[0].get(), keys, expected);
   }
   // The most loaded server's share of the key space over the mean.
   static double Balance(const KeyRing& ring) {

@@ -21,53 +21,12 @@
 #include "partition/key_ring.h"
 #include "ps/ps.h"
 #include "testutil/inproc_cluster.h"
+#include "testutil/kv_test_servers.h"
 #include "testutil/log_capture.h"
 #include "transport/fault_van.h"
 
 namespace ps {
 namespace {
-
-// `n` keys spread evenly over the whole key space.
-std::vector<Key> SpreadKeys(size_t n) {
-  std::vector<Key> keys(n);
-  const Key step = kMaxKey / n;
-  for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
-  return keys;
-}
-
-// A summing server whose state can be copied and handed over, counting the
-// pushes its handle applied as their keys' owner.
-class CountingServer {
- public:
-  explicit CountingServer(Postoffice* po) : server_(0, po) {
-    server_.set_state_handle(
-        [this](const std::function<bool(Key)>& want, size_t max_bytes,
-               std::vector<std::string>* chunks) {
-          return default_.DumpState(want, max_bytes, chunks);
-        },
-        [this](const char* data, size_t size) {
-          return default_.LoadState(data, size);
-        });
-    server_.set_request_handle([this](const KVMeta& meta,
-                                      const KVPairs<float>& data,
-                                      KVServer<float>* s) {
-      if (meta.push && meta.replica_of == 0) own_.fetch_add(1);
-      default_(meta, data, s);
-    });
-  }
-  int own() const { return own_.load(); }
-
- private:
-  KVServerDefaultHandle<float> default_;
-  std::atomic<int> own_{0};
-  KVServer<float> server_;
-};
-
-class TestWorker : public KVWorker<float> {
- public:
-  using KVWorker<float>::KVWorker;
-  Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
-};
 
 class LeaveTest : public ::testing::TestWithParam<int> {
  protected:
@@ -114,52 +73,12 @@ class LeaveTest : public ::testing::TestWithParam<int> {
     EXPECT_TRUE(po->node()->has_left());
   }
 
-  // Every worker pushes 1 to every key `times` times, one request at a
-  // time; `during` runs (on this thread) once every worker has done
-  // `after` pushes, while they go on.
   void PushOnes(const std::vector<Key>& keys, int times, int after,
                 const std::function<void()>& during) {
-    std::vector<float> ones(keys.size(), 1.0f);
-    std::vector<std::thread> threads;
-    std::atomic<int> ready{0};
-    std::atomic<bool> go_on{during == nullptr};
-    for (auto& w : workers_) {
-      TestWorker* kv = w.get();
-      threads.emplace_back([&, kv] {
-        for (int i = 0; i < times; ++i) {
-          if (i == after) ready.fetch_add(1);
-          Status s = kv->WaitBounded(kv->Push(keys, ones));
-          ASSERT_TRUE(s.ok()) << s;
-          if (i + 2 == times) {
-            while (!go_on.load()) std::this_thread::yield();
-          }
-        }
-      });
-    }
-    if (during) {
-      ASSERT_TRUE(WaitUntil(
-          [&] { return ready.load() == static_cast<int>(workers_.size()); }));
-      during();
-      go_on.store(true);
-    }
-    for (auto& t : threads) t.join();
+    PushOnesWhile(workers_, keys, times, after, during);
   }
   void ExpectAll(const std::vector<Key>& keys, float expected) {
-    std::vector<float> out;
-    Status s = workers_[0]->WaitBounded(workers_[0]->Pull(keys, &out));
-    ASSERT_TRUE(s.ok()) << s;
-    ASSERT_EQ(out.size(), keys.size());
-    size_t wrong = 0;
-    size_t first = keys.size();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (out[i] != expected) {
-        ++wrong;
-        if (first == keys.size()) first = i;
-      }
-    }
-    EXPECT_EQ(wrong, 0u) << "keys off " << expected << ", e.g. key "
-                         << (wrong ? keys[first] : 0) << " = "
-                         << (wrong ? out[first] : 0);
+    ExpectAllKeys(workers_[0].get(), keys, expected);
   }
 
   std::unique_ptr<InProcCluster> cluster_;

@@ -9,12 +9,15 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/app_impl.h"
 #include "ps/kv_app.h"
 #include "ps/ps.h"
+#include "testutil/inproc_cluster.h"
 
 namespace ps {
 
@@ -88,6 +91,60 @@ class TestWorker : public KVWorker<float> {
   }
   Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
 };
+
+// Every worker pushes 1 to every key `times` times, one request at a time,
+// each on a thread of its own; `during` (if not null) runs on the calling
+// thread once every worker has done `after` pushes, while they go on (each
+// worker's last push waits for it to end, so the pushes overlap all of it).
+inline void PushOnesWhile(
+    const std::vector<std::unique_ptr<TestWorker>>& workers,
+    const std::vector<Key>& keys, int times, int after,
+    const std::function<void()>& during) {
+  std::vector<float> ones(keys.size(), 1.0f);
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  std::atomic<bool> go_on{during == nullptr};
+  for (auto& w : workers) {
+    TestWorker* kv = w.get();
+    threads.emplace_back([&, kv] {
+      for (int i = 0; i < times; ++i) {
+        if (i == after) ready.fetch_add(1);
+        Status s = kv->WaitBounded(kv->Push(keys, ones));
+        ASSERT_TRUE(s.ok()) << s;
+        if (i + 2 == times) {
+          while (!go_on.load()) std::this_thread::yield();
+        }
+      }
+    });
+  }
+  if (during) {
+    EXPECT_TRUE(WaitUntil(
+        [&] { return ready.load() == static_cast<int>(workers.size()); }));
+    during();
+    go_on.store(true);
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Pulls `keys` through `worker` and expects each to hold `expected`.
+inline void ExpectAllKeys(TestWorker* worker, const std::vector<Key>& keys,
+                          float expected) {
+  std::vector<float> out;
+  Status s = worker->WaitBounded(worker->Pull(keys, &out));
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(out.size(), keys.size());
+  size_t wrong = 0;
+  size_t first = keys.size();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (out[i] != expected) {
+      ++wrong;
+      if (first == keys.size()) first = i;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "keys off " << expected << ", e.g. key "
+                       << (wrong ? keys[first] : 0) << " = "
+                       << (wrong ? out[first] : 0);
+}
 
 }  // namespace ps
 
