@@ -536,12 +536,8 @@ void Scheduler::WorkerChangeLocked(int id, WorkerEvent event) {
 }
 
 void Scheduler::PublishLocked() {
-  Membership membership;
-  membership.nodes = table_;
-  membership.ring = ring_;
-  membership.member_keys = member_keys_;
   // The node first: once a member has its table it may send to us.
-  host_->OnMembership(membership);
+  PublishToHostLocked();
   const RingInfo info = ring_->ToInfo();
   for (const auto& entry : table_) {
     const int to = entry.first;

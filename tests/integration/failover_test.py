@@ -237,6 +237,29 @@ def first_line_time(text, needle):
     return None
 
 
+def check_finished(cluster, names):
+    """Every process in `names` exited 0 and worker 0 found exact sums."""
+    bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in names
+           if cluster.procs[n].returncode != 0]
+    if bad:
+        raise Failure("non-zero exits: %s" % ", ".join(bad))
+    if "sums exact" not in cluster.log("worker-0"):
+        raise Failure("worker 0 did not report exact sums")
+
+
+def reported_stalls(cluster, workers):
+    """Each worker's longest push (its max_stall_ms) and when it ended
+    (stall_end_unix_ms), as (ms, unix ms) pairs."""
+    stalls = []
+    for w in range(workers):
+        m = re.search(r"max_stall_ms=([\d.]+) stall_end_unix_ms=(\d+)",
+                      cluster.log("worker-%d" % w))
+        if not m:
+            raise Failure("worker %d reported no stall figure" % w)
+        stalls.append((float(m.group(1)), int(m.group(2))))
+    return stalls
+
+
 def run_join(args, cluster):
     """--mode=join and --mode=replace."""
     cluster.start()
@@ -262,12 +285,7 @@ def run_join(args, cluster):
     survivors = [n for n in cluster.procs if n not in victims]
     cluster.wait_all(survivors, args.limit)
     sched = cluster.log("scheduler")
-    bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in survivors
-           if cluster.procs[n].returncode != 0]
-    if bad:
-        raise Failure("non-zero exits: %s" % ", ".join(bad))
-    if "sums exact" not in cluster.log("worker-0"):
-        raise Failure("worker 0 did not report exact sums")
+    check_finished(cluster, survivors)
     admitted_ms = first_line_time(sched, "joins the running cluster")
     joined_ms = first_line_time(sched, "has joined: it holds the state")
     if admitted_ms is None or joined_ms is None:
@@ -275,14 +293,7 @@ def run_join(args, cluster):
     if "handing the keys that moved to node" not in cluster.log(
             "server-0"):
         raise Failure("server 0 handed nothing over")
-    stalls = []
-    for w in range(args.workers):
-        m = re.search(r"max_stall_ms=([\d.]+) stall_end_unix_ms=(\d+)",
-                      cluster.log("worker-%d" % w))
-        if not m:
-            raise Failure("worker %d reported no stall figure" % w)
-        stalls.append((float(m.group(1)), int(m.group(2))))
-    worst, end_ms = max(stalls)
+    worst, end_ms = max(reported_stalls(cluster, args.workers))
     print("RESULT %s servers=%d workers=%d handover_ms=%.0f max_stall_ms=%.0f "
           "stall_end_after_admission_ms=%.0f"
           % (args.mode, args.servers, args.workers, joined_ms - admitted_ms,
@@ -322,12 +333,7 @@ def run_scheduler_restart(args, cluster):
                       "down" % stalled)
     survivors = [n for n in cluster.procs if n != "scheduler"]
     cluster.wait_all(survivors, args.limit)
-    bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in survivors
-           if cluster.procs[n].returncode != 0]
-    if bad:
-        raise Failure("non-zero exits: %s" % ", ".join(bad))
-    if "sums exact" not in cluster.log("worker-0"):
-        raise Failure("worker 0 did not report exact sums")
+    check_finished(cluster, survivors)
     sched = cluster.log("scheduler-restarted")
     rebuilt_ms = first_line_time(sched, "every member has re-registered")
     if rebuilt_ms is None:
@@ -339,12 +345,7 @@ def run_scheduler_restart(args, cluster):
         text = cluster.log(name)
         if "waiting for it" not in text or "answers again" not in text:
             raise Failure("%s did not log its wait for the scheduler" % name)
-    stalls = []
-    for w in range(args.workers):
-        m = re.search(r"max_stall_ms=([\d.]+)", cluster.log("worker-%d" % w))
-        if not m:
-            raise Failure("worker %d reported no stall figure" % w)
-        stalls.append(float(m.group(1)))
+    stalls = [ms for ms, _ in reported_stalls(cluster, args.workers)]
     during = [at_restart[w] - at_kill[w] for w in range(args.workers)]
     print("RESULT scheduler_restart servers=%d workers=%d outage_ms=%.0f "
           "pushes_during_outage=%s (to the nearest 200) max_push_ms=%.0f "
@@ -401,12 +402,7 @@ def run_join_leave(args, cluster):
     print("failover_test: sent %s SIGTERM" % leaver)
     wait_log(cluster, "scheduler", "has left: its ranges are handed over", 60)
     cluster.wait_all(list(cluster.procs), args.limit)
-    bad = ["%s (%d)" % (n, p.returncode) for n, p in cluster.procs.items()
-           if p.returncode != 0]
-    if bad:
-        raise Failure("non-zero exits: %s" % ", ".join(bad))
-    if "sums exact" not in cluster.log("worker-0"):
-        raise Failure("worker 0 did not report exact sums")
+    check_finished(cluster, list(cluster.procs))
     if "this server has left the running cluster" not in cluster.log(leaver):
         raise Failure("%s did not report that it left" % leaver)
     sched = cluster.log("scheduler")
@@ -417,12 +413,7 @@ def run_join_leave(args, cluster):
     join_stall = worst_stall(cluster, args.workers, admitted_ms,
                              joined_ms + 1000)
     leave_stall = worst_stall(cluster, args.workers, leave_ms, left_ms + 1000)
-    worst = 0.0
-    for w in range(args.workers):
-        m = re.search(r"max_stall_ms=([\d.]+)", cluster.log("worker-%d" % w))
-        if not m:
-            raise Failure("worker %d reported no stall figure" % w)
-        worst = max(worst, float(m.group(1)))
+    worst = max(ms for ms, _ in reported_stalls(cluster, args.workers))
     # What it handed over as it left (not at the join, as a former owner).
     leaving = cluster.log(leaver).split("leaving the running cluster", 1)[-1]
     handed = sum(int(b) for b in re.findall(
@@ -487,23 +478,11 @@ def run(args, cluster):
         print("failover_test: PASS: every survivor ended non-zero and the "
               "scheduler named the lost data")
         return
-    bad = ["%s (%d)" % (n, cluster.procs[n].returncode) for n in survivors
-           if cluster.procs[n].returncode != 0]
-    if bad:
-        raise Failure("non-zero exits: %s" % ", ".join(bad))
-    if "sums exact" not in cluster.log("worker-0"):
-        raise Failure("worker 0 did not report exact sums")
+    check_finished(cluster, survivors)
     if "takes over the data of" not in sched:
         raise Failure("the scheduler did not fail over")
     dead_ms = first_line_time(sched, " is dead: ")
-    stalls = []
-    for w in range(args.workers):
-        m = re.search(r"max_stall_ms=([\d.]+) stall_end_unix_ms=(\d+)",
-                      cluster.log("worker-%d" % w))
-        if not m:
-            raise Failure("worker %d reported no stall figure" % w)
-        stalls.append((float(m.group(1)), int(m.group(2))))
-    worst, end_ms = max(stalls)
+    worst, end_ms = max(reported_stalls(cluster, args.workers))
     detection = dead_ms - kill_ms if dead_ms else float("nan")
     takeover = end_ms - dead_ms if dead_ms else float("nan")
     print("RESULT failover servers=%d workers=%d detection_ms=%.0f "
