@@ -21,6 +21,7 @@
 #include "testutil/inproc_cluster.h"
 #include "testutil/kv_test_servers.h"
 #include "testutil/log_capture.h"
+#include "transport/fault_van.h"
 
 namespace ps {
 namespace {
@@ -264,6 +265,58 @@ INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
 
 // While a server is receiving its ranges, another join is refused with a
 // clear reason, and the cluster is untouched.
+// A third server joins 2 (k=1) while 2 workers push 20 times, for seeds
+// 1..8, with every message of the cluster (pushes, copies, the hand-over's
+// chunks and end, ring changes, acknowledgements) delayed and duplicated on
+// links that keep their order, as TCP's do (FaultPlan::fifo): every key
+// ends exact and the newcomer serves its share.
+TEST(JoinFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringAJoin) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    FaultInjector injector(seed);
+    InProcCluster cluster(
+        2, 2, [](Options* o) { o->replicas = 1; }, &injector);
+    cluster.Start();
+    std::vector<std::unique_ptr<CountingServer>> servers;
+    for (int i = 0; i < 2; ++i) {
+      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
+    }
+    std::vector<std::unique_ptr<TestWorker>> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
+    }
+    FaultPlan plan;
+    plan.fifo = true;
+    plan.delay = 0.15;
+    plan.duplicate = 0.1;
+    plan.max_delay = 6;
+    plan.target.kind = FaultTarget::Kind::kAll;
+    ASSERT_TRUE(injector.set_plan(plan).ok());
+    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
+    LogCapture log;
+    const std::vector<Key> keys = SpreadKeys(1024);
+    PushOnesWhile(workers, keys, 20, 5, [&] {
+      Postoffice* po = cluster.AddServer(true);
+      Status s = po->StartStatus(0, true);
+      ASSERT_TRUE(s.ok()) << s;
+      servers.push_back(std::make_unique<CountingServer>(po));
+      ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+    });
+    const FaultCounters c = injector.counters();
+    EXPECT_GT(c.delayed, 0u);
+    EXPECT_GT(c.duplicated, 0u);
+    pump.reset();
+    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
+    injector.Flush();
+    ExpectAllKeys(workers[0].get(), keys, 2 * 20);
+    // The newcomer owns part of the keys and applied pushes to them.
+    EXPECT_GT(servers.back()->own(), 0);
+    workers.clear();
+    servers.clear();
+    cluster.Finalize();
+  }
+}
+
 TEST(JoinRefusal, AJoinDuringAnotherIsRefused) {
   InProcCluster cluster(2, 1);
   cluster.Start();

@@ -169,13 +169,10 @@ INSTANTIATE_TEST_SUITE_P(Replicas, LeaveTest, ::testing::Values(0, 1),
                            return "k" + std::to_string(info.param);
                          });
 
-// The network delivers messages of the leaver (its hand-over's chunks and
-// end, its answers, its requests to the scheduler) and messages to it (the
-// acknowledgements, pushes) twice, the copy up to 8 messages late: a chunk
-// or an end that comes again after the end is ignored, a repeated request
-// to leave or report is dropped, duplicated pushes are deduplicated (k=1),
-// and every key ends exact.
-TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
+// Server 2 of 3 (k=1) leaves while 2 workers push 20 times, for seeds 1..8,
+// under `plan` (which `make` builds for the leaver's id); held messages are
+// released whenever the cluster goes quiet. Every key ends exact.
+void LeaveUnderFaults(const std::function<FaultPlan(int leaver_id)>& make) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     FaultInjector injector(seed);
@@ -193,15 +190,10 @@ TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
     const std::vector<Key> keys = SpreadKeys(1024);
     std::vector<float> ones(keys.size(), 1.0f);
     Postoffice* leaver = cluster.server(2);
-    const int id = leaver->node()->my_id();
-    FaultPlan plan;
-    plan.duplicate = 0.3;
-    plan.max_delay = 8;
-    plan.target.kind = FaultTarget::Kind::kAll;
-    plan.target.links = {{id, FaultTarget::kAnyNode},
-                         {FaultTarget::kAnyNode, id}};
+    const FaultPlan plan = make(leaver->node()->my_id());
     ASSERT_TRUE(injector.set_plan(plan).ok());
     LogCapture log;
+    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
     std::atomic<bool> asked{false};
     std::vector<std::thread> threads;
     for (auto& w : workers) {
@@ -220,10 +212,14 @@ TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
       });
     }
     for (auto& t : threads) t.join();
-    ASSERT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
-    ASSERT_TRUE(WaitUntil([&] { return !log.Find("has left").empty(); }));
-    EXPECT_GT(injector.counters().duplicated, 0u);
+    EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
+    EXPECT_TRUE(WaitUntil([&] { return !log.Find("has left").empty(); }));
+    const FaultCounters c = injector.counters();
+    EXPECT_EQ(c.duplicated > 0, plan.duplicate > 0);
+    EXPECT_EQ(c.delayed > 0, plan.delay > 0);
+    pump.reset();
     ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
+    injector.Flush();
     std::vector<float> out;
     Status s = workers[0]->WaitBounded(workers[0]->Pull(keys, &out));
     ASSERT_TRUE(s.ok()) << s;
@@ -237,6 +233,39 @@ TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
     servers.clear();
     cluster.Finalize();
   }
+}
+
+// The network delivers messages of the leaver (its hand-over's chunks and
+// end, its answers, its requests to the scheduler) and messages to it (the
+// acknowledgements, pushes) twice, the copy up to 8 messages late: a chunk
+// or an end that comes again after the end is ignored, a repeated request
+// to leave or report is dropped, duplicated pushes are deduplicated (k=1),
+// and every key ends exact.
+TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
+  LeaveUnderFaults([](int id) {
+    FaultPlan plan;
+    plan.duplicate = 0.3;
+    plan.max_delay = 8;
+    plan.target.kind = FaultTarget::Kind::kAll;
+    plan.target.links = {{id, FaultTarget::kAnyNode},
+                         {FaultTarget::kAnyNode, id}};
+    return plan;
+  });
+}
+
+// Every message of the cluster (data and control: pushes, copies, the
+// hand-over, ring changes, acknowledgements) delayed and duplicated on
+// links that keep their order, as TCP's do (FaultPlan::fifo).
+TEST(LeaveFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringALeave) {
+  LeaveUnderFaults([](int) {
+    FaultPlan plan;
+    plan.fifo = true;
+    plan.delay = 0.15;
+    plan.duplicate = 0.1;
+    plan.max_delay = 6;
+    plan.target.kind = FaultTarget::Kind::kAll;
+    return plan;
+  });
 }
 
 // The scheduler refuses a leave that cannot be made, says why in its log

@@ -18,6 +18,7 @@
 #include "ps/kv_app.h"
 #include "ps/ps.h"
 #include "testutil/inproc_cluster.h"
+#include "transport/fault_van.h"
 
 namespace ps {
 
@@ -145,6 +146,31 @@ inline void ExpectAllKeys(TestWorker* worker, const std::vector<Key>& keys,
                        << (wrong ? keys[first] : 0) << " = "
                        << (wrong ? out[first] : 0);
 }
+
+// While it lives, a thread that releases the oldest message `injector`
+// holds whenever no message passed it for a while (every node waits for
+// one that is held), so delays cannot stall a quiet cluster.
+class ReleaseWhenQuiet {
+ public:
+  explicit ReleaseWhenQuiet(FaultInjector* injector)
+      : thread_([this, injector] {
+          uint64_t seen = 0;
+          while (!stop_.load()) {
+            const uint64_t now = injector->counters().messages;
+            if (now == seen) injector->Step();
+            seen = now;
+            for (int i = 0; i < 200; ++i) std::this_thread::yield();
+          }
+        }) {}
+  ~ReleaseWhenQuiet() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 }  // namespace ps
 
