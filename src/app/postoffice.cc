@@ -148,10 +148,26 @@ void SetMembershipCallback(
   FailStopIfError("ps::SetMembershipCallback", po->EnsureNode());
   if (!callback) {
     po->node()->SetWorkerChangeCallback(nullptr);
+    po->node()->SetServerChangeCallback(nullptr);
     return;
   }
-  po->node()->SetWorkerChangeCallback(
-      [callback](int id, WorkerEvent event, int num_workers) {
+  Node* node = po->node();
+  node->SetServerChangeCallback(
+      [callback, node](int id, Node::ServerEvent event, int num_servers) {
+        MembershipChange change;
+        change.kind = event == Node::ServerEvent::kJoined
+                          ? MembershipChange::Kind::kServerJoined
+                      : event == Node::ServerEvent::kFailed
+                          ? MembershipChange::Kind::kServerFailed
+                          : MembershipChange::Kind::kServerLeft;
+        change.node_id = id;
+        change.rank = Node::IdToRank(id);
+        change.num_servers = num_servers;
+        change.num_workers = node->num_workers();
+        callback(change);
+      });
+  node->SetWorkerChangeCallback(
+      [callback, node](int id, WorkerEvent event, int num_workers) {
         MembershipChange change;
         switch (event) {
           case WorkerEvent::kJoined:
@@ -171,6 +187,7 @@ void SetMembershipCallback(
         change.node_id = id;
         change.rank = Node::IdToRank(id);
         change.num_workers = num_workers;
+        change.num_servers = node->num_servers();
         callback(change);
       });
 }

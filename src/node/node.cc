@@ -1390,12 +1390,36 @@ void Node::OnMemberFailedOver(int id, std::shared_ptr<const KeyRing> ring,
 }
 
 void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
+  // The servers a later ring adds or drops, for the membership callback.
+  std::vector<WorkerChangeNote> notes;
+  if (ring_ && ring) {
+    const int n = ring->num_servers();
+    for (int id : ring->server_ids()) {
+      if (ring_->IndexOf(id) < 0) {
+        notes.push_back({id, WorkerEvent::kNone, 0, ServerEvent::kJoined, n});
+      }
+    }
+    for (int id : ring_->server_ids()) {
+      if (ring->IndexOf(id) >= 0) continue;
+      notes.push_back(
+          {id, WorkerEvent::kNone, 0,
+           dead_.count(id) ? ServerEvent::kFailed : ServerEvent::kLeft, n});
+    }
+  }
   ring_ = std::move(ring);
   ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
   ring_replicas_.store(ring_ ? ring_->replicas() : 0,
                        std::memory_order_release);
   ring_servers_.store(ring_ ? ring_->num_servers() : 0,
                       std::memory_order_release);
+  if (!notes.empty()) {
+    // After the ring: a callback sees num_servers() of the new one.
+    MutexLock cb(&cb_mu_);
+    if (server_callback_) {
+      worker_notes_.insert(worker_notes_.end(), notes.begin(), notes.end());
+      cb_cv_.notify_all();
+    }
+  }
   // Under mu_ so no customer is destroyed meanwhile; this never blocks.
   for (const auto& c : customers_) c.second->OnRingChanged();
 }
@@ -1498,6 +1522,14 @@ void Node::SetWorkerChangeCallback(WorkerChangeCallback callback) {
   }
 }
 
+void Node::SetServerChangeCallback(ServerChangeCallback callback) {
+  MutexLock lock(&cb_mu_);
+  server_callback_ = std::move(callback);
+  if (!cb_thread_.joinable() && !cb_stop_) {
+    cb_thread_ = std::thread(&Node::RunWorkerCallbacks, this);
+  }
+}
+
 void Node::RunWorkerCallbacks() {
   NameThisThread("ember-members");
   MutexLock lock(&cb_mu_);
@@ -1509,9 +1541,12 @@ void Node::RunWorkerCallbacks() {
     std::vector<WorkerChangeNote> notes;
     notes.swap(worker_notes_);
     WorkerChangeCallback callback = worker_callback_;
+    ServerChangeCallback server_callback = server_callback_;
     lock.Unlock();
-    if (callback) {
-      for (const WorkerChangeNote& n : notes) {
+    for (const WorkerChangeNote& n : notes) {
+      if (n.server != ServerEvent::kNone) {
+        if (server_callback) server_callback(n.id, n.server, n.num_servers);
+      } else if (callback) {
         callback(n.id, n.event, n.num_workers);
       }
     }

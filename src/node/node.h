@@ -122,6 +122,15 @@ class Node final : private SchedulerHost {
   using WorkerChangeCallback =
       std::function<void(int id, WorkerEvent event, int num_workers)>;
   void SetWorkerChangeCallback(WorkerChangeCallback callback) EXCLUDES(cb_mu_);
+  // The same for the servers: `callback` runs after every ring change that
+  // adds or removes a server (the server's id, what happened, the servers
+  // of the new ring), in order with the workers' changes, on the same
+  // thread. A server is kFailed when this node knew it dead as the ring
+  // dropped it (a failover), kLeft otherwise (a leave).
+  enum class ServerEvent { kNone, kJoined, kLeft, kFailed };
+  using ServerChangeCallback =
+      std::function<void(int id, ServerEvent event, int num_servers)>;
+  void SetServerChangeCallback(ServerChangeCallback callback) EXCLUDES(cb_mu_);
   // This process's id for logical node `customer_id` (-1 if none).
   int my_id(int customer_id = 0) const;
   int my_rank() const;
@@ -447,10 +456,14 @@ class Node final : private SchedulerHost {
   Mutex cb_mu_;
   std::condition_variable cb_cv_;
   WorkerChangeCallback worker_callback_ GUARDED_BY(cb_mu_);
+  ServerChangeCallback server_callback_ GUARDED_BY(cb_mu_);
+  // A worker's change (server kNone) or a server's.
   struct WorkerChangeNote {
     int id;
     WorkerEvent event;
     int num_workers;
+    ServerEvent server = ServerEvent::kNone;
+    int num_servers = 0;
   };
   std::vector<WorkerChangeNote> worker_notes_ GUARDED_BY(cb_mu_);
   bool cb_stop_ GUARDED_BY(cb_mu_) = false;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "message/message.h"
@@ -47,7 +48,7 @@ class LeaveTest : public ::testing::TestWithParam<int> {
   void TearDown() override {
     workers_.clear();
     servers_.clear();
-    if (cluster_) cluster_->Finalize();
+    if (cluster_ && finalize_) cluster_->Finalize();
     cluster_.reset();
   }
 
@@ -84,6 +85,7 @@ class LeaveTest : public ::testing::TestWithParam<int> {
   std::unique_ptr<InProcCluster> cluster_;
   std::vector<std::unique_ptr<CountingServer>> servers_;
   std::vector<std::unique_ptr<TestWorker>> workers_;
+  bool finalize_ = true;  // false once a member died
 };
 
 // Server 1 of 3 leaves while 2 workers push 1 to keys spread over the key
@@ -162,6 +164,50 @@ TEST_P(LeaveTest, AServerThatJoinedLeavesAgain) {
   PushOnes(keys, 20, 5, [&] { Leave(newcomer, &log); });
   ExpectAll(keys, 2 * 20);
   EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->num_servers(), 2);
+}
+
+// ps::SetMembershipCallback's server changes, as a worker's node hears of
+// them: a server that dies and fails over, one that joins, and the same
+// one leaving, each with the servers of the new ring.
+using LeaveMembershipTest = LeaveTest;
+TEST_F(LeaveMembershipTest, TheCallbackHearsOfServersFailingJoiningLeaving) {
+  Form(3, 1, /*replicas=*/1);  // A failover needs copies.
+  Mutex mu;
+  std::vector<std::tuple<int, Node::ServerEvent, int>> heard;
+  cluster_->worker(0)->node()->SetServerChangeCallback(
+      [&](int id, Node::ServerEvent event, int num_servers) {
+        MutexLock lock(&mu);
+        heard.emplace_back(id, event, num_servers);
+      });
+  auto heard_count = [&] {
+    MutexLock lock(&mu);
+    return heard.size();
+  };
+  LogCapture log;
+  // The failover first, while every copy is whole (copies restored after a
+  // join or a leave would race the kill).
+  Postoffice* victim = cluster_->server(1);
+  const int victim_id = victim->node()->my_id();
+  cluster_->KillByHeartbeat(victim);
+  ASSERT_TRUE(WaitUntil([&] { return heard_count() >= 1; }));
+  Postoffice* newcomer = Join();
+  ASSERT_NE(newcomer, nullptr);
+  ASSERT_TRUE(WaitUntil([&] { return heard_count() >= 2; }));
+  // A leave during the join's hand-over would be refused.
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  Leave(newcomer, &log);
+  ASSERT_TRUE(WaitUntil([&] { return heard_count() >= 3; }));
+  MutexLock lock(&mu);
+  const int newcomer_id = newcomer->node()->my_id();
+  ASSERT_EQ(heard.size(), 3u);
+  EXPECT_EQ(heard[0],
+            std::make_tuple(victim_id, Node::ServerEvent::kFailed, 2));
+  EXPECT_EQ(heard[1],
+            std::make_tuple(newcomer_id, Node::ServerEvent::kJoined, 3));
+  EXPECT_EQ(heard[2],
+            std::make_tuple(newcomer_id, Node::ServerEvent::kLeft, 2));
+  EXPECT_EQ(cluster_->worker(0)->num_servers(), 2);
+  finalize_ = false;  // A member died: no final barrier.
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, LeaveTest, ::testing::Values(0, 1),
