@@ -26,45 +26,8 @@
 namespace ps {
 namespace {
 
-class JoinTest : public ::testing::TestWithParam<int> {
+class JoinTest : public MembershipTest {
  protected:
-  void Form(int servers, int workers, int replicas) {
-    cluster_ = std::make_unique<InProcCluster>(
-        servers, workers, [replicas](Options* o) { o->replicas = replicas; });
-    cluster_->Start();
-    for (int i = 0; i < servers; ++i) {
-      servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
-    }
-    for (int w = 0; w < workers; ++w) {
-      workers_.push_back(
-          std::make_unique<TestWorker>(0, 0, cluster_->worker(w)));
-    }
-  }
-  void TearDown() override {
-    workers_.clear();
-    servers_.clear();
-    if (cluster_ && finalize_) cluster_->Finalize();
-    cluster_.reset();
-  }
-
-  // Starts a server that joins the running cluster (`join`: EMBER_JOIN=1)
-  // and creates its app; its Postoffice.
-  Postoffice* Join(bool join) {
-    Postoffice* po = cluster_->AddServer(join);
-    Status s = po->StartStatus(0, true);
-    EXPECT_TRUE(s.ok()) << s;
-    if (!s.ok()) return nullptr;
-    servers_.push_back(std::make_unique<CountingServer>(po));
-    return po;
-  }
-
-  void PushOnes(const std::vector<Key>& keys, int times, int after,
-                const std::function<void()>& during) {
-    PushOnesWhile(workers_, keys, times, after, during);
-  }
-  void ExpectAll(const std::vector<Key>& keys, float expected) {
-    ExpectAllKeys(workers_[0].get(), keys, expected);
-  }
   // The most loaded server's share of the key space over the mean.
   static double Balance(const KeyRing& ring) {
     double most = 0;
@@ -74,11 +37,6 @@ class JoinTest : public ::testing::TestWithParam<int> {
     const double mean = 18446744073709551616.0 / ring.num_servers();
     return most / mean;
   }
-
-  std::unique_ptr<InProcCluster> cluster_;
-  std::vector<std::unique_ptr<CountingServer>> servers_;
-  std::vector<std::unique_ptr<TestWorker>> workers_;
-  bool finalize_ = true;
 };
 
 // A third server joins 2 while 2 workers push 1 to keys spread over the

@@ -29,40 +29,8 @@
 namespace ps {
 namespace {
 
-class LeaveTest : public ::testing::TestWithParam<int> {
+class LeaveTest : public MembershipTest {
  protected:
-  void Form(int servers, int workers, int replicas,
-            FaultInjector* faults = nullptr) {
-    cluster_ = std::make_unique<InProcCluster>(
-        servers, workers, [replicas](Options* o) { o->replicas = replicas; },
-        faults);
-    cluster_->Start();
-    for (int i = 0; i < servers; ++i) {
-      servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
-    }
-    for (int w = 0; w < workers; ++w) {
-      workers_.push_back(
-          std::make_unique<TestWorker>(0, 0, cluster_->worker(w)));
-    }
-  }
-  void TearDown() override {
-    workers_.clear();
-    servers_.clear();
-    if (cluster_ && finalize_) cluster_->Finalize();
-    cluster_.reset();
-  }
-
-  // A server started with EMBER_JOIN=1 after the cluster formed, with its
-  // app.
-  Postoffice* Join() {
-    Postoffice* po = cluster_->AddServer(true);
-    Status s = po->StartStatus(0, true);
-    EXPECT_TRUE(s.ok()) << s;
-    if (!s.ok()) return nullptr;
-    servers_.push_back(std::make_unique<CountingServer>(po));
-    return po;
-  }
-
   // Asks server `po` to leave and waits until the scheduler says it has.
   void Leave(Postoffice* po, LogCapture* log) {
     const std::string who =
@@ -73,19 +41,6 @@ class LeaveTest : public ::testing::TestWithParam<int> {
     }));
     EXPECT_TRUE(po->node()->has_left());
   }
-
-  void PushOnes(const std::vector<Key>& keys, int times, int after,
-                const std::function<void()>& during) {
-    PushOnesWhile(workers_, keys, times, after, during);
-  }
-  void ExpectAll(const std::vector<Key>& keys, float expected) {
-    ExpectAllKeys(workers_[0].get(), keys, expected);
-  }
-
-  std::unique_ptr<InProcCluster> cluster_;
-  std::vector<std::unique_ptr<CountingServer>> servers_;
-  std::vector<std::unique_ptr<TestWorker>> workers_;
-  bool finalize_ = true;  // false once a member died
 };
 
 // Server 1 of 3 leaves while 2 workers push 1 to keys spread over the key

@@ -147,6 +147,56 @@ inline void ExpectAllKeys(TestWorker* worker, const std::vector<Key>& keys,
                        << (wrong ? out[first] : 0);
 }
 
+// A cluster of CountingServers and TestWorkers for the membership tests
+// (join_test, leave_test); the parameter is theirs (copies, mostly).
+class MembershipTest : public ::testing::TestWithParam<int> {
+ protected:
+  void Form(int servers, int workers, int replicas,
+            FaultInjector* faults = nullptr) {
+    cluster_ = std::make_unique<InProcCluster>(
+        servers, workers, [replicas](Options* o) { o->replicas = replicas; },
+        faults);
+    cluster_->Start();
+    for (int i = 0; i < servers; ++i) {
+      servers_.push_back(std::make_unique<CountingServer>(cluster_->server(i)));
+    }
+    for (int w = 0; w < workers; ++w) {
+      workers_.push_back(
+          std::make_unique<TestWorker>(0, 0, cluster_->worker(w)));
+    }
+  }
+  void TearDown() override {
+    workers_.clear();
+    servers_.clear();
+    if (cluster_ && finalize_) cluster_->Finalize();
+    cluster_.reset();
+  }
+
+  // Starts a server after the cluster formed (`join`: EMBER_JOIN=1) and
+  // creates its app; its Postoffice, or null if it could not start.
+  Postoffice* Join(bool join = true) {
+    Postoffice* po = cluster_->AddServer(join);
+    Status s = po->StartStatus(0, true);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return nullptr;
+    servers_.push_back(std::make_unique<CountingServer>(po));
+    return po;
+  }
+
+  void PushOnes(const std::vector<Key>& keys, int times, int after,
+                const std::function<void()>& during) {
+    PushOnesWhile(workers_, keys, times, after, during);
+  }
+  void ExpectAll(const std::vector<Key>& keys, float expected) {
+    ExpectAllKeys(workers_[0].get(), keys, expected);
+  }
+
+  std::unique_ptr<InProcCluster> cluster_;
+  std::vector<std::unique_ptr<CountingServer>> servers_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;
+  bool finalize_ = true;  // false once a member died: no final barrier
+};
+
 // While it lives, a thread that releases the oldest message `injector`
 // holds whenever no message passed it for a while (every node waits for
 // one that is held), so delays cannot stall a quiet cluster.
