@@ -19,7 +19,8 @@ each case's medians, the median of the per-round ratios and its range, then
 a cost-growth table (nanoseconds per key at 1 K, 100 K, 1 M and 10 M keys
 per request, at 1 and 4 servers, Ember beside raw ZeroMQ), and, if valgrind
 is installed, the worker's instructions per 1000-key push at 1 and 4
-servers (callgrind, the difference of two runs of N1 and N2 requests).
+servers (callgrind, the difference of two runs of N1 and N2 requests), and
+with --pslite ps-lite's program's beside them.
 
 Part "curve" runs Ember with EMBER_CURVE=1 against without (dense 4 MB
 pushes at 1x1 and 2x2, of 1 M random keys and of a dense tensor's keys,
@@ -497,17 +498,14 @@ def growth(runner):
         print(row, flush=True)
 
 
-def callgrind(runner, n1=50, n2=150):
-    if not bl.have_valgrind():
-        print("\ncallgrind: skipped, valgrind is not installed "
-              "(scripts/deps.sh --bench installs it)", flush=True)
-        return
-    ember_bin = os.path.join(runner.build, "bench", "pslite_api_bench")
-    print("\nworker instructions per 1000-key push (callgrind, window 8)",
-          flush=True)
+def callgrind_counts(runner, program, n1, n2, program_scheduler=False,
+                     env=None):
+    """The worker's instructions per 1000-key push of `program` at 1 and at
+    GROWTH_SERVERS[-1] servers (1 worker, window 8): the difference of two
+    runs of n1 and n2 requests, so start-up and shutdown cancel out."""
     per = {}
     with tempfile.TemporaryDirectory(prefix="ember-cg-") as tmp:
-        wrap = bl.callgrind_wrapper(tmp, ember_bin)
+        wrap = bl.callgrind_wrapper(tmp, program)
         for s in GROWTH_SERVERS:
             totals = []
             for n in (n1, n2):
@@ -516,18 +514,45 @@ def callgrind(runner, n1=50, n2=150):
                 runner.cluster(s, 1, wrap,
                                ["mode=push", "keys=1000", "window=8",
                                 "requests=%d" % n],
-                               dict(bl.CALLGRIND_ENV, CG_DIR=d, **NO_REPLICAS))
+                               dict(bl.CALLGRIND_ENV, CG_DIR=d, **(env or {})),
+                               program_scheduler)
                 totals.append(bl.role_total(d, "worker"))
             per[s] = bl.per_request(totals[0], totals[1], n1, n2)
-            print("  %d server(s): %.0f instructions per request" %
-                  (s, per[s]), flush=True)
-            bl.emit("bench=callgrind", [("servers", s), ("keys", 1000),
+    return per
+
+
+def callgrind(runner, pslite=None, n1=50, n2=150):
+    """Ember's worker instructions per 1000-key push at 1 and 4 servers and,
+    with `pslite` (a folder holding pslite_api_bench built against ps-lite),
+    ps-lite's beside them: every extra server costs one more message each
+    way, whose price is mostly ZeroMQ's and the allocator's."""
+    if not bl.have_valgrind():
+        print("\ncallgrind: skipped, valgrind is not installed "
+              "(scripts/deps.sh --bench installs it)", flush=True)
+        return
+    print("\nworker instructions per 1000-key push (callgrind, window 8)",
+          flush=True)
+    programs = [("ember", os.path.join(runner.build, "bench",
+                                       "pslite_api_bench"), False,
+                 NO_REPLICAS)]
+    if pslite:
+        programs.append(("ps-lite", os.path.join(pslite, "pslite_api_bench"),
+                         True, None))
+    last = GROWTH_SERVERS[-1]
+    for who, program, own_scheduler, env in programs:
+        per = callgrind_counts(runner, program, n1, n2, own_scheduler, env)
+        for s in GROWTH_SERVERS:
+            print("  %-8s %d server(s): %.0f instructions per request" %
+                  (who, s, per[s]), flush=True)
+            bl.emit("bench=callgrind", [("program", who), ("servers", s),
+                                        ("keys", 1000),
                                         ("worker_ir_per_request",
                                          "%.0f" % per[s])])
-    if per.get(1):
-        q = per[GROWTH_SERVERS[-1]] / per[1]
-        print("  %d servers / 1 server: %.3f" % (GROWTH_SERVERS[-1], q),
-              flush=True)
+        if per.get(1):
+            print("  %-8s %d servers / 1 server: %.3f; each server beyond "
+                  "the first: %.0f" %
+                  (who, last, per[last] / per[1],
+                   (per[last] - per[1]) / (last - 1)), flush=True)
 
 
 def main(argv=None):
@@ -591,7 +616,7 @@ def main(argv=None):
         if "growth" in parts:
             growth(runner)
         if "callgrind" in parts:
-            callgrind(runner)
+            callgrind(runner, args.pslite)
         if "curve" in parts:
             curve(runner, args.rounds)
         if "replicas" in parts:

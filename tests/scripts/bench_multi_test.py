@@ -188,6 +188,53 @@ class ReplicasTest(unittest.TestCase):
         self.assertEqual(seen, ["dense"] * 4 + [None] * 4)
 
 
+class CallgrindTest(unittest.TestCase):
+    def test_each_program_is_counted_at_1_and_4_servers(self):
+        # A runner that writes the worker's profile as callgrind would: a
+        # fixed start-up cost plus a cost per request that grows with the
+        # servers (Ember 20 + 10 per extra server, ps-lite 15 + 12).
+        cost = {"ember": (20, 10), "ps-lite": (15, 12)}
+
+        class FakeRunner:
+            build = "/b"
+
+            def __init__(self):
+                self.calls = []
+
+            def cluster(self, s, w, wrap, args, env, program_scheduler):
+                with open(wrap, encoding="utf-8") as f:
+                    who = "ps-lite" if "/psl/" in f.read() else "ember"
+                n = int([a for a in args if a.startswith("requests=")][0]
+                        .split("=")[1])
+                base, step = cost[who]
+                self.calls.append((who, s, n, program_scheduler,
+                                   env.get("EMBER_REPLICAS")))
+                path = os.path.join(env["CG_DIR"], "worker.7.out")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write("summary: %d\n" % (1000 + n * (base +
+                                                           step * (s - 1))))
+
+        runner = FakeRunner()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            old = bm.bl.have_valgrind
+            bm.bl.have_valgrind = lambda: True
+            try:
+                bm.callgrind(runner, "/psl")
+            finally:
+                bm.bl.have_valgrind = old
+        text = out.getvalue()
+        self.assertIn("ember    4 servers / 1 server: 2.500; each server "
+                      "beyond the first: 10", text)
+        self.assertIn("ps-lite  4 servers / 1 server: 3.400; each server "
+                      "beyond the first: 12", text)
+        # ps-lite's program runs its own scheduler; Ember's runs without
+        # copies, as in every comparison with ps-lite.
+        self.assertEqual({(c[0], c[3], c[4]) for c in runner.calls},
+                         {("ember", False, "0"), ("ps-lite", True, None)})
+        self.assertEqual(len(runner.calls), 8)
+
+
 class PortTest(unittest.TestCase):
     def test_free_port_can_be_bound(self):
         port = bm.free_port()
