@@ -10,12 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "testutil/fake_clock.h"
+#include "testutil/controller_fixture.h"
 
 namespace ps {
 namespace {
-
-constexpr int kA = 9, kB = 11, kC = 13;  // worker ids of ranks 0, 1, 2
 
 struct Event {
   char kind;  // 'r' run, 'a' run_acked, 'k' ack, 'f' fail
@@ -34,48 +32,19 @@ std::ostream& operator<<(std::ostream& os, const Event& e) {
             << (e.push ? "push" : "") << (e.pull ? "pull" : "") << ")";
 }
 
-class ControllerTest : public ::testing::Test {
+class ControllerTest : public ControllerFixture {
  protected:
-  void Make(const std::string& spec, std::vector<int> workers = {kA, kB}) {
-    auto config = ConsistencyConfig::Parse(spec);
-    ASSERT_TRUE(config.ok());
-    ConsistencyController::Callbacks cb;
-    cb.run = [this](const RawRequest& r) { Log('r', r); };
-    cb.run_acked = [this](const RawRequest& r) { Log('a', r); };
-    cb.ack = [this](const RawRequest& r) { Log('k', r); };
-    cb.fail = [this](const RawRequest& r, const Status& s) {
-      Log('f', r);
-      last_error_ = s;
-    };
-    c_ = std::make_unique<ConsistencyController>(*config, workers,
-                                                 std::move(cb), &clock_);
+  void OnRun(const RawRequest& r) override { Log('r', r); }
+  void OnRunAcked(const RawRequest& r) override { Log('a', r); }
+  void OnAck(const RawRequest& r) override { Log('k', r); }
+  void OnFail(const RawRequest& r, const Status& s) override {
+    Log('f', r);
+    last_error_ = s;
   }
   void Log(char kind, const RawRequest& r) {
     events_.push_back(
         {kind, r.sender, static_cast<int>(r.timestamp), r.push, r.pull});
-    for (Key k : r.kvs.keys) {
-      if (kind == 'a' || (kind == 'r' && r.push)) {
-        applied_[k].push_back(r.sender);
-      }
-    }
-  }
-  static RawRequest Req(int sender, int ts, int64_t clock, bool push, bool pull,
-                        std::vector<Key> keys) {
-    RawRequest r;
-    r.sender = sender;
-    r.timestamp = ts;
-    r.clock = clock;
-    r.push = push;
-    r.pull = pull;
-    r.kvs.keys = SArray<Key>(keys);
-    if (push) r.kvs.vals = SArray<char>(keys.size() * 4, 0);
-    return r;
-  }
-  void Push(int w, int ts, int64_t clock, std::vector<Key> keys) {
-    c_->OnRequest(Req(w, ts, clock, true, false, keys));
-  }
-  void Pull(int w, int ts, int64_t clock, std::vector<Key> keys) {
-    c_->OnRequest(Req(w, ts, clock, false, true, keys));
+    if (kind == 'a' || (kind == 'r' && r.push)) Apply(r);
   }
   std::vector<Event> Take() {
     std::vector<Event> e;
@@ -83,10 +52,7 @@ class ControllerTest : public ::testing::Test {
     return e;
   }
 
-  FakeClock clock_;
-  std::unique_ptr<ConsistencyController> c_;
   std::vector<Event> events_;
-  std::map<Key, std::vector<int>> applied_;  // key -> senders, in order
   Status last_error_;
 };
 

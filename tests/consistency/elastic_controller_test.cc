@@ -11,58 +11,24 @@
 #include <string>
 #include <vector>
 
-#include "consistency/controller.h"
-#include "testutil/fake_clock.h"
+#include "testutil/controller_fixture.h"
 
 namespace ps {
 namespace {
 
-constexpr int kA = 9, kB = 11, kC = 13;  // worker ids of ranks 0, 1, 2
-
-class ElasticControllerTest : public ::testing::Test {
+class ElasticControllerTest : public ControllerFixture {
  protected:
-  void Make(const std::string& spec, std::vector<int> workers = {kA, kB}) {
-    auto config = ConsistencyConfig::Parse(spec);
-    ASSERT_TRUE(config.ok());
-    ConsistencyController::Callbacks cb;
-    cb.run = [this](const RawRequest& r) {
-      if (r.pull) answered_.push_back(r.sender);
-      if (r.push) Apply(r);
-    };
-    cb.run_acked = [this](const RawRequest& r) { Apply(r); };
-    cb.ack = [this](const RawRequest& r) { acked_.push_back(r.sender); };
-    cb.fail = [this](const RawRequest& r, const Status&) {
-      failed_.push_back(r.sender);
-    };
-    c_ = std::make_unique<ConsistencyController>(*config, workers,
-                                                 std::move(cb), &clock_);
+  void OnRun(const RawRequest& r) override {
+    if (r.pull) answered_.push_back(r.sender);
+    if (r.push) Apply(r);
   }
-  void Apply(const RawRequest& r) {
-    for (Key k : r.kvs.keys) applied_[k].push_back(r.sender);
-  }
-  static RawRequest Req(int sender, int ts, int64_t clock, bool push, bool pull,
-                        std::vector<Key> keys) {
-    RawRequest r;
-    r.sender = sender;
-    r.timestamp = ts;
-    r.clock = clock;
-    r.push = push;
-    r.pull = pull;
-    r.kvs.keys = SArray<Key>(keys);
-    if (push) r.kvs.vals = SArray<char>(keys.size() * 4, 0);
-    return r;
-  }
-  void Push(int w, int ts, int64_t clock, std::vector<Key> keys) {
-    c_->OnRequest(Req(w, ts, clock, true, false, keys));
-  }
-  void Pull(int w, int ts, int64_t clock, std::vector<Key> keys) {
-    c_->OnRequest(Req(w, ts, clock, false, true, keys));
+  void OnRunAcked(const RawRequest& r) override { Apply(r); }
+  void OnAck(const RawRequest& r) override { acked_.push_back(r.sender); }
+  void OnFail(const RawRequest& r, const Status&) override {
+    failed_.push_back(r.sender);
   }
   std::vector<int> Applied(Key k) { return applied_[k]; }
 
-  FakeClock clock_;
-  std::unique_ptr<ConsistencyController> c_;
-  std::map<Key, std::vector<int>> applied_;  // key -> senders, in order
   std::vector<int> acked_;
   std::vector<int> answered_;  // pulls answered, by sender
   std::vector<int> failed_;
