@@ -84,6 +84,10 @@ std::string Meta::DebugString() const {
 
 namespace {
 
+// The most copy holders a control message may list: as many as servers
+// (DMLC_NUM_SERVER is at most 4096).
+constexpr int kMaxHolders = 4096;
+
 // The fields that NodeInfo and NodePb share under one name, which ToPb and
 // FromPb copy as they are: X(name) for each.
 // clang-format off
@@ -184,6 +188,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (meta.join_running) c->set_join_running(true);
     c->set_holder(meta.holder);
     c->set_holder_epoch(meta.holder_epoch);
+    for (int h : meta.holders) c->add_holders(h);
     c->set_worker_event(static_cast<int>(meta.worker_event));
     c->set_num_servers(meta.num_servers);
     c->set_num_workers(meta.num_workers);
@@ -254,6 +259,12 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->join_running = c.join_running();
     meta->holder = c.holder();
     meta->holder_epoch = c.holder_epoch();
+    if (c.holders_size() > kMaxHolders) {
+      return Status::Corruption(
+          "a list of " + std::to_string(c.holders_size()) +
+          " copy holders (at most " + std::to_string(kMaxHolders) + ")");
+    }
+    meta->holders.assign(c.holders().begin(), c.holders().end());
     if (c.worker_event() < 0 ||
         c.worker_event() > static_cast<int>(WorkerEvent::kGone)) {
       return Status::Corruption("unknown worker event " +

@@ -163,6 +163,9 @@ struct Meta {
   // which ring epoch.
   int holder = kEmpty;
   uint64_t holder_epoch = 0;
+  // kHeartbeat echo to a server, kRejoin of a server: the servers counted
+  // as holding a whole copy of its data, as of ring epoch holder_epoch.
+  std::vector<int> holders;
   // kWorkerChange: what happened to the worker in `nodes` (its entry).
   WorkerEvent worker_event = WorkerEvent::kNone;
   // kJoin: the joining node's DMLC_NUM_SERVER and DMLC_NUM_WORKER (0: not

@@ -525,6 +525,18 @@ void Node::SendRejoinsLocked() {
     m.meta.cluster_token = options_.cluster_token;
     m.meta.nodes = live;
     m.meta.ring = ring;
+    // A server's copy holders under this ring, as echoed and as reported.
+    for (const auto* known : {&echoed_holders_, &reported_holders_}) {
+      auto it = known->find(l.second);
+      if (it == known->end() || it->second.first != ring_->epoch()) continue;
+      m.meta.holder_epoch = ring_->epoch();
+      for (int h : it->second.second) {
+        if (std::find(m.meta.holders.begin(), m.meta.holders.end(), h) ==
+            m.meta.holders.end()) {
+          m.meta.holders.push_back(h);
+        }
+      }
+    }
     // The barrier this logical node waits in, if any: a restarted
     // scheduler counts it as if the request had come again.
     auto since = barrier_since_.find(l.first);
@@ -905,9 +917,13 @@ void Node::OnMessage(Message&& msg, bool from_van) {
       }
       break;
     case Control::kHeartbeat: {
-      // The scheduler's echo of this node's beat (or re-registration).
+      // The scheduler's echo of this node's beat (or re-registration); to
+      // a server, with the holders of its data.
       MutexLock lock(&mu_);
       OnSchedulerEchoLocked();
+      if (meta.holder_epoch != 0) {
+        echoed_holders_[meta.recipient] = {meta.holder_epoch, meta.holders};
+      }
       return;
     }
     case Control::kNodeFailed:
@@ -1479,6 +1495,9 @@ void Node::StateCopied(int app_id, int holder, uint64_t epoch) {
   ready.meta.recipient = kSchedulerId;
   ready.meta.holder = holder;
   ready.meta.holder_epoch = epoch;
+  auto& reported = reported_holders_[ready.meta.sender];
+  if (reported.first != epoch) reported = {epoch, {}};
+  reported.second.push_back(holder);
   SendLocked(std::move(ready));
 }
 

@@ -444,6 +444,14 @@ class Node final : private SchedulerHost {
   // Beats sent since the scheduler last echoed; from 2 on, the node
   // re-registers instead of beating.
   int beats_unanswered_ GUARDED_BY(mu_) = 0;
+  // Logical server id -> (ring epoch, the servers holding a whole copy of
+  // its data): as the scheduler last echoed them, and as this node reported
+  // them (REPLICA_READY). A REJOIN carries both, so that a restarted
+  // scheduler knows the copies made since ring epoch 1.
+  std::map<int, std::pair<uint64_t, std::vector<int>>> echoed_holders_
+      GUARDED_BY(mu_);
+  std::map<int, std::pair<uint64_t, std::vector<int>>> reported_holders_
+      GUARDED_BY(mu_);
   // The run's key, which members authenticate with: made for the Scheduler
   // at construction, learnt by the others from the node table.
   std::string run_key_ GUARDED_BY(mu_);

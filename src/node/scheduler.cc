@@ -692,12 +692,42 @@ void Scheduler::HandleHeartbeat(const Message& msg) {
   // no echo (it could not prove it came from us): missing echoes make it
   // re-register.
   if (!member_keys_.count(msg.meta.sender)) return;
+  SendEchoLocked(msg.meta.sender);
+}
+
+void Scheduler::SendEchoLocked(int to) {
   Message echo;
   echo.meta.control = Control::kHeartbeat;
   echo.meta.request = false;
   echo.meta.sender = kSchedulerNodeId;
-  echo.meta.recipient = msg.meta.sender;
+  echo.meta.recipient = to;
+  if (ring_ && ring_->replicas() > 0 && ring_->IndexOf(to) >= 0) {
+    auto held = holders_.find(to);
+    if (held != holders_.end()) echo.meta.holders = held->second;
+    echo.meta.holder_epoch = ring_->epoch();
+  }
   SendLocked(std::move(echo));
+}
+
+void Scheduler::AdoptReportedHoldersLocked(int id, uint64_t epoch,
+                                           const std::vector<int>& reported) {
+  if (!ring_ || epoch != ring_->epoch() || ring_->IndexOf(id) < 0) return;
+  const std::vector<int> targets = ring_->ReplicaTargets(id);
+  std::vector<int>& held = holders_[id];
+  for (int h : reported) {
+    // Only a live target of the data under this ring can hold it; a list
+    // from an older ring was dropped above.
+    if (std::find(targets.begin(), targets.end(), h) == targets.end() ||
+        !table_.count(h) || dead_.count(h) || left_.count(h) ||
+        std::find(held.begin(), held.end(), h) != held.end()) {
+      continue;
+    }
+    held.push_back(h);
+    LOG(INFO) << "copies known again: " << DescribeLocked(h)
+              << " holds a whole copy of the data of " << DescribeLocked(id)
+              << " (reported at its re-registration; " << held.size() << " of "
+              << ring_->replicas() << " copies)";
+  }
 }
 
 void Scheduler::HandleReplicaReady(const Message& msg) {
@@ -864,12 +894,10 @@ void Scheduler::HandleRejoin(const Message& msg) {
   }
   last_beat_ms_[address] = clock_->NowMs();
   suspects_.erase(address);
-  Message echo;
-  echo.meta.control = Control::kHeartbeat;
-  echo.meta.request = false;
-  echo.meta.sender = kSchedulerNodeId;
-  echo.meta.recipient = sender;
-  SendLocked(std::move(echo));
+  if (me->role == Role::kServer) {
+    AdoptReportedHoldersLocked(sender, msg.meta.holder_epoch, msg.meta.holders);
+  }
+  SendEchoLocked(sender);
   const int group = msg.meta.barrier_group;
   const uint64_t number = msg.meta.barrier_round;
   if (group > 0 && group < 8 && number > 0) {
@@ -922,9 +950,9 @@ void Scheduler::AdoptReportedLocked(const std::vector<NodeInfo>& nodes,
                << "; a member that does not re-register within "
                << options_.heartbeat_timeout_ms << " ms is declared dead";
   if (ring_->epoch() != kFirstEpoch && ring_->replicas() > 0) {
-    LOG(WARNING) << "the copies made since ring epoch 1 are not known to "
-                    "this scheduler: until a server reports its copies "
-                    "made again, its death ends the run";
+    LOG(WARNING) << "the copies made since ring epoch 1 are counted as "
+                    "the servers report them when they re-register; until "
+                    "then a server's death ends the run";
   }
   PublishToHostLocked();
   cv_.notify_all();

@@ -268,6 +268,16 @@ class Scheduler {
   // Sends to a member, with its process key unless msg.meta.auth is set
   // (SchedulerHost::SendControl).
   void SendLocked(Message&& msg) REQUIRES(mu_);
+  // The echo of member `to`'s beat or re-registration; to a server on the
+  // ring it lists the holders of the server's data (holders_), which the
+  // server reports if it must re-register with a restarted scheduler.
+  void SendEchoLocked(int to) REQUIRES(mu_);
+  // A restarted scheduler counts the copy holders server `id` reports in
+  // its REJOIN (under ring epoch `epoch`) that are live targets of its data
+  // under the current ring.
+  void AdoptReportedHoldersLocked(int id, uint64_t epoch,
+                                  const std::vector<int>& reported)
+      REQUIRES(mu_);
   std::string MissingNodesLocked() const REQUIRES(mu_);
   std::string DescribeLocked(int id) const REQUIRES(mu_);
   // Whether to log the dropped message of `key` now; if so, *since says
