@@ -81,7 +81,12 @@ struct ModelServerStats {
 };
 
 // The servers' half. Serves every ModelClient of the cluster; stops with the
-// object. The app ids it takes are ModelClient::kAppBase .. kAppBase + 3.
+// object. The app ids it takes are ModelClient::kAppBase (control), + 1
+// (asp), + 2 (bsp) and + 3 + s (ssp:s). On a server that joined the running
+// job (or took a vacant slot) the constructor first asks every other server
+// for the tables and dense parameters registered there, waiting up to
+// EMBER_MODEL_TIMEOUT per server (docs/model.md, "Servers joining and
+// leaving").
 class ModelServer {
  public:
   // `postoffice` null: the default node.

@@ -3,11 +3,13 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <numeric>
 
+#include "model/control_app.h"
 #include "model/model_control.h"
 #include "model/model_protocol.h"
 #include "node/node.h"
@@ -26,11 +28,15 @@ class ModelClient::Impl {
   Impl(Postoffice* postoffice, int customer_id)
       : postoffice_(postoffice ? postoffice : Postoffice::Get()),
         customer_id_(customer_id) {
-    control_ = std::make_unique<SimpleApp>(model::kControlApp, customer_id,
-                                           postoffice_);
+    control_ = std::make_unique<model::ControlApp>(model::kControlApp,
+                                                   customer_id, postoffice_);
     control_->set_response_handle([this](const SimpleData& res, SimpleApp*) {
       MutexLock lock(&mu_);
       answers_[res.timestamp].push_back(res.body);
+    });
+    control_->set_ring_handler([this] {
+      MutexLock lock(&mu_);
+      ring_changed_.notify_all();
     });
   }
 
@@ -377,12 +383,52 @@ class ModelClient::Impl {
     request->name = name;
     request->optimizer = optimizer;
     request->consistency = consistency;
-    PS_RETURN_IF_ERROR(Ask(*request, nullptr));
+    PS_RETURN_IF_ERROR(RegisterEverywhere(*request));
     info->id = model::TableId(name);
     info->kv = Worker(*app);
     MutexLock lock(&mu_);
     tables_[name] = *info;
     return Status::OK();
+  }
+
+  // A registration must reach every server that will see requests for the
+  // table, a server that joins the running job meanwhile too
+  // (docs/model.md, "Servers joining and leaving"). A newcomer learns the
+  // tables its peers registered before they switched to its ring (their
+  // catalogs); each server answers a registration with its ring's epoch,
+  // read after it registered the table. If one answered under a newer ring
+  // than the one this client sent under, it may have registered after the
+  // switch, and a newcomer of that ring may lack the table: this client
+  // waits until its own node has that ring and registers again, with the
+  // servers of that ring (registering the same spec twice is fine).
+  Status RegisterEverywhere(const model::ControlRequest& request) {
+    Node* node = postoffice_->node();
+    for (;;) {
+      const uint64_t sent = node->ring_epoch();
+      std::vector<model::ControlReply> replies;
+      PS_RETURN_IF_ERROR(Ask(request, &replies));
+      uint64_t newest = 0;
+      for (const model::ControlReply& r : replies) {
+        newest = std::max(newest, r.ring_epoch);
+      }
+      if (newest <= sent) return Status::OK();
+      VLOG(1) << "model: '" << request.name << "' was registered under ring "
+              << newest << ", this client's is " << sent
+              << ": registering again under the newer ring";
+      MutexLock lock(&mu_);
+      const bool reached = ring_changed_.wait_for(
+          lock.native(),
+          std::chrono::milliseconds(node->options().model_timeout_ms),
+          [&] { return node->ring_epoch() >= newest; });
+      if (!reached) {
+        return Status::DeadlineExceeded(
+            "model " + std::string(model::OpName(request.op)) + " '" +
+            request.name + "': a server answered under key ring epoch " +
+            std::to_string(newest) + ", which this node has not received (" +
+            "it has " + std::to_string(node->ring_epoch()) +
+            ") (EMBER_MODEL_TIMEOUT)");
+      }
+    }
   }
 
   // Sends a control request to every server; fails with the first error
@@ -432,9 +478,11 @@ class ModelClient::Impl {
 
   Postoffice* const postoffice_;
   const int customer_id_;
-  std::unique_ptr<SimpleApp> control_;
+  std::unique_ptr<model::ControlApp> control_;
 
   mutable Mutex mu_;
+  // Notified on the control app's thread after each ring change.
+  std::condition_variable ring_changed_;
   std::map<int, std::unique_ptr<KVWorker<float>>> workers_
       GUARDED_BY(mu_);  // by app id
   std::map<std::string, Info> tables_ GUARDED_BY(mu_);

@@ -10,10 +10,10 @@ namespace model {
 namespace pb = ::ember::model;
 
 const char* OpName(ControlOp op) {
-  // By the op's value, 1 to 7 (0 is none).
+  // By the op's value, 1 to 8 (0 is none).
   static const char* const kNames[] = {
-      "control", "RegisterTable", "RegisterDense", "Save",
-      "Load",    "version",       "Load (commit)", "Load (abort)"};
+      "control", "RegisterTable", "RegisterDense", "Save",   "Load",
+      "version", "Load (commit)", "Load (abort)",  "catalog"};
   const auto i = static_cast<size_t>(op);
   return i < std::size(kNames) ? kNames[i] : "control";
 }
@@ -31,7 +31,8 @@ static_assert(
         Same(pb::ControlRequest::kLoad, ControlOp::kLoad) &&
         Same(pb::ControlRequest::kVersion, ControlOp::kVersion) &&
         Same(pb::ControlRequest::kLoadCommit, ControlOp::kLoadCommit) &&
-        Same(pb::ControlRequest::kLoadAbort, ControlOp::kLoadAbort),
+        Same(pb::ControlRequest::kLoadAbort, ControlOp::kLoadAbort) &&
+        Same(pb::ControlRequest::kCatalog, ControlOp::kCatalog),
     "the op case numbers of model_control.proto are ControlOp's");
 
 Status Bad(const std::string& what) {
@@ -51,6 +52,65 @@ Status CheckName(const std::string& name) {
   return CheckText("name", name);
 }
 
+void ToPb(const ControlRequest& r, pb::RegisterTable* t) {
+  t->set_name(r.name);
+  t->set_dim(r.dim);
+  t->set_initializer(r.initializer);
+  t->set_optimizer(r.optimizer);
+  t->set_consistency(r.consistency);
+}
+
+void ToPb(const ControlRequest& r, pb::RegisterDense* d) {
+  d->set_name(r.name);
+  for (int64_t s : r.shape) d->add_shape(s);
+  d->set_optimizer(r.optimizer);
+  d->set_consistency(r.consistency);
+}
+
+Status CheckSpecs(const ControlRequest& r) {
+  PS_RETURN_IF_ERROR(CheckText("optimizer", r.optimizer));
+  return CheckText("consistency", r.consistency);
+}
+
+StatusOr<ControlRequest> FromPb(const pb::RegisterTable& t) {
+  ControlRequest r;
+  r.op = ControlOp::kRegisterTable;
+  r.name = t.name();
+  r.dim = t.dim();
+  r.initializer = t.initializer();
+  r.optimizer = t.optimizer();
+  r.consistency = t.consistency();
+  PS_RETURN_IF_ERROR(CheckName(r.name));
+  if (r.dim < 1) return Bad("dim " + std::to_string(r.dim));
+  PS_RETURN_IF_ERROR(CheckText("initializer", r.initializer));
+  PS_RETURN_IF_ERROR(CheckSpecs(r));
+  return r;
+}
+
+StatusOr<ControlRequest> FromPb(const pb::RegisterDense& d) {
+  ControlRequest r;
+  r.op = ControlOp::kRegisterDense;
+  r.name = d.name();
+  r.optimizer = d.optimizer();
+  r.consistency = d.consistency();
+  PS_RETURN_IF_ERROR(CheckName(r.name));
+  if (static_cast<size_t>(d.shape_size()) > kMaxShapeRank) {
+    return Bad("a shape of rank " + std::to_string(d.shape_size()));
+  }
+  int64_t elements = 1;
+  for (int64_t s : d.shape()) {
+    if (s < 1) return Bad("shape entry " + std::to_string(s));
+    if (s > kMaxDenseElements / elements) {
+      return Bad("more than " + std::to_string(kMaxDenseElements) +
+                 " elements");
+    }
+    elements *= s;
+    r.shape.push_back(s);
+  }
+  PS_RETURN_IF_ERROR(CheckSpecs(r));
+  return r;
+}
+
 }  // namespace
 
 int64_t DenseElements(const std::vector<int64_t>& shape) {
@@ -62,23 +122,12 @@ int64_t DenseElements(const std::vector<int64_t>& shape) {
 std::string EncodeControlRequest(const ControlRequest& request, int* head) {
   pb::ControlRequest pb;
   switch (request.op) {
-    case ControlOp::kRegisterTable: {
-      pb::RegisterTable* t = pb.mutable_register_table();
-      t->set_name(request.name);
-      t->set_dim(request.dim);
-      t->set_initializer(request.initializer);
-      t->set_optimizer(request.optimizer);
-      t->set_consistency(request.consistency);
+    case ControlOp::kRegisterTable:
+      ToPb(request, pb.mutable_register_table());
       break;
-    }
-    case ControlOp::kRegisterDense: {
-      pb::RegisterDense* d = pb.mutable_register_dense();
-      d->set_name(request.name);
-      for (int64_t s : request.shape) d->add_shape(s);
-      d->set_optimizer(request.optimizer);
-      d->set_consistency(request.consistency);
+    case ControlOp::kRegisterDense:
+      ToPb(request, pb.mutable_register_dense());
       break;
-    }
     case ControlOp::kSave:
       pb.mutable_save()->set_dir(request.dir);
       break;
@@ -93,6 +142,9 @@ std::string EncodeControlRequest(const ControlRequest& request, int* head) {
       break;
     case ControlOp::kLoadAbort:
       pb.mutable_load_abort();
+      break;
+    case ControlOp::kCatalog:
+      pb.mutable_catalog()->set_ring_epoch(request.ring_epoch);
       break;
   }
   *head = static_cast<int>(request.op);
@@ -113,39 +165,10 @@ StatusOr<ControlRequest> DecodeControlRequest(int head,
   ControlRequest r;
   r.op = static_cast<ControlOp>(head);
   switch (r.op) {
-    case ControlOp::kRegisterTable: {
-      const pb::RegisterTable& t = pb.register_table();
-      r.name = t.name();
-      r.dim = t.dim();
-      r.initializer = t.initializer();
-      r.optimizer = t.optimizer();
-      r.consistency = t.consistency();
-      PS_RETURN_IF_ERROR(CheckName(r.name));
-      if (r.dim < 1) return Bad("dim " + std::to_string(r.dim));
-      PS_RETURN_IF_ERROR(CheckText("initializer", r.initializer));
-      break;
-    }
-    case ControlOp::kRegisterDense: {
-      const pb::RegisterDense& d = pb.register_dense();
-      r.name = d.name();
-      r.optimizer = d.optimizer();
-      r.consistency = d.consistency();
-      PS_RETURN_IF_ERROR(CheckName(r.name));
-      if (static_cast<size_t>(d.shape_size()) > kMaxShapeRank) {
-        return Bad("a shape of rank " + std::to_string(d.shape_size()));
-      }
-      int64_t elements = 1;
-      for (int64_t s : d.shape()) {
-        if (s < 1) return Bad("shape entry " + std::to_string(s));
-        if (s > kMaxDenseElements / elements) {
-          return Bad("more than " + std::to_string(kMaxDenseElements) +
-                     " elements");
-        }
-        elements *= s;
-        r.shape.push_back(s);
-      }
-      break;
-    }
+    case ControlOp::kRegisterTable:
+      return FromPb(pb.register_table());
+    case ControlOp::kRegisterDense:
+      return FromPb(pb.register_dense());
     case ControlOp::kSave:
     case ControlOp::kLoad:
       r.dir = r.op == ControlOp::kSave ? pb.save().dir() : pb.load().dir();
@@ -156,10 +179,9 @@ StatusOr<ControlRequest> DecodeControlRequest(int head,
     case ControlOp::kLoadCommit:
     case ControlOp::kLoadAbort:
       break;
-  }
-  if (r.op == ControlOp::kRegisterTable || r.op == ControlOp::kRegisterDense) {
-    PS_RETURN_IF_ERROR(CheckText("optimizer", r.optimizer));
-    PS_RETURN_IF_ERROR(CheckText("consistency", r.consistency));
+    case ControlOp::kCatalog:
+      r.ring_epoch = pb.catalog().ring_epoch();
+      break;
   }
   return r;
 }
@@ -169,6 +191,11 @@ std::string EncodeControlReply(const ControlReply& reply) {
   pb.set_code(static_cast<int>(reply.status.code()));
   pb.set_message(reply.status.message());
   pb.set_version(reply.version);
+  pb.set_ring_epoch(reply.ring_epoch);
+  for (const ControlRequest& r : reply.registrations) {
+    if (r.op == ControlOp::kRegisterTable) ToPb(r, pb.add_tables());
+    if (r.op == ControlOp::kRegisterDense) ToPb(r, pb.add_dense());
+  }
   return pb.SerializeAsString();
 }
 
@@ -190,6 +217,17 @@ StatusOr<ControlReply> DecodeControlReply(const std::string& body) {
         Status(code, pb.message().empty() ? "(no message)" : pb.message());
   }
   r.version = pb.version();
+  r.ring_epoch = pb.ring_epoch();
+  for (const pb::RegisterTable& t : pb.tables()) {
+    auto reg = FromPb(t);
+    if (!reg.ok()) return reg.status();
+    r.registrations.push_back(std::move(reg.value()));
+  }
+  for (const pb::RegisterDense& d : pb.dense()) {
+    auto reg = FromPb(d);
+    if (!reg.ok()) return reg.status();
+    r.registrations.push_back(std::move(reg.value()));
+  }
   return r;
 }
 

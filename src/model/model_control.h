@@ -32,6 +32,9 @@ enum class ControlOp : int {
   kVersion = 5,
   kLoadCommit = 6,
   kLoadAbort = 7,
+  // A server that joined a running job asks a peer for its registrations
+  // (docs/model.md, "Servers joining and leaving").
+  kCatalog = 8,
 };
 
 // "RegisterTable", "Save", ... for messages.
@@ -55,11 +58,18 @@ struct ControlRequest {
   std::vector<int64_t> shape;
   // kSave and kLoad.
   std::string dir;
+  // kCatalog: the epoch of the ring the asker joined under.
+  uint64_t ring_epoch = 0;
 };
 
 struct ControlReply {
   Status status;
-  uint64_t version = 0;  // kVersion
+  uint64_t version = 0;  // kVersion and kCatalog
+  // Registrations and kCatalog: the answering server's ring epoch.
+  uint64_t ring_epoch = 0;
+  // kCatalog: every registration the server holds (kRegisterTable and
+  // kRegisterDense requests, checked as DecodeControlRequest checks them).
+  std::vector<ControlRequest> registrations;
 };
 
 // The body of a request. Returns the head to send with it in *head.
@@ -78,7 +88,8 @@ StatusOr<ControlRequest> DecodeControlRequest(int head,
 int64_t DenseElements(const std::vector<int64_t>& shape);
 
 std::string EncodeControlReply(const ControlReply& reply);
-// kCorruption if the body does not parse or its code is unknown.
+// kCorruption if the body does not parse, its code is unknown or a
+// registration it carries is malformed (as DecodeControlRequest judges).
 StatusOr<ControlReply> DecodeControlReply(const std::string& body);
 
 }  // namespace model

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "model/checkpoint.h"
+#include "model/control_app.h"
 #include "model/embedding_table.h"
 #include "model/model_control.h"
 #include "model/model_protocol.h"
@@ -38,10 +39,24 @@ class ModelServer::Impl {
  public:
   explicit Impl(Postoffice* postoffice)
       : postoffice_(postoffice ? postoffice : Postoffice::Get()) {
-    control_ = std::make_unique<SimpleApp>(model::kControlApp,
-                                           model::kControlApp, postoffice_);
+    Node* node = postoffice_->node();
+    std::shared_ptr<const KeyRing> joined =
+        node ? node->joined_ring() : nullptr;
+    if (joined) {
+      // Apps made before the catalog is in wait for it (EnsureApp).
+      MutexLock lock(&apps_mu_);
+      joining_ = true;
+    }
+    control_ = std::make_unique<model::ControlApp>(
+        model::kControlApp, model::kControlApp, postoffice_);
+    control_->set_ring_handler([this] { AnswerCatalogs(); });
+    control_->set_response_handle([this](const SimpleData& res, SimpleApp*) {
+      MutexLock lock(&mu_);
+      answers_[res.timestamp].push_back(res.body);
+    });
     control_->set_request_handle([this](const SimpleData& req, SimpleApp* app) {
-      app->Response(req, Control(req));
+      std::string reply;
+      if (Control(req, &reply)) app->Response(req, reply);
     });
     // Rows and bytes per table, read at each scrape (docs/operations.md).
     metrics_node_ = postoffice_->node();
@@ -49,6 +64,7 @@ class ModelServer::Impl {
       collector_ = metrics_node_->metrics()->AddCollector(
           [this](metrics::Writer* w) { CollectMetrics(w); });
     }
+    if (joined) JoinRunningJob(*joined);
   }
 
   ~Impl() {
@@ -110,25 +126,55 @@ class ModelServer::Impl {
     Round round;
   };
 
-  static std::string Reply(const Status& s, uint64_t version = 0) {
+  static std::string Reply(const Status& s, uint64_t version = 0,
+                           uint64_t ring_epoch = 0) {
     model::ControlReply reply;
     reply.status = s;
     reply.version = version;
+    reply.ring_epoch = ring_epoch;
     return model::EncodeControlReply(reply);
   }
 
-  std::string Control(const SimpleData& req) {
+  uint64_t RingEpoch() const {
+    Node* node = postoffice_->node();
+    return node ? node->ring_epoch() : 0;
+  }
+
+  // The answer to a control request in *reply; false if it is deferred (a
+  // catalog asked under a ring this server has not reached yet).
+  bool Control(const SimpleData& req, std::string* reply) {
     auto decoded = model::DecodeControlRequest(req.head, req.body);
     if (!decoded.ok()) {
       LOG(WARNING) << "model control request from node " << req.sender
                    << " refused: " << decoded.status();
-      return Reply(decoded.status());
+      *reply = Reply(decoded.status());
+      return true;
     }
     const model::ControlRequest& r = *decoded;
+    if (r.op == ControlOp::kCatalog && RingEpoch() < r.ring_epoch) {
+      // Answered once this server has switched to that ring
+      // (AnswerCatalogs): the answer then holds every table registered
+      // here before the switch.
+      MutexLock lock(&mu_);
+      pending_catalogs_.emplace_back(r.ring_epoch, req);
+      return false;
+    }
+    *reply = Control(r);
+    return true;
+  }
+
+  std::string Control(const model::ControlRequest& r) {
     switch (r.op) {
       case ControlOp::kRegisterTable:
-      case ControlOp::kRegisterDense:
-        return Reply(Register(r));
+      case ControlOp::kRegisterDense: {
+        const Status s = Register(r);
+        // Read after the table and its app exist: a client that sent the
+        // registration under an older ring asks again under this one
+        // (ModelClient), so that a server that joined meanwhile has it.
+        return Reply(s, 0, RingEpoch());
+      }
+      case ControlOp::kCatalog:
+        return Catalog();
       case ControlOp::kVersion: {
         MutexLock lock(&mu_);
         return Reply(Status::OK(), counters_.updates);
@@ -155,8 +201,143 @@ class ModelServer::Impl {
         return Reply(Status::OK());
       }
     }
-    return Reply(Status::InvalidArgument("unknown model control request " +
-                                         std::to_string(req.head)));
+    return Reply(
+        Status::InvalidArgument("unknown model control request " +
+                                std::to_string(static_cast<int>(r.op))));
+  }
+
+  // --- Servers joining a running job (docs/model.md, "Servers joining and
+  // leaving"). A newcomer learns every registration before it serves or
+  // loads the state of any table: its ModelServer asks each other server
+  // of the ring it joined under for its catalog, and each answers once it
+  // has switched to that ring, so the answers hold every table registered
+  // before any of them switched; a table registered later reaches the
+  // newcomer directly (ModelClient registers again when a server answered
+  // under a newer ring than the client's). The apps made meanwhile are
+  // created first and started only once every catalog is in, so none of
+  // them serves, or takes a hand-over chunk, before the tables are known,
+  // and the node reports the hand-over done only once every app has its
+  // state (Node::HandoverDone).
+
+  // Every registration held here, and the model version.
+  std::string Catalog() {
+    model::ControlReply reply;
+    reply.ring_epoch = RingEpoch();
+    MutexLock lock(&mu_);
+    reply.version = counters_.updates;
+    for (const auto& t : tables_) {
+      reply.registrations.push_back(Registration(t.second));
+    }
+    return model::EncodeControlReply(reply);
+  }
+
+  static model::ControlRequest Registration(const Entry& e) {
+    model::ControlRequest r;
+    r.op = e.dense ? ControlOp::kRegisterDense : ControlOp::kRegisterTable;
+    r.name = e.name;
+    r.optimizer = e.optimizer;
+    r.consistency = e.consistency;
+    if (e.dense) {
+      r.shape = e.shape;
+    } else {
+      r.dim = e.dim;
+      r.initializer = e.initializer;
+    }
+    return r;
+  }
+
+  // On the control app's thread, after a ring change: the catalogs asked
+  // under a ring this server has now reached.
+  void AnswerCatalogs() {
+    const uint64_t epoch = RingEpoch();
+    std::vector<SimpleData> ready;
+    {
+      MutexLock lock(&mu_);
+      for (auto it = pending_catalogs_.begin();
+           it != pending_catalogs_.end();) {
+        if (it->first <= epoch) {
+          ready.push_back(it->second);
+          it = pending_catalogs_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const SimpleData& req : ready) control_->Response(req, Catalog());
+  }
+
+  // On the constructor's thread of a server that joined the running job.
+  void JoinRunningJob(const KeyRing& joined) {
+    Node* node = postoffice_->node();
+    const int me = node->my_id();
+    model::ControlRequest ask;
+    ask.op = ControlOp::kCatalog;
+    ask.ring_epoch = joined.epoch();
+    int head = 0;
+    const std::string body = model::EncodeControlRequest(ask, &head);
+    std::vector<std::pair<int, int>> asked;  // (server, timestamp)
+    for (int id : joined.server_ids()) {
+      if (id != me) asked.emplace_back(id, control_->Request(head, body, id));
+    }
+    std::vector<model::ControlRequest> registrations;
+    uint64_t version = 0;
+    int answered = 0;
+    for (const auto& a : asked) {
+      Status s =
+          control_->WaitStatus(a.second, node->options().model_timeout_ms);
+      std::vector<std::string> answers;
+      {
+        MutexLock lock(&mu_);
+        answers = std::move(answers_[a.second]);
+        answers_.erase(a.second);
+      }
+      if (s.ok() && answers.size() != 1) {
+        s = Status::Corruption(std::to_string(answers.size()) + " answers");
+      }
+      StatusOr<model::ControlReply> reply =
+          s.ok() ? model::DecodeControlReply(answers[0])
+                 : StatusOr<model::ControlReply>(s);
+      if (reply.ok() && !reply->status.ok()) reply = reply->status;
+      if (!reply.ok()) {
+        LOG(ERROR) << "model server: the catalog of " << node->Describe(a.first)
+                   << " did not come (" << reply.status()
+                   << "); the tables registered only there are unknown here";
+        continue;
+      }
+      ++answered;
+      version = std::max(version, reply->version);
+      for (auto& r : reply->registrations) {
+        registrations.push_back(std::move(r));
+      }
+    }
+    std::set<std::string> names;
+    for (const model::ControlRequest& r : registrations) {
+      Status s = Register(r);
+      if (!s.ok()) {
+        LOG(ERROR) << "model server: '" << r.name
+                   << "' from a peer's catalog: " << s;
+      }
+      names.insert(r.name);
+    }
+    {
+      MutexLock lock(&mu_);
+      counters_.updates = std::max(counters_.updates, version);
+    }
+    StartDeferredApps();
+    // With no table anywhere no app awaits a hand-over: the node reports
+    // its join done now (with apps it waits for them; HandoverDone).
+    node->HandoverDone(model::kControlApp);
+    LOG(INFO) << "model server: joined the running job with " << names.size()
+              << " table(s) and dense parameter(s) from the catalogs of "
+              << answered << " of " << asked.size() << " server(s)";
+  }
+
+  // Starts the apps made while the catalog was awaited.
+  void StartDeferredApps() {
+    MutexLock lock(&apps_mu_);
+    joining_ = false;
+    for (int app_id : deferred_) StartApp(apps_[app_id].get());
+    deferred_.clear();
   }
 
   // A table or dense parameter, as DecodeControlRequest checked it.
@@ -221,9 +402,6 @@ class ModelServer::Impl {
     if (apps_.count(app_id)) return Status::OK();
     auto server = std::make_unique<KVServer<float>>(app_id, postoffice_);
     PS_RETURN_IF_ERROR(server->SetConsistency(consistency));
-    server->set_request_handle(
-        [this](const KVMeta& meta, const KVPairs<float>& data,
-               KVServer<float>* s) { Handle(meta, data, s); });
     server->set_state_handle(
         [this, app_id](const std::function<bool(Key)>& want, size_t max_bytes,
                        std::vector<std::string>* chunks) {
@@ -235,8 +413,20 @@ class ModelServer::Impl {
         [this, app_id](const std::function<bool(Key)>& in_range) {
           DropPending(app_id, in_range);
         });
+    if (joining_) {
+      deferred_.push_back(app_id);  // StartDeferredApps starts it.
+    } else {
+      StartApp(server.get());
+    }
     apps_[app_id] = std::move(server);
     return Status::OK();
+  }
+
+  // Starts delivery to a KV app: its state handle is in place.
+  void StartApp(KVServer<float>* server) {
+    server->set_request_handle(
+        [this](const KVMeta& meta, const KVPairs<float>& data,
+               KVServer<float>* s) { Handle(meta, data, s); });
   }
 
   void Handle(const KVMeta& meta, const KVPairs<float>& data,
@@ -391,13 +581,20 @@ class ModelServer::Impl {
   }
 
   // --- Copies of this server's state (docs/replication.md, "Restoring
-  // copies"). A chunk holds rows of one table (weights and optimizer
+  // copies", and the hand-overs of "Joining" and "Leaving"). A chunk holds
+  // a table's registration, rows of one table (weights and optimizer
   // slots), or the table's pending bsp round restricted to the keys copied:
-  //   magic "EMM1", table id, kind (1 rows, 2 round) as 32-bit words; then
+  //   magic "EMM1", table id, kind (1 rows, 2 round, 3 registration) as
+  //   32-bit words; then
   //   rows:  count (64), row floats (32), the ids (64 each), the floats;
   //   round: whose id (32), clock (64), senders (32) and their (worker,
-  //          whose) pairs (32 each), ids (64) and their ids, the gradients.
-  // Little-endian (util/coding.h).
+  //          whose) pairs (32 each), ids (64) and their ids, the gradients;
+  //   registration: the sender's model version (64), the head (32) and
+  //          body of the table's RegisterTable or RegisterDense request
+  //          (model/model_control.h).
+  // Little-endian (util/coding.h). Each table's registration comes first,
+  // so a server that receives rows of a table it has not registered (one
+  // that joined) registers it from the same app's messages, in order.
   static constexpr uint32_t kStateMagic = 0x314d4d45;  // "EMM1"
 
   // The ring key of row (or dense chunk) `id` of table entry `e`.
@@ -420,6 +617,7 @@ class ModelServer::Impl {
     for (const auto& t : tables_) {
       const Entry& e = t.second;
       if (!InApp(e, app_id)) continue;
+      chunks->push_back(RegistrationChunk(t.first, e, counters_.updates));
       const size_t row_floats = e.dim + e.table->slot_floats();
       std::vector<uint64_t> ids;
       std::vector<float> floats;
@@ -442,6 +640,20 @@ class ModelServer::Impl {
       }
     }
     return Status::OK();
+  }
+
+  static std::string RegistrationChunk(uint32_t tid, const Entry& e,
+                                       uint64_t version) {
+    int head = 0;
+    const std::string body =
+        model::EncodeControlRequest(Registration(e), &head);
+    std::string c(24, '\0');
+    EncodeFixed32(&c[0], kStateMagic);
+    EncodeFixed32(&c[4], tid);
+    EncodeFixed32(&c[8], 3);
+    EncodeFixed64(&c[12], version);
+    EncodeFixed32(&c[20], static_cast<uint32_t>(head));
+    return c + body;
   }
 
   static std::string RowsChunk(uint32_t tid, size_t row_floats,
@@ -508,6 +720,7 @@ class ModelServer::Impl {
     }
     const uint32_t tid = DecodeFixed32(data + 4);
     const uint32_t kind = DecodeFixed32(data + 8);
+    if (kind == 3) return LoadRegistration(app_id, tid, data, size);
     MutexLock lock(&mu_);
     auto it = tables_.find(tid);
     if (it == tables_.end() || !InApp(it->second, app_id)) {
@@ -519,6 +732,35 @@ class ModelServer::Impl {
     if (kind == 2) return LoadRound(e, data, size);
     return Status::Corruption("a model state chunk of kind " +
                               std::to_string(kind));
+  }
+
+  // A table's registration, ahead of its rows: registered here if it is
+  // not yet (the same spec is fine; another is refused), and the model
+  // version becomes at least the sender's.
+  Status LoadRegistration(int app_id, uint32_t tid, const char* data,
+                          size_t size) {
+    if (size < 24) return Status::Corruption("a short model registration");
+    const uint64_t version = DecodeFixed64(data + 12);
+    const int head = static_cast<int>(DecodeFixed32(data + 20));
+    auto r =
+        model::DecodeControlRequest(head, std::string(data + 24, size - 24));
+    if (!r.ok()) return r.status();
+    if ((r->op != ControlOp::kRegisterTable &&
+         r->op != ControlOp::kRegisterDense) ||
+        model::TableId(r->name) != tid) {
+      return Status::Corruption("a model registration chunk for table " +
+                                std::to_string(tid) + " holds another");
+    }
+    auto app = model::KVAppFor(r->consistency);
+    if (!app.ok()) return app.status();
+    if (*app != app_id) {
+      return Status::Corruption("'" + r->name + "' reached app " +
+                                std::to_string(app_id) + ", not its own");
+    }
+    PS_RETURN_IF_ERROR(Register(*r));
+    MutexLock lock(&mu_);
+    counters_.updates = std::max(counters_.updates, version);
+    return Status::OK();
   }
 
   Status LoadRows(Entry& e, const char* data, size_t size) REQUIRES(mu_) {
@@ -966,10 +1208,14 @@ class ModelServer::Impl {
   }
 
   Postoffice* const postoffice_;
-  std::unique_ptr<SimpleApp> control_;
+  std::unique_ptr<model::ControlApp> control_;
 
   Mutex apps_mu_;
   std::map<int, std::unique_ptr<KVServer<float>>> apps_ GUARDED_BY(apps_mu_);
+  // A server that joined the running job: its apps wait (deferred_) until
+  // the catalogs are in (JoinRunningJob).
+  bool joining_ GUARDED_BY(apps_mu_) = false;
+  std::vector<int> deferred_ GUARDED_BY(apps_mu_);
 
   struct Staged {
     std::map<uint32_t, std::unique_ptr<model::EmbeddingTable>> tables;
@@ -980,6 +1226,11 @@ class ModelServer::Impl {
   std::map<uint32_t, Entry> tables_ GUARDED_BY(mu_);
   std::unique_ptr<Staged> staged_ GUARDED_BY(mu_);  // A load to commit.
   ModelServerStats counters_ GUARDED_BY(mu_);
+  // Catalogs asked under a ring this server has not reached: (epoch,
+  // request). Answers to this server's own catalog requests, by timestamp.
+  std::vector<std::pair<uint64_t, SimpleData>> pending_catalogs_
+      GUARDED_BY(mu_);
+  std::map<int, std::vector<std::string>> answers_ GUARDED_BY(mu_);
 };
 
 ModelServer::ModelServer(Postoffice* postoffice)

@@ -18,6 +18,13 @@ has every copy of the survivors' data restored, and kills the next server
 (rank victim + 1) once every worker has ended N iterations: two of three
 servers die, one after the other, and the result must still be the same.
 
+With --membership, nothing is killed: the disturbed run starts one more
+server with EMBER_JOIN=1 once every worker has ended --kill-at iterations,
+waits until it has joined, and sends server --leaver SIGTERM once the
+workers have gone on a while (docs/model.md, "Servers joining and
+leaving"): 2 -> 3 -> 2 servers, every process (the leaver too) exits 0,
+and the parameters must be bitwise those of the undisturbed run.
+
 Each run's worker 0 also checks its parameters against a one-process replay
 (cluster_model --replay). The clusters are started by hand, not through
 ember-launch, because the launcher ends the job as soon as one process
@@ -58,6 +65,11 @@ def parse_args(argv):
     p.add_argument("--pace-ms", type=int, default=0)
     p.add_argument("--victims", default="0,1,2",
                    help="ranks of the servers to kill, one run each")
+    p.add_argument("--membership", action="store_true",
+                   help="a server joins, then --leaver leaves, instead of "
+                        "kills")
+    p.add_argument("--leaver", type=int, default=0,
+                   help="--membership: the rank of the server that leaves")
     p.add_argument("--heartbeat-ms", type=int, default=200)
     p.add_argument("--timeout-ms", type=int, default=1200)
     p.add_argument("--limit", type=float, default=120.0,
@@ -135,6 +147,61 @@ def run_cluster(args, cluster, victim):
     result = re.search(r"RESULT .*", cluster.log("worker-0"))
     print("model_failover_test: %s: %.1f s; %s"
           % (cluster.name, elapsed, result.group(0) if result else ""))
+    return read_parameters(cluster)
+
+
+def wait_log(cluster, name, needle, seconds):
+    deadline = time.monotonic() + seconds
+    while needle not in cluster.log(name):
+        if time.monotonic() > deadline:
+            raise Failure("%s: no %r in the log of %s within %d s"
+                          % (cluster.name, needle, name, seconds))
+        for n, p in cluster.procs.items():
+            if p.poll() is not None and p.returncode != 0:
+                raise Failure("%s: %s exited (%d) early"
+                              % (cluster.name, n, p.returncode))
+        time.sleep(0.02)
+
+
+def run_membership(args, cluster):
+    """A server joins at --kill-at, then server --leaver leaves; returns the
+    parameters worker 0 wrote."""
+    started = time.monotonic()
+    cluster.start()
+    cluster.wait_progress(args.kill_at, args.limit)
+    newcomer = "server-%d" % args.servers
+    cluster.spawn_server(newcomer, args.servers, {"EMBER_JOIN": "1"})
+    wait_log(cluster, "scheduler", "has joined: it holds the state",
+             args.limit)
+    if "joined the running job with" not in cluster.log(newcomer):
+        raise Failure("%s: the newcomer's model server did not join"
+                      % cluster.name)
+    seen = max(cluster.progress(w) for w in range(args.workers))
+    cluster.wait_progress(min(seen + args.iterations // 6,
+                              args.iterations * 5 // 6), args.limit)
+    leaver = "server-%d" % args.leaver
+    os.kill(cluster.procs[leaver].pid, signal.SIGTERM)
+    wait_log(cluster, "scheduler", "has left: its ranges are handed over",
+             args.limit)
+    # Both changes came while the workers trained.
+    at_left = [cluster.progress(w) for w in range(args.workers)]
+    if max(at_left) >= args.iterations:
+        raise Failure("%s: the workers had ended (%s) when the leave was "
+                      "done: make the run longer" % (cluster.name, at_left))
+    cluster.wait_all(list(cluster.procs), args.limit)
+    bad = ["%s (%d)" % (n, p.returncode) for n, p in cluster.procs.items()
+           if p.returncode != 0]
+    if bad:
+        raise Failure("%s: non-zero exits: %s" % (cluster.name,
+                                                  ", ".join(bad)))
+    print("model_failover_test: %s: %s joined at worker iterations >= %d, "
+          "%s had left at %s; %.1f s"
+          % (cluster.name, newcomer, args.kill_at, leaver, at_left,
+             time.monotonic() - started))
+    return read_parameters(cluster)
+
+
+def read_parameters(cluster):
     if not os.path.exists(cluster.out):
         raise Failure("%s: worker 0 wrote no parameters" % cluster.name)
     values = array.array("f")
@@ -190,7 +257,12 @@ def main(argv):
               "--kill-at, inside the run")
         return 2
     victims = [int(v) for v in args.victims.split(",") if v]
-    if not victims or not all(0 <= v < args.servers for v in victims):
+    if args.membership:
+        victims = []
+        if not 0 <= args.leaver < args.servers:
+            print("model_failover_test: --leaver must name a server")
+            return 2
+    elif not victims or not all(0 <= v < args.servers for v in victims):
         print("model_failover_test: --victims must name servers")
         return 2
     with tempfile.TemporaryDirectory(prefix="ember-model-failover.") as d:
@@ -199,6 +271,16 @@ def main(argv):
             calm = Cluster(args, d, "undisturbed")
             clusters.append(calm)
             undisturbed = run_cluster(args, calm, None)
+            if args.membership:
+                cluster = Cluster(args, d, "join-then-leave")
+                clusters.append(cluster)
+                compare(args, cluster.name, undisturbed,
+                        run_membership(args, cluster))
+                print("model_failover_test: PASS: %s: with a server joining "
+                      "and server %d leaving, the final parameters equal "
+                      "the undisturbed run's bitwise"
+                      % (args.consistency, args.leaver))
+                return 0
             for v in victims:
                 cluster = Cluster(args, d, "server-%d-killed" % v)
                 clusters.append(cluster)

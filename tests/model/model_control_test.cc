@@ -63,11 +63,13 @@ TEST(ModelControlTest, RegistrationsRoundTrip) {
 }
 
 TEST(ModelControlTest, EveryOperationRoundTrips) {
-  for (ControlOp op : {ControlOp::kSave, ControlOp::kLoad, ControlOp::kVersion,
-                       ControlOp::kLoadCommit, ControlOp::kLoadAbort}) {
+  for (ControlOp op :
+       {ControlOp::kSave, ControlOp::kLoad, ControlOp::kVersion,
+        ControlOp::kLoadCommit, ControlOp::kLoadAbort, ControlOp::kCatalog}) {
     ControlRequest r;
     r.op = op;
     r.dir = "/data/checkpoint";
+    r.ring_epoch = 7;
     auto back = RoundTrip(r);
     ASSERT_TRUE(back.ok()) << OpName(op) << ": " << back.status();
     EXPECT_EQ(back->op, op);
@@ -76,6 +78,8 @@ TEST(ModelControlTest, EveryOperationRoundTrips) {
     } else {
       EXPECT_EQ(back->dir, "");  // Only save and load carry a directory.
     }
+    // Only a catalog request carries the ring it is asked under.
+    EXPECT_EQ(back->ring_epoch, op == ControlOp::kCatalog ? 7u : 0u);
   }
 }
 
@@ -155,6 +159,40 @@ TEST(ModelControlTest, RepliesCarryTheServersStatusAndVersion) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->status.code(), Status::Code::kCorruption);
   EXPECT_EQ(back->status.message(), "checksum mismatch");
+}
+
+// A catalog (a server that joined asks its peers for their registrations)
+// carries every registration, checked as a request's; one that is
+// malformed makes the reply malformed.
+TEST(ModelControlTest, ACatalogCarriesRegistrationsAndTheRingEpoch) {
+  ControlReply catalog;
+  catalog.version = 42;
+  catalog.ring_epoch = 3;
+  catalog.registrations = {Table(), Dense()};
+  auto back = DecodeControlReply(EncodeControlReply(catalog));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->version, 42u);
+  EXPECT_EQ(back->ring_epoch, 3u);
+  ASSERT_EQ(back->registrations.size(), 2u);
+  EXPECT_EQ(back->registrations[0].op, ControlOp::kRegisterTable);
+  EXPECT_EQ(back->registrations[0].name, Table().name);
+  EXPECT_EQ(back->registrations[0].dim, 16);
+  EXPECT_EQ(back->registrations[0].initializer, "normal(0,0.01)");
+  EXPECT_EQ(back->registrations[0].consistency, "ssp:2");
+  EXPECT_EQ(back->registrations[1].op, ControlOp::kRegisterDense);
+  EXPECT_EQ(back->registrations[1].shape, (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(back->registrations[1].optimizer, "sgd(lr=0.1)");
+
+  ControlRequest bad = Table();
+  bad.dim = 0;
+  catalog.registrations = {Dense(), bad};
+  back = DecodeControlReply(EncodeControlReply(catalog));
+  EXPECT_EQ(back.status().code(), Status::Code::kCorruption) << back.status();
+  bad = Dense();
+  bad.shape = {2, 0};
+  catalog.registrations = {bad};
+  back = DecodeControlReply(EncodeControlReply(catalog));
+  EXPECT_EQ(back.status().code(), Status::Code::kCorruption) << back.status();
 }
 
 TEST(ModelControlTest, MalformedRepliesAreRefused) {
