@@ -409,6 +409,7 @@ class KVServerCore::Impl {
       req.sender = msg.meta.origin_sender;
       req.customer_id = msg.meta.origin_customer;
       req.timestamp = msg.meta.origin_timestamp;
+      req.handed_from = msg.meta.handed_from;
     }
     req.cmd = msg.meta.cmd;
     req.push = msg.meta.push;
@@ -551,12 +552,14 @@ class KVServerCore::Impl {
         copy ? meta.replica_of : (meta.resend_for != 0 ? meta.resend_for : me);
     bool duplicate = false;
     if (req->push) {
+      // A handed-over push is known by the former owner's part.
+      const int known_as = meta.handed_from != 0 ? meta.handed_from : whose;
       MutexLock lock(&mu_);
       auto& seen = applied_[std::make_pair(req->sender, req->customer_id)];
       // The worker will never resend below done_below.
       seen.erase(seen.begin(),
                  seen.lower_bound(std::make_pair(meta.done_below, 0)));
-      duplicate = !seen.emplace(req->timestamp, whose).second;
+      duplicate = !seen.emplace(req->timestamp, known_as).second;
       if (seen.size() > kMaxApplied) seen.erase(seen.begin());
     }
     if (duplicate) {
@@ -620,12 +623,15 @@ class KVServerCore::Impl {
   // Sends target `t` a copy of push `req` (the worker's timestamp
   // `origin_ts`) of the data of server `whose`, under local timestamp `ts`;
   // `order` is what is known of its keys (AddKVFrames).
+  // `epoch`: a hand-over's deferred push, the ring it moves keys under (0:
+  // none; HoldIfAhead).
   Status ForwardCopy(int t, int64_t ts, int whose, const RawRequest& req,
                      int64_t origin_ts, int64_t done_below,
-                     KeyOrder order = KeyOrder::kUnknown) {
+                     KeyOrder order = KeyOrder::kUnknown, uint64_t epoch = 0) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
+    m.meta.epoch = epoch;
     m.meta.cmd = req.cmd;
     m.meta.clock = req.clock;
     m.meta.value_bytes = static_cast<int>(value_bytes_);
@@ -633,6 +639,7 @@ class KVServerCore::Impl {
     m.meta.origin_sender = req.sender;
     m.meta.origin_customer = req.customer_id;
     m.meta.origin_timestamp = origin_ts;
+    m.meta.handed_from = req.handed_from;
     m.meta.done_below = done_below;
     AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, order);
     return app_->node()->Send(std::move(m));
@@ -940,6 +947,8 @@ class KVServerCore::Impl {
   // ConsistencyController::AppliedCounts for those ranges:
   //   ranges (64), then begin and end (64 each) per range;
   //   pushes (64), then 4 x 64 bits per push; the counts to the end.
+  // `me`: the id a push of this server's own data (replica_of 0) is known
+  // by; a handed-over push is known by its handed_from.
   static std::string EncodePending(const std::vector<Range>& ranges,
                                    const std::vector<RawRequest>& deferred,
                                    int me, const std::string& counts) {
@@ -955,7 +964,9 @@ class KVServerCore::Impl {
     EncodeFixed64(o, deferred.size());
     o += 8;
     for (const RawRequest& r : deferred) {
-      const int whose = r.replica_of != 0 ? r.replica_of : me;
+      const int whose = r.handed_from != 0  ? r.handed_from
+                        : r.replica_of != 0 ? r.replica_of
+                                            : me;
       const int64_t id[4] = {r.sender, r.customer_id, OriginTs(r), whose};
       for (int64_t v : id) {
         EncodeFixed64(o, static_cast<uint64_t>(v));
@@ -1001,11 +1012,17 @@ class KVServerCore::Impl {
       ids[i] = static_cast<int64_t>(DecodeFixed64(q + 8 * i));
     }
     q += 32 * npushes;
-    auto in_range = [&ranges](Key k) {
+    // The ranges are ring positions (under spread placement a key's is
+    // Fmix64 of it); the last range's end, UINT64_MAX, holds that position.
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    auto in_range = [&ranges, &ring](Key k) {
+      const uint64_t pos = ring ? ring->PositionOf(k) : k;
       auto it = std::upper_bound(
-          ranges.begin(), ranges.end(), k,
-          [](Key x, const std::pair<Key, Key>& r) { return x < r.first; });
-      return it != ranges.begin() && k < std::prev(it)->second;
+          ranges.begin(), ranges.end(), pos,
+          [](uint64_t x, const std::pair<Key, Key>& r) { return x < r.first; });
+      if (it == ranges.begin()) return false;
+      const Key end = std::prev(it)->second;
+      return pos < end || end == std::numeric_limits<Key>::max();
     };
     {
       MutexLock lock(&mu_);
@@ -1017,8 +1034,13 @@ class KVServerCore::Impl {
     }
     StatusOr<size_t> dropped = controller()->ReplaceCopiedData(
         [&in_range](const RawRequest& r) {
-          return r.replica_of != 0 && !r.kvs.keys.empty() &&
-                 in_range(r.kvs.keys[0]);
+          // A copy made under an older ring may hold keys of two servers'
+          // ranges now (a join or a leave moved some): both copy theirs.
+          if (r.replica_of == 0) return false;
+          for (Key k : r.kvs.keys) {
+            if (in_range(k)) return true;
+          }
+          return false;
         },
         in_range, q, size - (q - p));
     if (!dropped.ok()) return dropped.status();
@@ -1067,6 +1089,14 @@ class KVServerCore::Impl {
     return true;
   }
 
+  // Whether `meta` is a message of a hand-over: its chunks (5), its end
+  // (4), and (bsp) its pending pushes (3 under a ring epoch; a copy's have
+  // none).
+  static bool IsHandover(const Meta& meta) {
+    return meta.state_copy == 4 || meta.state_copy == 5 ||
+           (meta.state_copy == 3 && meta.epoch != 0);
+  }
+
   // One message of a copy: `kind` 1 a chunk of state, 2 dedup entries, 3
   // pending pushes (bsp), 4 the end of a hand-over (no frame), 5 a chunk of
   // a hand-over.
@@ -1097,11 +1127,11 @@ class KVServerCore::Impl {
     const int whose =
         msg.meta.replica_of != 0 ? msg.meta.replica_of : msg.meta.sender;
     bool ignore = false;
+    const bool handover = IsHandover(msg.meta);
     {
       MutexLock lock(&mu_);
       hooks = hooks_;
-      ignore = (msg.meta.state_copy == 4 || msg.meta.state_copy == 5) &&
-               !awaiting_.count(whose);
+      ignore = handover && !awaiting_.count(whose);
     }
     if (ignore) {
       uint64_t left_out = 0;
@@ -1119,8 +1149,7 @@ class KVServerCore::Impl {
     std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
     // A hand-over awaited here (checked above) may come from a server that
     // leaves, which is off the ring.
-    const bool awaited = msg.meta.state_copy == 4 || msg.meta.state_copy == 5;
-    if (!ring || (ring->IndexOf(msg.meta.sender) < 0 && !awaited)) {
+    if (!ring || (ring->IndexOf(msg.meta.sender) < 0 && !handover)) {
       s = Status::InvalidArgument("a copy of server state from node " +
                                   std::to_string(msg.meta.sender) +
                                   ", which is not a server on the ring");
@@ -1257,15 +1286,36 @@ class KVServerCore::Impl {
       hooks = hooks_;
       bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
     }
-    if (bsp) {
-      LOG(ERROR) << app << ": a server joins under bsp, which a hand-over "
-                 << "does not support yet (pending pushes do not move): "
-                 << "rounds of the moved keys may be applied in part";
-    }
     std::vector<std::string> chunks;
     auto moved = [&prev, &ring, me, to](Key k) {
       return prev.Owner(k) == me && ring.Owner(k) == to;
     };
+    // bsp: the pending pushes of the moved keys go first (state_copy 3, as
+    // a copy's: LoadPending there), then the state, then the deferred parts
+    // of pushes to those keys as pushes of the newcomer's own data, which
+    // it applies when their rounds complete there.
+    SArray<char> pending_frame;
+    std::vector<RawRequest> deferred;
+    if (bsp) {
+      const int self = app_->node()->my_id();
+      ConsistencyController::HandedOver taken = controller()->HandOver(
+          [me, self](const RawRequest& r) {
+            return (r.replica_of != 0 ? r.replica_of : self) == me;
+          },
+          moved);
+      // They become the newcomer's own pushes (replica_of: it), each known
+      // by this server's part of its request (the newcomer may take other
+      // parts of it from other former owners).
+      for (RawRequest& r : taken.pushes) {
+        if (r.handed_from == 0) r.handed_from = me;
+      }
+      pending_frame = Adopt(EncodePending(MovedRanges(prev, ring, me, to),
+                                          taken.pushes, me, taken.counts));
+      deferred = std::move(taken.pushes);
+      // A pull held for its worker's pushes to those keys is answered
+      // there, after their round: refused here, its worker re-routes it.
+      for (const RawRequest& r : taken.pulls) RefuseMoved(r, ring);
+    }
     if (!hooks.dump) {
       LOG(ERROR) << app << ": its request handle has no state handle "
                  << "(KVServer::set_state_handle), so the state of the keys "
@@ -1291,11 +1341,17 @@ class KVServerCore::Impl {
     }
     size_t bytes = 0;
     Status st;
+    if (bsp) st = SendState(to, ts, 3, pending_frame, whose, ring.epoch());
     for (std::string& c : chunks) {
       bytes += c.size();
       if (st.ok()) {
         st = SendState(to, ts, 5, Adopt(std::move(c)), whose, ring.epoch());
       }
+    }
+    for (const RawRequest& r : deferred) {
+      if (!st.ok()) break;
+      st = ForwardCopy(to, ts, to, r, OriginTs(r), 0, KeyOrder::kUnknown,
+                       ring.epoch());
     }
     if (st.ok()) st = SendState(to, ts, 4, SArray<char>(), whose, ring.epoch());
     if (!st.ok()) {
@@ -1306,11 +1362,56 @@ class KVServerCore::Impl {
     }
     LOG(INFO) << app << ": handing the keys that moved to node " << to
               << " under ring epoch " << ring.epoch() << " over ("
-              << chunks.size() << " chunk(s), " << bytes << " bytes)"
+              << chunks.size() << " chunk(s), " << bytes << " bytes"
+              << (bsp ? ", " + std::to_string(deferred.size()) +
+                            " deferred push(es)"
+                      : std::string())
+              << ")"
               << (whose != 0 ? " for dead node " + std::to_string(whose) +
                                    ", from its copy here"
                              : std::string());
     return ts;
+  }
+
+  // The ring positions server `from` owned under `prev` that server `to`
+  // owns under `ring`, in order (RangesOf: the last range's end,
+  // UINT64_MAX, holds that position too).
+  static std::vector<Range> MovedRanges(const KeyRing& prev,
+                                        const KeyRing& ring, int from, int to) {
+    std::vector<Range> out;
+    const int a = prev.IndexOf(from);
+    const int b = ring.IndexOf(to);
+    if (a < 0 || b < 0) return out;
+    const std::vector<Range> x = prev.RangesOf(a);
+    const std::vector<Range> y = ring.RangesOf(b);
+    for (const Range& r : x) {
+      for (const Range& q : y) {
+        const uint64_t begin = std::max(r.begin(), q.begin());
+        const uint64_t end = std::min(r.end(), q.end());
+        if (begin < end) out.emplace_back(begin, end);
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const Range& l, const Range& r) {
+      return l.begin() < r.begin();
+    });
+    return out;
+  }
+
+  // Refuses request `r` (held by the consistency controller) because its
+  // keys moved to another server under `ring`: its worker re-routes it
+  // (docs/replication.md, "Re-routing").
+  void RefuseMoved(const RawRequest& r, const KeyRing& ring) {
+    const Status s = Status::Unavailable(
+        "request held for its round at node " +
+        std::to_string(app_->node()->my_id()) + ", whose keys moved to " +
+        "another server under ring epoch " + std::to_string(ring.epoch()) +
+        ": refused, not answered here");
+    if (r.timestamp < 0) {
+      Answer(r, s);  // A resend (a local timestamp): it fails.
+      return;
+    }
+    SendTo(r.cmd, r.push, r.pull, r.sender, r.timestamp, r.customer_id,
+           RawKVs(), s, 0, r.timestamp, ring.epoch());
   }
 
   // Server `dead` failed over. If it was a former owner of keys that moved
@@ -1377,7 +1478,10 @@ class KVServerCore::Impl {
   // Holds `msg` until this app has handled the ring it comes under: an
   // own request sliced by a newer ring, or a hand-over message under one.
   bool HoldIfAhead(const Message& msg) {
-    const bool handover = msg.meta.state_copy == 4 || msg.meta.state_copy == 5;
+    // A hand-over's message, or (bsp) a deferred push it moves.
+    const bool handover = IsHandover(msg.meta) ||
+                          (msg.meta.state_copy == 0 &&
+                           msg.meta.replica_of != 0 && msg.meta.epoch != 0);
     const bool own = msg.meta.state_copy == 0 && msg.meta.replica_of == 0 &&
                      !msg.meta.clock_tick;
     if ((!handover && !own) ||

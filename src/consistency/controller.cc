@@ -156,9 +156,11 @@ void ConsistencyController::OnRequest(RawRequest request) {
                    std::move(p));
   }
   if (request.pull) {
+    const bool push_pull = request.push;
     request.push = false;
     request.kvs.vals = SArray<char>();
-    pulls_.push_back(PendingPull{std::move(request), w, clock_->NowMs()});
+    pulls_.push_back(
+        PendingPull{std::move(request), w, clock_->NowMs(), push_pull});
   }
   Progress();
 }
@@ -605,6 +607,129 @@ StatusOr<size_t> ConsistencyController::ReplaceCopiedData(
   // behind a dropped one may go.
   Progress();
   return dropped;
+}
+
+namespace {
+
+// Splits `kvs` into the keys `take` selects and the others, each with its
+// values (and lengths). False if its sizes do not fit together (a request
+// that was parsed always fits).
+bool SplitKVs(const RawKVs& kvs, const std::function<bool(Key)>& take,
+              RawKVs* taken, RawKVs* kept) {
+  const size_t n = kvs.keys.size();
+  if (n == 0) return false;
+  const bool lens = !kvs.lens.empty();
+  if (lens && kvs.lens.size() != n) return false;
+  // Bytes per key (without lengths) or per value (with them).
+  size_t unit = 0;
+  if (lens) {
+    uint64_t values = 0;
+    for (int l : kvs.lens) {
+      if (l < 0) return false;
+      values += static_cast<uint64_t>(l);
+    }
+    if (values == 0 ? !kvs.vals.empty() : kvs.vals.size() % values != 0) {
+      return false;
+    }
+    unit = values == 0 ? 0 : kvs.vals.size() / values;
+  } else {
+    if (kvs.vals.size() % n != 0) return false;
+    unit = kvs.vals.size() / n;
+  }
+  std::vector<Key> keys[2];
+  std::vector<char> vals[2];
+  std::vector<int> lengths[2];
+  size_t offset = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int side = take(kvs.keys[i]) ? 0 : 1;
+    const size_t bytes = lens ? unit * static_cast<size_t>(kvs.lens[i]) : unit;
+    keys[side].push_back(kvs.keys[i]);
+    vals[side].insert(vals[side].end(), kvs.vals.data() + offset,
+                      kvs.vals.data() + offset + bytes);
+    if (lens) lengths[side].push_back(kvs.lens[i]);
+    offset += bytes;
+  }
+  RawKVs* out[2] = {taken, kept};
+  for (int side = 0; side < 2; ++side) {
+    out[side]->keys = SArray<Key>(std::move(keys[side]));
+    out[side]->vals = SArray<char>(std::move(vals[side]));
+    out[side]->lens = SArray<int>(std::move(lengths[side]));
+  }
+  return true;
+}
+
+bool AnyKey(const SArray<Key>& keys, const std::function<bool(Key)>& moved) {
+  for (Key k : keys) {
+    if (moved(k)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ConsistencyController::HandedOver ConsistencyController::HandOver(
+    const std::function<bool(const RawRequest&)>& whose,
+    const std::function<bool(Key)>& moved) {
+  HandedOver out;
+  out.counts = AppliedCounts(moved);
+  std::vector<PendingPush> kept;
+  kept.reserve(pushes_.size());
+  for (PendingPush& p : pushes_) {
+    if (!whose(p.request) || !AnyKey(p.request.kvs.keys, moved)) {
+      kept.push_back(std::move(p));
+      continue;
+    }
+    RawKVs taken, rest;
+    if (!SplitKVs(p.request.kvs, moved, &taken, &rest)) {
+      LOG(ERROR) << "consistency: a deferred push of "
+                 << p.request.kvs.keys.size() << " keys with "
+                 << p.request.kvs.vals.size()
+                 << " value bytes cannot be cut at the keys that move: it "
+                    "moves whole";
+      out.pushes.push_back(p.request);
+      continue;
+    }
+    RawRequest part = p.request;
+    part.kvs = std::move(taken);
+    out.pushes.push_back(std::move(part));
+    if (rest.keys.empty()) continue;
+    // The rest keeps its place: its keys' rounds, the largest its round.
+    std::vector<uint32_t> rounds;
+    uint32_t round = 0;
+    for (size_t i = 0; i < p.request.kvs.keys.size(); ++i) {
+      if (moved(p.request.kvs.keys[i])) continue;
+      rounds.push_back(p.rounds[i]);
+      round = std::max(round, p.rounds[i]);
+    }
+    p.request.kvs = std::move(rest);
+    p.rounds = std::move(rounds);
+    p.round = round;
+    kept.push_back(std::move(p));
+  }
+  // Still in (clock, round, rank, arrival) order: a round only shrank.
+  auto order = [](const PendingPush& a, const PendingPush& b) {
+    return std::make_tuple(a.request.clock, a.round, a.worker, a.seq) <
+           std::make_tuple(b.request.clock, b.round, b.worker, b.seq);
+  };
+  std::stable_sort(kept.begin(), kept.end(), order);
+  pushes_.swap(kept);
+  for (auto it = pulls_.begin(); it != pulls_.end();) {
+    if (!it->push_pull && AnyKey(it->request.kvs.keys, moved)) {
+      out.pulls.push_back(std::move(it->request));
+      it = pulls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& c : counts_) {
+    for (auto k = c.second.begin(); k != c.second.end();) {
+      k = moved(k->first) ? c.second.erase(k) : std::next(k);
+    }
+  }
+  // Pushes that waited behind a part that left may go, and pulls that
+  // waited for one.
+  Progress();
+  return out;
 }
 
 ConsistencyStats ConsistencyController::stats() const {

@@ -124,6 +124,27 @@ class ConsistencyController {
       const std::function<bool(Key)>& in_range, const char* counts,
       size_t size);
 
+  // bsp, on a server that hands keys over to another, which takes them
+  // (docs/replication.md, "Joining" and "Leaving"): takes what this
+  // controller holds of the keys `moved` selects, for the pushes `whose`
+  // selects (whose data they are), out of it:
+  //   counts: AppliedCounts(moved), for the taker's ReplaceCopiedData;
+  //   pushes: the parts of the deferred pushes that hold such keys (the
+  //     rest of each push stays here, in its round), in the order they
+  //     would have been applied; they are acknowledged already and no
+  //     longer wait here;
+  //   pulls: the waiting pulls that hold such keys (not the pull halves of
+  //     push-pulls, which stay: their push halves were not acknowledged),
+  //     no longer held here: the caller answers them.
+  // The push counts of those keys go too.
+  struct HandedOver {
+    std::string counts;
+    std::vector<RawRequest> pushes;
+    std::vector<RawRequest> pulls;
+  };
+  HandedOver HandOver(const std::function<bool(const RawRequest&)>& whose,
+                      const std::function<bool(Key)>& moved);
+
   // Thread-safe.
   ConsistencyStats stats() const;
 
@@ -141,6 +162,7 @@ class ConsistencyController {
     RawRequest request;
     int worker = 0;
     int64_t arrived_ms = 0;
+    bool push_pull = false;  // the pull half of a push-pull (bsp)
   };
 
   int WorkerIndex(int id) const;

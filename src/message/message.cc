@@ -151,7 +151,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(clock) X(clock_tick) X(keys_as_requested) X(value_bytes)                \
   X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
-  X(state_copy) X(moved_epoch) X(key_run) X(clock_query)
+  X(state_copy) X(moved_epoch) X(key_run) X(clock_query) X(handed_from)
 // clang-format on
 
 // Whether a field differs from proto3's default, which is not sent anyway:
@@ -192,6 +192,8 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     c->set_worker_event(static_cast<int>(meta.worker_event));
     c->set_num_servers(meta.num_servers);
     c->set_num_workers(meta.num_workers);
+    if (!meta.consistency.empty()) c->set_consistency(meta.consistency);
+    if (meta.replicas >= 0) c->set_replicas_plus_one(meta.replicas + 1);
     if (meta.ring.epoch != 0) {
       pb::RingPb* r = c->mutable_ring();
       r->set_epoch(meta.ring.epoch);
@@ -237,6 +239,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->worker_event = WorkerEvent::kNone;
   meta->num_servers = 0;
   meta->num_workers = 0;
+  meta->consistency.clear();
+  meta->replicas = -1;
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
@@ -273,6 +277,12 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->worker_event = static_cast<WorkerEvent>(c.worker_event());
     meta->num_servers = c.num_servers();
     meta->num_workers = c.num_workers();
+    meta->consistency = c.consistency();
+    if (c.replicas_plus_one() < 0) {
+      return Status::Corruption("EMBER_REPLICAS + 1 of " +
+                                std::to_string(c.replicas_plus_one()));
+    }
+    meta->replicas = c.replicas_plus_one() - 1;
     meta->ring.epoch = c.ring().epoch();
     meta->ring.placement = c.ring().placement();
     meta->ring.server_ids.assign(c.ring().server_ids().begin(),

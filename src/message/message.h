@@ -129,6 +129,10 @@ struct Meta {
   int origin_sender = 0;
   int origin_customer = 0;
   int64_t origin_timestamp = 0;
+  // A push handed over under bsp with its keys, and copies of it: the
+  // former owner whose part of the worker's request it was (its identity
+  // with origin_*; docs/replication.md, "Joining").
+  int handed_from = 0;
   // A request resent after failover, and its answer: the dead server whose
   // part of the request it is.
   int resend_for = 0;
@@ -172,6 +176,10 @@ struct Meta {
   // sent).
   int num_servers = 0;
   int num_workers = 0;
+  // kJoin, kRejoin: the node's consistency setting (ConsistencyConfig's
+  // text, "bsp", "ssp:3", ...) and EMBER_REPLICAS (empty and -1: not sent).
+  std::string consistency;
+  int replicas = -1;
   // A KVWorker's clock query (KVWorker::JoinClock) and its answer: 1 in the
   // query; in the answer 1 (the worker starts afresh at `clock`) or 2 (it
   // resumes its rank at `clock`). 0 in every other message.

@@ -233,6 +233,8 @@ Status Node::Start(int customer_id, bool do_barrier) {
     join.meta.join_running = options_.join;
     join.meta.num_servers = options_.num_servers;
     join.meta.num_workers = options_.num_workers;
+    join.meta.consistency = options_.consistency.ToString();
+    join.meta.replicas = options_.replicas;
     NodeInfo me;
     me.role = options_.role;
     me.host = my_host_;
@@ -537,6 +539,8 @@ void Node::SendRejoinsLocked() {
         }
       }
     }
+    m.meta.consistency = options_.consistency.ToString();
+    m.meta.replicas = options_.replicas;
     // The barrier this logical node waits in, if any: a restarted
     // scheduler counts it as if the request had come again.
     auto since = barrier_since_.find(l.first);

@@ -197,33 +197,29 @@ void Scheduler::HandleJoin(const Message& msg) {
   }
   if (formed_) {
     int live_servers = static_cast<int>(servers_.size());
-    if (node.role == Role::kServer &&
-        (msg.meta.join_running || live_servers < options_.num_servers)) {
-      AdmitServerLocked(node, key);
-      return;
-    }
+    const bool server =
+        node.role == Role::kServer &&
+        (msg.meta.join_running || live_servers < options_.num_servers);
+    bool worker = false;
     if (node.role == Role::kWorker) {
       bool vacant = false;
       for (int id : workers_) vacant |= DroppedWorkerLocked(id);
-      if (msg.meta.join_running || node.rank >= 0 || vacant) {
-        if ((msg.meta.num_servers != 0 &&
-             msg.meta.num_servers != options_.num_servers) ||
-            (msg.meta.num_workers != 0 &&
-             msg.meta.num_workers != options_.num_workers)) {
-          const std::string why =
-              "this worker's DMLC_NUM_SERVER=" +
-              std::to_string(msg.meta.num_servers) +
-              " and DMLC_NUM_WORKER=" + std::to_string(msg.meta.num_workers) +
-              " are not the job's (" + std::to_string(options_.num_servers) +
-              " and " + std::to_string(options_.num_workers) + ")";
-          LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
-                       << why;
-          RejectLocked(node, key, why);
-          return;
-        }
-        AdmitWorkerLocked(node, key);
+      worker = msg.meta.join_running || node.rank >= 0 || vacant;
+    }
+    if (server || worker) {
+      const std::string why = JoinSettingsMismatchLocked(msg);
+      if (!why.empty()) {
+        LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
+                     << why << "; the job goes on unchanged";
+        RejectLocked(node, key, why);
         return;
       }
+      if (server) {
+        AdmitServerLocked(node, key);
+      } else {
+        AdmitWorkerLocked(node, key);
+      }
+      return;
     }
     LOG(WARNING) << "rejecting late " << node.DebugString()
                  << ": the cluster has already formed";
@@ -273,6 +269,7 @@ void Scheduler::HandleJoin(const Message& msg) {
             " and that many have joined already");
     return;
   }
+  if (node.role == Role::kServer) RecordServerSettingsLocked(msg, node);
   joins_.push_back(node);
   join_keys_[node.address()] = key;
   VLOG(1) << "joined: " << node.DebugString() << " (" << joins_.size() << "/"
@@ -281,6 +278,62 @@ void Scheduler::HandleJoin(const Message& msg) {
       options_.num_servers + options_.num_workers) {
     FormLocked();
   }
+}
+
+void Scheduler::RecordServerSettingsLocked(const Message& msg,
+                                           const NodeInfo& node) {
+  if (!msg.meta.consistency.empty()) {
+    if (servers_consistency_.empty()) {
+      servers_consistency_ = msg.meta.consistency;
+    } else if (servers_consistency_ != msg.meta.consistency && !formed_) {
+      LOG(WARNING) << "servers start with different consistency settings: "
+                   << node.DebugString() << " has " << msg.meta.consistency
+                   << ", an earlier one " << servers_consistency_
+                   << " (EMBER_CONSISTENCY, EMBER_STALENESS); servers that "
+                      "join later must have "
+                   << servers_consistency_;
+    }
+  }
+  if (msg.meta.replicas >= 0) {
+    if (servers_replicas_ < 0) {
+      servers_replicas_ = msg.meta.replicas;
+    } else if (servers_replicas_ != msg.meta.replicas && !formed_) {
+      LOG(WARNING) << "servers start with different EMBER_REPLICAS: "
+                   << node.DebugString() << " has " << msg.meta.replicas
+                   << ", an earlier one " << servers_replicas_
+                   << "; servers that join later must "
+                   << "have " << servers_replicas_;
+    }
+  }
+}
+
+std::string Scheduler::JoinSettingsMismatchLocked(const Message& msg) const {
+  const NodeInfo& node = msg.meta.nodes[0];
+  const std::string who = "this " + std::string(RoleName(node.role)) + "'s ";
+  if ((msg.meta.num_servers != 0 &&
+       msg.meta.num_servers != options_.num_servers) ||
+      (msg.meta.num_workers != 0 &&
+       msg.meta.num_workers != options_.num_workers)) {
+    return who + "DMLC_NUM_SERVER=" + std::to_string(msg.meta.num_servers) +
+           " and DMLC_NUM_WORKER=" + std::to_string(msg.meta.num_workers) +
+           " are not the job's (" + std::to_string(options_.num_servers) +
+           " and " + std::to_string(options_.num_workers) + ")";
+  }
+  if (node.role != Role::kServer) return "";
+  if (!msg.meta.consistency.empty() && !servers_consistency_.empty() &&
+      msg.meta.consistency != servers_consistency_) {
+    return who + "consistency " + msg.meta.consistency +
+           " (EMBER_CONSISTENCY, EMBER_STALENESS) is not the running "
+           "servers' (" +
+           servers_consistency_ + ")";
+  }
+  if (msg.meta.replicas >= 0 && servers_replicas_ >= 0 &&
+      msg.meta.replicas != servers_replicas_) {
+    return who + "EMBER_REPLICAS=" + std::to_string(msg.meta.replicas) +
+           " is not the running servers' (" +
+           std::to_string(servers_replicas_) + ")";
+  }
+  return "";
 }
 
 void Scheduler::FormLocked() {
@@ -866,6 +919,7 @@ void Scheduler::HandleRejoin(const Message& msg) {
                             "re-register");
   }
   const std::string address = it->second.address();
+  if (me->role == Role::kServer) RecordServerSettingsLocked(msg, *me);
   if (known == member_keys_.end()) {
     member_keys_[sender] = key128;
     Status s = van_->Connect(sender, it->second.host, it->second.port,

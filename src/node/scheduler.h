@@ -210,6 +210,18 @@ class Scheduler {
   // (the job untouched) for a rank out of range or held by a live worker.
   void AdmitWorkerLocked(const NodeInfo& node, const std::string& key)
       REQUIRES(mu_);
+  // The JOIN (or REJOIN) of server `node` at formation or from the running
+  // cluster: the settings it sent become the running servers' if none are
+  // known yet (a later server's that differ are logged at formation).
+  void RecordServerSettingsLocked(const Message& msg, const NodeInfo& node)
+      REQUIRES(mu_);
+  // Why a node joining the running job cannot be admitted with the
+  // settings its JOIN carries (empty: it can): DMLC_NUM_SERVER and
+  // DMLC_NUM_WORKER must be the scheduler's; a server's consistency
+  // setting and EMBER_REPLICAS must be the running servers'. Settings a
+  // JOIN or the record lacks are not checked.
+  std::string JoinSettingsMismatchLocked(const Message& msg) const
+      REQUIRES(mu_);
   // Tells the node and every live member but the worker itself
   // (kWorkerChange) what happened to worker `id`.
   void WorkerChangeLocked(int id, WorkerEvent event) REQUIRES(mu_);
@@ -344,6 +356,11 @@ class Scheduler {
   // The server that asked to leave and has not yet reported its hand-over
   // done, or -1. A join or another leave meanwhile is refused.
   int leaving_ GUARDED_BY(mu_) = -1;
+  // The settings the running servers started with (consistency, as
+  // ConsistencyConfig's text, and EMBER_REPLICAS), from the first server
+  // JOIN or REJOIN that sent them; empty and -1 until then.
+  std::string servers_consistency_ GUARDED_BY(mu_);
+  int servers_replicas_ GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace ps

@@ -216,6 +216,33 @@ TEST_P(JoinTest, AHandOverChunkDeliveredAfterItsEndIsIgnored) {
   ExpectAll(keys, 2 * 10);
 }
 
+// Under bsp, a third server joins 2 while a round is half pushed: worker 0
+// has pushed for it (its push waits at the keys' owners for the round, and
+// its pull of the round waits for that), worker 1 not yet. The former
+// owners hand the pending parts of the moved keys over with their state, and
+// refuse the held pull (re-routed); the round completes on the newcomer, in
+// rank order. That pull and every value at the end are bitwise those of the
+// run without the join.
+TEST_P(JoinTest, UnderBspAJoinInAHalfPushedRoundLosesAndDoublesNothing) {
+  const std::vector<Key> keys = SpreadKeys(512);
+  const auto want = UndisturbedBspRounds(2, GetParam(), keys, 6, 3);
+  Form(2, 2, GetParam(), nullptr, /*bsp=*/true);
+  LogCapture log;
+  const auto got = PushBspRounds(workers_, keys, 6, 3, [&] {
+    ASSERT_NE(Join(/*join=*/true), nullptr);
+    // Both former owners have handed over before worker 1 pushes.
+    ASSERT_TRUE(WaitUntil([&] {
+      return log.Find("handing the keys that moved to node").size() == 2;
+    }));
+  });
+  EXPECT_TRUE(
+      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
+  ExpectBitwiseEqual(got.first, want.first, "the pull of the join's round");
+  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->num_servers(), 3);
+  EXPECT_TRUE(log.Find("pending pushes do not move").empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "k" + std::to_string(info.param);
@@ -275,6 +302,67 @@ TEST(JoinFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringAJoin) {
   }
 }
 
+// Under bsp (k=1), a third server joins 2 in a half-pushed round (as
+// JoinTest.UnderBspAJoinInAHalfPushedRound...) for seeds 1..6, with every
+// message of the cluster delayed and duplicated on links that keep their
+// order (FaultPlan::fifo): the values are bitwise the undisturbed run's.
+TEST(JoinFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
+  const std::vector<Key> keys = SpreadKeys(256);
+  const auto want = UndisturbedBspRounds(2, 1, keys, 6, 3);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    FaultInjector injector(seed);
+    InProcCluster cluster(
+        2, 2,
+        [](Options* o) {
+          o->replicas = 1;
+          o->consistency = *ConsistencyConfig::Parse("bsp");
+        },
+        &injector);
+    cluster.Start();
+    std::vector<std::unique_ptr<CountingServer>> servers;
+    for (int i = 0; i < 2; ++i) {
+      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
+    }
+    std::vector<std::unique_ptr<TestWorker>> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
+    }
+    FaultPlan plan;
+    plan.fifo = true;
+    plan.delay = 0.15;
+    plan.duplicate = 0.1;
+    plan.max_delay = 6;
+    plan.target.kind = FaultTarget::Kind::kAll;
+    ASSERT_TRUE(injector.set_plan(plan).ok());
+    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
+    LogCapture log;
+    const auto got = PushBspRounds(workers, keys, 6, 3, [&] {
+      Postoffice* po = cluster.AddServer(true);
+      Status s = po->StartStatus(0, true);
+      ASSERT_TRUE(s.ok()) << s;
+      servers.push_back(std::make_unique<CountingServer>(po));
+      ASSERT_TRUE(WaitUntil([&] {
+        return log.Find("handing the keys that moved to node").size() == 2;
+      }));
+    });
+    EXPECT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+    const FaultCounters c = injector.counters();
+    EXPECT_GT(c.delayed, 0u);
+    EXPECT_GT(c.duplicated, 0u);
+    pump.reset();
+    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
+    injector.Flush();
+    EXPECT_TRUE(
+        MovedDeferredPushes(log.Find("handing the keys that moved to node")));
+    ExpectBitwiseEqual(got.first, want.first, "the pull of the join's round");
+    ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+    workers.clear();
+    servers.clear();
+    cluster.Finalize();
+  }
+}
+
 TEST(JoinRefusal, AJoinDuringAnotherIsRefused) {
   InProcCluster cluster(2, 1);
   cluster.Start();
@@ -317,6 +405,54 @@ TEST(JoinRefusal, LateServersWithoutTheRightToJoinAreRefused) {
   EXPECT_NE(s.message().find("cluster token"), std::string::npos) << s;
   EXPECT_EQ(cluster.worker(0)->node()->key_ring()->num_servers(), 2);
   EXPECT_EQ(cluster.worker(0)->node()->key_ring()->epoch(), 1u);
+}
+
+// A server that joins the running job with other settings than the running
+// servers' (consistency, EMBER_REPLICAS) or the scheduler's
+// (DMLC_NUM_SERVER, DMLC_NUM_WORKER) is refused, saying which, and the job
+// is untouched; one with the same settings joins.
+TEST(JoinRefusal, AServerWithOtherSettingsIsRefused) {
+  InProcCluster cluster(2, 1, [](Options* o) {
+    o->replicas = 1;
+    o->consistency = *ConsistencyConfig::Parse("bsp");
+  });
+  cluster.Start();
+  const struct {
+    std::function<void(Options*)> tweak;
+    std::string says;
+  } cases[] = {
+      {[](Options* o) { o->consistency = ConsistencyConfig(); },
+       "this server's consistency asp (EMBER_CONSISTENCY, EMBER_STALENESS) "
+       "is not the running servers' (bsp)"},
+      {[](Options* o) { o->consistency = *ConsistencyConfig::Parse("ssp:2"); },
+       "consistency ssp:2"},
+      {[](Options* o) { o->replicas = 0; },
+       "this server's EMBER_REPLICAS=0 is not the running servers' (1)"},
+      {[](Options* o) { o->num_workers = 3; },
+       "this server's DMLC_NUM_SERVER=2 and DMLC_NUM_WORKER=3 are not the "
+       "job's (2 and 1)"},
+      {[](Options* o) { o->num_servers = 3; },
+       "DMLC_NUM_SERVER=3 and DMLC_NUM_WORKER=1 are not the job's"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.says);
+    LogCapture log;
+    Postoffice* po = cluster.AddServer(true, c.tweak);
+    Status s = po->StartStatus(0, true);
+    EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+    EXPECT_NE(s.message().find(c.says), std::string::npos) << s;
+    EXPECT_FALSE(log.Find("refusing the join of").empty());
+    EXPECT_FALSE(log.Find("the job goes on unchanged").empty());
+    Node* worker = cluster.worker(0)->node();
+    EXPECT_EQ(worker->key_ring()->epoch(), 1u);
+    EXPECT_EQ(worker->key_ring()->num_servers(), 2);
+  }
+  // The same settings: admitted.
+  Postoffice* same = cluster.AddServer(true);
+  ASSERT_TRUE(same->StartStatus(0, true).ok());
+  Node* worker = cluster.worker(0)->node();
+  EXPECT_TRUE(WaitUntil([worker] { return worker->ring_epoch() == 2; }));
+  EXPECT_EQ(worker->key_ring()->num_servers(), 3);
 }
 
 // A later node table must carry the run's key, as the first one: one sent

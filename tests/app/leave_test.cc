@@ -165,6 +165,34 @@ TEST_F(LeaveMembershipTest, TheCallbackHearsOfServersFailingJoiningLeaving) {
   finalize_ = false;  // A member died: no final barrier.
 }
 
+// Under bsp, server 1 of 3 leaves while a round is half pushed: worker 0
+// has pushed for it (its push waits at the leaver for the round, and its
+// pull of the round waits for that), worker 1 not yet. The leaver hands the
+// pending parts of its keys over with their state, and refuses the held
+// pull (re-routed); the round completes on the new owners, in rank order.
+// That pull and every value at the end are bitwise those of the run in
+// which nobody left.
+TEST_P(LeaveTest, UnderBspALeaveInAHalfPushedRoundLosesAndDoublesNothing) {
+  const std::vector<Key> keys = SpreadKeys(512);
+  const auto want = UndisturbedBspRounds(3, GetParam(), keys, 6, 3);
+  Form(3, 2, GetParam(), nullptr, /*bsp=*/true);
+  Postoffice* leaver = cluster_->server(1);
+  LogCapture log;
+  const auto got = PushBspRounds(workers_, keys, 6, 3, [&] {
+    ASSERT_TRUE(leaver->node()->RequestLeave("test"));
+    // The leaver has handed over to both before worker 1 pushes.
+    ASSERT_TRUE(WaitUntil([&] {
+      return log.Find("handing the keys that moved to node").size() == 2;
+    }));
+  });
+  EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
+  EXPECT_TRUE(
+      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
+  ExpectBitwiseEqual(got.first, want.first, "the pull of the leave's round");
+  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->num_servers(), 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, LeaveTest, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "k" + std::to_string(info.param);
@@ -267,6 +295,65 @@ TEST(LeaveFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringALeave) {
     plan.target.kind = FaultTarget::Kind::kAll;
     return plan;
   });
+}
+
+// Under bsp (k=1), server 1 of 3 leaves in a half-pushed round (as
+// LeaveTest.UnderBspALeaveInAHalfPushedRound...) for seeds 1..6, with every
+// message of the cluster delayed and duplicated on links that keep their
+// order (FaultPlan::fifo): the values are bitwise the undisturbed run's.
+TEST(LeaveFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
+  const std::vector<Key> keys = SpreadKeys(256);
+  const auto want = UndisturbedBspRounds(3, 1, keys, 6, 3);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    FaultInjector injector(seed);
+    InProcCluster cluster(
+        3, 2,
+        [](Options* o) {
+          o->replicas = 1;
+          o->consistency = *ConsistencyConfig::Parse("bsp");
+        },
+        &injector);
+    cluster.Start();
+    std::vector<std::unique_ptr<CountingServer>> servers;
+    for (int i = 0; i < 3; ++i) {
+      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
+    }
+    std::vector<std::unique_ptr<TestWorker>> workers;
+    for (int w = 0; w < 2; ++w) {
+      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
+    }
+    FaultPlan plan;
+    plan.fifo = true;
+    plan.delay = 0.15;
+    plan.duplicate = 0.1;
+    plan.max_delay = 6;
+    plan.target.kind = FaultTarget::Kind::kAll;
+    ASSERT_TRUE(injector.set_plan(plan).ok());
+    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
+    Postoffice* leaver = cluster.server(1);
+    LogCapture log;
+    const auto got = PushBspRounds(workers, keys, 6, 3, [&] {
+      ASSERT_TRUE(leaver->node()->RequestLeave("test"));
+      ASSERT_TRUE(WaitUntil([&] {
+        return log.Find("handing the keys that moved to node").size() == 2;
+      }));
+    });
+    EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
+    const FaultCounters c = injector.counters();
+    EXPECT_GT(c.delayed, 0u);
+    EXPECT_GT(c.duplicated, 0u);
+    pump.reset();
+    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
+    injector.Flush();
+    EXPECT_TRUE(
+        MovedDeferredPushes(log.Find("handing the keys that moved to node")));
+    ExpectBitwiseEqual(got.first, want.first, "the pull of the leave's round");
+    ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+    workers.clear();
+    servers.clear();
+    cluster.Finalize();
+  }
 }
 
 // The scheduler refuses a leave that cannot be made, says why in its log

@@ -36,7 +36,10 @@ Modes:
            --victim SIGTERM (docs/replication.md, "Leaving"): it must leave
            and exit 0, and so must every other process, with exact sums;
            the figures of each migration are reported (its hand-over and
-           the longest stall a worker saw while it ran).
+           the longest stall a worker saw while it ran). With
+           --ember-consistency=bsp the servers defer each round until
+           both workers have pushed it, so both migrations move rounds in
+           progress (docs/replication.md, "A hand-over under bsp").
 
 The cluster is started by hand, not through ember-launch, because the
 launcher ends the job as soon as one process dies. Every process's log is
@@ -78,6 +81,10 @@ def parse_args(argv):
     p.add_argument("--restart-after", type=float, default=5.0,
                    help="scheduler: seconds between the kill and the "
                    "restart")
+    p.add_argument("--ember-consistency", default="",
+                   help="EMBER_CONSISTENCY of every process (asp, bsp; "
+                   "default: unset, asp); under bsp the workers' pushes "
+                   "(no clocks) make one round per push of each worker")
     return p.parse_args(argv)
 
 
@@ -119,6 +126,9 @@ class Cluster:
             "EMBER_HEARTBEAT_INTERVAL_MS": str(self.args.heartbeat_ms),
             "EMBER_HEARTBEAT_TIMEOUT_MS": str(self.args.timeout_ms),
         })
+        consistency = getattr(self.args, "ember_consistency", "")
+        if consistency:
+            e["EMBER_CONSISTENCY"] = consistency
         e.update(extra)
         return e
 

@@ -8,10 +8,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "app/app_impl.h"
@@ -147,14 +149,123 @@ inline void ExpectAllKeys(TestWorker* worker, const std::vector<Key>& keys,
                        << (wrong ? out[first] : 0);
 }
 
+// bsp rounds for the membership tests (docs/replication.md, "Joining",
+// "Leaving"): workers 0 and 1 push to `keys`, `rounds` times, values whose
+// sums depend on the order they are added in (a bsp round is applied in rank
+// order), one round at a time. In round `at`, once worker 0 has pushed and
+// asked to pull (its pull waits for the round), `change` runs (a join or a
+// leave, while the round is half pushed), then worker 1 pushes. Both then
+// end the round (Clock). Returns what worker 0's pull of round `at` saw,
+// then what it pulls at the end.
+inline std::pair<std::vector<float>, std::vector<float>> PushBspRounds(
+    const std::vector<std::unique_ptr<TestWorker>>& workers,
+    const std::vector<Key>& keys, int rounds, int at,
+    const std::function<void()>& change) {
+  std::pair<std::vector<float>, std::vector<float>> seen;
+  auto values = [&keys](int w, int round) {
+    std::vector<float> v(keys.size());
+    for (size_t j = 0; j < keys.size(); ++j) {
+      v[j] = (w == 0 ? 1.0f / 3 : 1e-3f / 7) *
+             static_cast<float>(round + 1 + static_cast<int>(j % 5));
+    }
+    return v;
+  };
+  TestWorker* w0 = workers[0].get();
+  TestWorker* w1 = workers[1].get();
+  for (int i = 0; i < rounds; ++i) {
+    Status s = w0->WaitBounded(w0->Push(keys, values(0, i)));
+    EXPECT_TRUE(s.ok()) << s;
+    int pull = -1;
+    if (i == at) {
+      pull = w0->Pull(keys, &seen.first);
+      if (change) change();
+    }
+    s = w1->WaitBounded(w1->Push(keys, values(1, i)));
+    EXPECT_TRUE(s.ok()) << s;
+    if (pull >= 0) {
+      s = w0->WaitBounded(pull);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    for (TestWorker* w : {w0, w1}) {
+      s = w->WaitBounded(w->Clock());
+      EXPECT_TRUE(s.ok()) << s;
+    }
+  }
+  Status s = w0->WaitBounded(w0->Pull(keys, &seen.second));
+  EXPECT_TRUE(s.ok()) << s;
+  return seen;
+}
+
+// Expects `got` to hold exactly the bits of `want`.
+inline void ExpectBitwiseEqual(const std::vector<float>& got,
+                               const std::vector<float>& want,
+                               const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t wrong = 0;
+  size_t first = got.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      ++wrong;
+      if (first == got.size()) first = i;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << got.size()
+                       << " values differ from the undisturbed run's, e.g. "
+                       << "value " << first << ": " << (wrong ? got[first] : 0)
+                       << " instead of " << (wrong ? want[first] : 0);
+}
+
+// PushBspRounds on a cluster of `servers` bsp servers (`replicas` copies)
+// and 2 workers in which nothing changes: what the membership tests compare
+// with.
+inline std::pair<std::vector<float>, std::vector<float>> UndisturbedBspRounds(
+    int servers, int replicas, const std::vector<Key>& keys, int rounds,
+    int at) {
+  InProcCluster cluster(servers, 2, [replicas](Options* o) {
+    o->replicas = replicas;
+    o->consistency = *ConsistencyConfig::Parse("bsp");
+  });
+  cluster.Start();
+  std::vector<std::unique_ptr<CountingServer>> apps;
+  for (int i = 0; i < servers; ++i) {
+    apps.push_back(std::make_unique<CountingServer>(cluster.server(i)));
+  }
+  std::vector<std::unique_ptr<TestWorker>> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
+  }
+  auto seen = PushBspRounds(workers, keys, rounds, at, nullptr);
+  workers.clear();
+  apps.clear();
+  cluster.Finalize();
+  return seen;
+}
+
+// Whether a hand-over under bsp moved deferred pushes (its log line says
+// how many).
+inline bool MovedDeferredPushes(const std::vector<std::string>& lines) {
+  for (const std::string& l : lines) {
+    if (l.find("deferred push(es)") != std::string::npos &&
+        l.find(", 0 deferred push(es)") == std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // A cluster of CountingServers and TestWorkers for the membership tests
 // (join_test, leave_test); the parameter is theirs (copies, mostly).
 class MembershipTest : public ::testing::TestWithParam<int> {
  protected:
+  // `bsp`: the servers run bsp (EMBER_CONSISTENCY=bsp).
   void Form(int servers, int workers, int replicas,
-            FaultInjector* faults = nullptr) {
+            FaultInjector* faults = nullptr, bool bsp = false) {
     cluster_ = std::make_unique<InProcCluster>(
-        servers, workers, [replicas](Options* o) { o->replicas = replicas; },
+        servers, workers,
+        [replicas, bsp](Options* o) {
+          o->replicas = replicas;
+          if (bsp) o->consistency = *ConsistencyConfig::Parse("bsp");
+        },
         faults);
     cluster_->Start();
     for (int i = 0; i < servers; ++i) {

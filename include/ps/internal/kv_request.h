@@ -37,6 +37,10 @@ struct RawRequest {
   // Under replication the handle sees a local timestamp (negative); this
   // is the worker's (0 otherwise).
   int64_t origin_timestamp = 0;
+  // A push a former owner handed over under bsp (docs/replication.md,
+  // "Joining"): that server, whose part of the worker's request it was; the
+  // push is known by (worker's request, handed_from). 0 otherwise.
+  int handed_from = 0;
   RawKVs kvs;
 };
 
