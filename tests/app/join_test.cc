@@ -258,26 +258,11 @@ INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
 TEST(JoinFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringAJoin) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    FaultInjector injector(seed);
-    InProcCluster cluster(
-        2, 2, [](Options* o) { o->replicas = 1; }, &injector);
-    cluster.Start();
-    std::vector<std::unique_ptr<CountingServer>> servers;
-    for (int i = 0; i < 2; ++i) {
-      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
-    }
-    std::vector<std::unique_ptr<TestWorker>> workers;
-    for (int w = 0; w < 2; ++w) {
-      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
-    }
-    FaultPlan plan;
-    plan.fifo = true;
-    plan.delay = 0.15;
-    plan.duplicate = 0.1;
-    plan.max_delay = 6;
-    plan.target.kind = FaultTarget::Kind::kAll;
-    ASSERT_TRUE(injector.set_plan(plan).ok());
-    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
+    FaultCluster faulty(seed, 2, 2);
+    InProcCluster& cluster = faulty.cluster();
+    auto& servers = faulty.servers();
+    auto& workers = faulty.workers();
+    faulty.Inject(FaultCluster::FifoPlan());
     LogCapture log;
     const std::vector<Key> keys = SpreadKeys(1024);
     PushOnesWhile(workers, keys, 20, 5, [&] {
@@ -287,18 +272,13 @@ TEST(JoinFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringAJoin) {
       servers.push_back(std::make_unique<CountingServer>(po));
       ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
     });
-    const FaultCounters c = injector.counters();
+    const FaultCounters c = faulty.Settle();
     EXPECT_GT(c.delayed, 0u);
     EXPECT_GT(c.duplicated, 0u);
-    pump.reset();
-    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
-    injector.Flush();
     ExpectAllKeys(workers[0].get(), keys, 2 * 20);
     // The newcomer owns part of the keys and applied pushes to them.
     EXPECT_GT(servers.back()->own(), 0);
-    workers.clear();
-    servers.clear();
-    cluster.Finalize();
+    faulty.Finish();
   }
 }
 
@@ -311,33 +291,12 @@ TEST(JoinFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
   const auto want = UndisturbedBspRounds(2, 1, keys, 6, 3);
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    FaultInjector injector(seed);
-    InProcCluster cluster(
-        2, 2,
-        [](Options* o) {
-          o->replicas = 1;
-          o->consistency = *ConsistencyConfig::Parse("bsp");
-        },
-        &injector);
-    cluster.Start();
-    std::vector<std::unique_ptr<CountingServer>> servers;
-    for (int i = 0; i < 2; ++i) {
-      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
-    }
-    std::vector<std::unique_ptr<TestWorker>> workers;
-    for (int w = 0; w < 2; ++w) {
-      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
-    }
-    FaultPlan plan;
-    plan.fifo = true;
-    plan.delay = 0.15;
-    plan.duplicate = 0.1;
-    plan.max_delay = 6;
-    plan.target.kind = FaultTarget::Kind::kAll;
-    ASSERT_TRUE(injector.set_plan(plan).ok());
-    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
+    FaultCluster faulty(seed, 2, 2, /*bsp=*/true);
+    InProcCluster& cluster = faulty.cluster();
+    auto& servers = faulty.servers();
+    faulty.Inject(FaultCluster::FifoPlan());
     LogCapture log;
-    const auto got = PushBspRounds(workers, keys, 6, 3, [&] {
+    const auto got = PushBspRounds(faulty.workers(), keys, 6, 3, [&] {
       Postoffice* po = cluster.AddServer(true);
       Status s = po->StartStatus(0, true);
       ASSERT_TRUE(s.ok()) << s;
@@ -347,19 +306,14 @@ TEST(JoinFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
       }));
     });
     EXPECT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
-    const FaultCounters c = injector.counters();
+    const FaultCounters c = faulty.Settle();
     EXPECT_GT(c.delayed, 0u);
     EXPECT_GT(c.duplicated, 0u);
-    pump.reset();
-    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
-    injector.Flush();
     EXPECT_TRUE(
         MovedDeferredPushes(log.Find("handing the keys that moved to node")));
     ExpectBitwiseEqual(got.first, want.first, "the pull of the join's round");
     ExpectBitwiseEqual(got.second, want.second, "the values at the end");
-    workers.clear();
-    servers.clear();
-    cluster.Finalize();
+    faulty.Finish();
   }
 }
 

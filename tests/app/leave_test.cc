@@ -204,25 +204,14 @@ INSTANTIATE_TEST_SUITE_P(Replicas, LeaveTest, ::testing::Values(0, 1),
 void LeaveUnderFaults(const std::function<FaultPlan(int leaver_id)>& make) {
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    FaultInjector injector(seed);
-    InProcCluster cluster(
-        3, 2, [](Options* o) { o->replicas = 1; }, &injector);
-    cluster.Start();
-    std::vector<std::unique_ptr<CountingServer>> servers;
-    for (int i = 0; i < 3; ++i) {
-      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
-    }
-    std::vector<std::unique_ptr<TestWorker>> workers;
-    for (int w = 0; w < 2; ++w) {
-      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
-    }
+    FaultCluster faulty(seed, 3, 2);
+    auto& workers = faulty.workers();
     const std::vector<Key> keys = SpreadKeys(1024);
     std::vector<float> ones(keys.size(), 1.0f);
-    Postoffice* leaver = cluster.server(2);
+    Postoffice* leaver = faulty.cluster().server(2);
     const FaultPlan plan = make(leaver->node()->my_id());
-    ASSERT_TRUE(injector.set_plan(plan).ok());
     LogCapture log;
-    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
+    faulty.Inject(plan);
     std::atomic<bool> asked{false};
     std::vector<std::thread> threads;
     for (auto& w : workers) {
@@ -243,12 +232,9 @@ void LeaveUnderFaults(const std::function<FaultPlan(int leaver_id)>& make) {
     for (auto& t : threads) t.join();
     EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
     EXPECT_TRUE(WaitUntil([&] { return !log.Find("has left").empty(); }));
-    const FaultCounters c = injector.counters();
+    const FaultCounters c = faulty.Settle();
     EXPECT_EQ(c.duplicated > 0, plan.duplicate > 0);
     EXPECT_EQ(c.delayed > 0, plan.delay > 0);
-    pump.reset();
-    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
-    injector.Flush();
     std::vector<float> out;
     Status s = workers[0]->WaitBounded(workers[0]->Pull(keys, &out));
     ASSERT_TRUE(s.ok()) << s;
@@ -258,9 +244,7 @@ void LeaveUnderFaults(const std::function<FaultPlan(int leaver_id)>& make) {
       if (v != 2 * 20 && wrong++ == 0) first = v;
     }
     EXPECT_EQ(wrong, 0u) << "e.g. " << first;
-    workers.clear();
-    servers.clear();
-    cluster.Finalize();
+    faulty.Finish();
   }
 }
 
@@ -286,15 +270,7 @@ TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
 // hand-over, ring changes, acknowledgements) delayed and duplicated on
 // links that keep their order, as TCP's do (FaultPlan::fifo).
 TEST(LeaveFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringALeave) {
-  LeaveUnderFaults([](int) {
-    FaultPlan plan;
-    plan.fifo = true;
-    plan.delay = 0.15;
-    plan.duplicate = 0.1;
-    plan.max_delay = 6;
-    plan.target.kind = FaultTarget::Kind::kAll;
-    return plan;
-  });
+  LeaveUnderFaults([](int) { return FaultCluster::FifoPlan(); });
 }
 
 // Under bsp (k=1), server 1 of 3 leaves in a half-pushed round (as
@@ -306,53 +282,25 @@ TEST(LeaveFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
   const auto want = UndisturbedBspRounds(3, 1, keys, 6, 3);
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    FaultInjector injector(seed);
-    InProcCluster cluster(
-        3, 2,
-        [](Options* o) {
-          o->replicas = 1;
-          o->consistency = *ConsistencyConfig::Parse("bsp");
-        },
-        &injector);
-    cluster.Start();
-    std::vector<std::unique_ptr<CountingServer>> servers;
-    for (int i = 0; i < 3; ++i) {
-      servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
-    }
-    std::vector<std::unique_ptr<TestWorker>> workers;
-    for (int w = 0; w < 2; ++w) {
-      workers.push_back(std::make_unique<TestWorker>(0, 0, cluster.worker(w)));
-    }
-    FaultPlan plan;
-    plan.fifo = true;
-    plan.delay = 0.15;
-    plan.duplicate = 0.1;
-    plan.max_delay = 6;
-    plan.target.kind = FaultTarget::Kind::kAll;
-    ASSERT_TRUE(injector.set_plan(plan).ok());
-    auto pump = std::make_unique<ReleaseWhenQuiet>(&injector);
-    Postoffice* leaver = cluster.server(1);
+    FaultCluster faulty(seed, 3, 2, /*bsp=*/true);
+    faulty.Inject(FaultCluster::FifoPlan());
+    Postoffice* leaver = faulty.cluster().server(1);
     LogCapture log;
-    const auto got = PushBspRounds(workers, keys, 6, 3, [&] {
+    const auto got = PushBspRounds(faulty.workers(), keys, 6, 3, [&] {
       ASSERT_TRUE(leaver->node()->RequestLeave("test"));
       ASSERT_TRUE(WaitUntil([&] {
         return log.Find("handing the keys that moved to node").size() == 2;
       }));
     });
     EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
-    const FaultCounters c = injector.counters();
+    const FaultCounters c = faulty.Settle();
     EXPECT_GT(c.delayed, 0u);
     EXPECT_GT(c.duplicated, 0u);
-    pump.reset();
-    ASSERT_TRUE(injector.set_plan(FaultPlan()).ok());
-    injector.Flush();
     EXPECT_TRUE(
         MovedDeferredPushes(log.Find("handing the keys that moved to node")));
     ExpectBitwiseEqual(got.first, want.first, "the pull of the leave's round");
     ExpectBitwiseEqual(got.second, want.second, "the values at the end");
-    workers.clear();
-    servers.clear();
-    cluster.Finalize();
+    faulty.Finish();
   }
 }
 

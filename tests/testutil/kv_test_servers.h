@@ -333,6 +333,79 @@ class ReleaseWhenQuiet {
   std::thread thread_;
 };
 
+// The cluster of the membership tests under network faults: `servers`
+// CountingServers and `workers` TestWorkers (app 0) on an InProcCluster
+// whose vans go through a FaultInjector of `seed`, with one copy of every
+// range (and bsp if asked). Inject starts the faults with a
+// ReleaseWhenQuiet pump; Settle ends them and delivers what is held.
+// Finish passes the final barrier; a test that returns early (a failed
+// ASSERT) leaves it out.
+class FaultCluster {
+ public:
+  FaultCluster(uint64_t seed, int servers, int workers, bool bsp = false)
+      : injector_(seed),
+        cluster_(
+            servers, workers,
+            [bsp](Options* o) {
+              o->replicas = 1;
+              if (bsp) o->consistency = *ConsistencyConfig::Parse("bsp");
+            },
+            &injector_) {
+    cluster_.Start();
+    for (int i = 0; i < servers; ++i) {
+      servers_.push_back(std::make_unique<CountingServer>(cluster_.server(i)));
+    }
+    for (int w = 0; w < workers; ++w) {
+      workers_.push_back(
+          std::make_unique<TestWorker>(0, 0, cluster_.worker(w)));
+    }
+  }
+
+  // Every message of the cluster delayed (15%) and duplicated (10%) on
+  // links that keep their order, as TCP's do (FaultPlan::fifo).
+  static FaultPlan FifoPlan() {
+    FaultPlan plan;
+    plan.fifo = true;
+    plan.delay = 0.15;
+    plan.duplicate = 0.1;
+    plan.max_delay = 6;
+    plan.target.kind = FaultTarget::Kind::kAll;
+    return plan;
+  }
+
+  void Inject(const FaultPlan& plan) {
+    ASSERT_TRUE(injector_.set_plan(plan).ok());
+    pump_ = std::make_unique<ReleaseWhenQuiet>(&injector_);
+  }
+
+  // What was injected; then no more faults, and every held message is
+  // delivered.
+  FaultCounters Settle() {
+    const FaultCounters c = injector_.counters();
+    pump_.reset();
+    EXPECT_TRUE(injector_.set_plan(FaultPlan()).ok());
+    injector_.Flush();
+    return c;
+  }
+
+  void Finish() {
+    workers_.clear();
+    servers_.clear();
+    cluster_.Finalize();
+  }
+
+  InProcCluster& cluster() { return cluster_; }
+  std::vector<std::unique_ptr<CountingServer>>& servers() { return servers_; }
+  std::vector<std::unique_ptr<TestWorker>>& workers() { return workers_; }
+
+ private:
+  FaultInjector injector_;  // Outlives the cluster's vans.
+  InProcCluster cluster_;
+  std::vector<std::unique_ptr<CountingServer>> servers_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;
+  std::unique_ptr<ReleaseWhenQuiet> pump_;  // Stops first.
+};
+
 }  // namespace ps
 
 #endif  // PS_TESTUTIL_KV_TEST_SERVERS_H_
