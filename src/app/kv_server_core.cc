@@ -488,7 +488,8 @@ class KVServerCore::Impl {
     MutexLock lock(&mu_);
     auto it = applied_.find(std::make_pair(req.sender, req.customer_id));
     return it != applied_.end() &&
-           it->second.count(std::make_pair(req.timestamp, whose)) > 0;
+           it->second.count(std::make_pair(
+               req.timestamp, DedupId(whose, meta.handed_from))) > 0;
   }
 
   Status CheckOwned(uint64_t epoch, const SArray<Key>& keys,
@@ -552,8 +553,7 @@ class KVServerCore::Impl {
         copy ? meta.replica_of : (meta.resend_for != 0 ? meta.resend_for : me);
     bool duplicate = false;
     if (req->push) {
-      // A handed-over push is known by the former owner's part.
-      const int known_as = meta.handed_from != 0 ? meta.handed_from : whose;
+      const int64_t known_as = DedupId(whose, meta.handed_from);
       MutexLock lock(&mu_);
       auto& seen = applied_[std::make_pair(req->sender, req->customer_id)];
       // The worker will never resend below done_below.
@@ -865,7 +865,8 @@ class KVServerCore::Impl {
       MutexLock lock(&mu_);
       for (const auto& e : applied_) {
         for (const auto& tw : e.second) {
-          if (tw.second != me && ring->IndexOf(tw.second) >= 0) continue;
+          const int whose = WhoseOf(tw.second);
+          if (whose != me && ring->IndexOf(whose) >= 0) continue;
           dedup.insert(dedup.end(),
                        {e.first.first, e.first.second, tw.first, tw.second});
         }
@@ -885,8 +886,12 @@ class KVServerCore::Impl {
     // its pending pushes of this server's data (LoadPending).
     SArray<char> pending_frame;
     if (bsp) {
-      pending_frame = Adopt(EncodePending(ring->RangesOf(ring->IndexOf(me)),
-                                          deferred, me, counts));
+      pending_frame = Adopt(EncodePending(
+          ring->RangesOf(ring->IndexOf(me)), deferred,
+          [me](const RawRequest& r) {
+            return r.replica_of != 0 ? r.replica_of : me;
+          },
+          counts));
     }
     // Frames that share the chunks' buffers, sent to every target.
     size_t bytes = 0;
@@ -941,17 +946,33 @@ class KVServerCore::Impl {
     return r.timestamp >= 0 ? r.timestamp : r.origin_timestamp;
   }
 
+  // What the dedup table knows a push by, beside the worker's request:
+  // whose data it is (a server id) and, for a part that a former owner
+  // handed over under bsp, that former owner (else 0). Whose alone is not
+  // enough: two former owners may hand parts of one request to one server.
+  // The former owner alone is not either: a leaver's range may split
+  // between two new owners, one of which keeps a copy of the other's data,
+  // and so holds two parts of one request that the leaver handed over.
+  static int64_t DedupId(int whose, int handed_from) {
+    return static_cast<int64_t>(
+        (static_cast<uint64_t>(static_cast<uint32_t>(handed_from)) << 32) |
+        static_cast<uint32_t>(whose));
+  }
+  static int WhoseOf(int64_t id) {
+    return static_cast<int>(static_cast<uint32_t>(id));
+  }
+
   // A copy's pending pushes (state_copy 3, bsp): the ranges copied, the
   // identities of the deferred pushes that follow as copies (sender,
-  // customer, worker's timestamp, whose data; as in the dedup entries), and
+  // customer, worker's timestamp, DedupId; as in the dedup entries), and
   // ConsistencyController::AppliedCounts for those ranges:
   //   ranges (64), then begin and end (64 each) per range;
   //   pushes (64), then 4 x 64 bits per push; the counts to the end.
-  // `me`: the id a push of this server's own data (replica_of 0) is known
-  // by; a handed-over push is known by its handed_from.
-  static std::string EncodePending(const std::vector<Range>& ranges,
-                                   const std::vector<RawRequest>& deferred,
-                                   int me, const std::string& counts) {
+  // `whose`: whose data each push is as the receiver takes it.
+  static std::string EncodePending(
+      const std::vector<Range>& ranges, const std::vector<RawRequest>& deferred,
+      const std::function<int(const RawRequest&)>& whose,
+      const std::string& counts) {
     std::string out(8 + 16 * ranges.size() + 8 + 32 * deferred.size(), '\0');
     char* o = &out[0];
     EncodeFixed64(o, ranges.size());
@@ -964,10 +985,8 @@ class KVServerCore::Impl {
     EncodeFixed64(o, deferred.size());
     o += 8;
     for (const RawRequest& r : deferred) {
-      const int whose = r.handed_from != 0  ? r.handed_from
-                        : r.replica_of != 0 ? r.replica_of
-                                            : me;
-      const int64_t id[4] = {r.sender, r.customer_id, OriginTs(r), whose};
+      const int64_t id[4] = {r.sender, r.customer_id, OriginTs(r),
+                             DedupId(whose(r), r.handed_from)};
       for (int64_t v : id) {
         EncodeFixed64(o, static_cast<uint64_t>(v));
         o += 8;
@@ -1055,8 +1074,7 @@ class KVServerCore::Impl {
       auto it = applied_.find(std::make_pair(static_cast<int>(ids[i]),
                                              static_cast<int>(ids[i + 1])));
       if (it != applied_.end()) {
-        it->second.erase(
-            std::make_pair(ids[i + 2], static_cast<int>(ids[i + 3])));
+        it->second.erase(std::make_pair(ids[i + 2], ids[i + 3]));
       }
     }
     VLOG(1) << "server app " << app_->app_id() << ": a copy from node " << from
@@ -1185,7 +1203,7 @@ class KVServerCore::Impl {
       for (size_t i = 0; i + 3 < n; i += 4) {
         auto& seen = applied_[std::make_pair(static_cast<int>(e[i]),
                                              static_cast<int>(e[i + 1]))];
-        seen.emplace(e[i + 2], static_cast<int>(e[i + 3]));
+        seen.emplace(e[i + 2], e[i + 3]);
         if (seen.size() > kMaxApplied) seen.erase(seen.begin());
       }
     }
@@ -1309,8 +1327,10 @@ class KVServerCore::Impl {
       for (RawRequest& r : taken.pushes) {
         if (r.handed_from == 0) r.handed_from = me;
       }
-      pending_frame = Adopt(EncodePending(MovedRanges(prev, ring, me, to),
-                                          taken.pushes, me, taken.counts));
+      // They reach `to` as copies of its own data (ForwardCopy below).
+      pending_frame = Adopt(EncodePending(
+          MovedRanges(prev, ring, me, to), taken.pushes,
+          [to](const RawRequest&) { return to; }, taken.counts));
       deferred = std::move(taken.pushes);
       // A pull held for its worker's pushes to those keys is answered
       // there, after their round: refused here, its worker re-routes it.
@@ -1649,12 +1669,12 @@ class KVServerCore::Impl {
   std::map<std::tuple<int, int, int64_t>, HeldPull> pull_keys_;  // mu_.
 
   // Replication: requests under local timestamps, and the pushes applied,
-  // by (sender, customer) -> (timestamp, server whose data). At most
-  // kMaxApplied per sender; the worker's done_below trims it.
+  // by (sender, customer) -> (timestamp, DedupId). At most kMaxApplied per
+  // sender; the worker's done_below trims it.
   static constexpr size_t kMaxApplied = 1 << 20;
   std::unordered_map<int64_t, Local> locals_ GUARDED_BY(mu_);
   int next_local_ GUARDED_BY(mu_) = 0;
-  std::map<std::pair<int, int>, std::set<std::pair<int64_t, int>>> applied_
+  std::map<std::pair<int, int>, std::set<std::pair<int64_t, int64_t>>> applied_
       GUARDED_BY(mu_);
   // Restoring copies: how the handle's state is read and written, the
   // ring under which the copies of this server's data were last whole, and

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <sstream>
 
 #include "util/erase_if.h"
@@ -435,6 +436,22 @@ bool FaultInjector::Step() {
   MutexLock lock(&send_mu_);
   if (held_.empty()) return false;
   ReleaseLocked(held_.begin());
+  return true;
+}
+
+bool FaultInjector::StepLink(int sender, int recipient) {
+  MutexLock lock(&send_mu_);
+  auto of_link = [sender, recipient](const Held& h) {
+    return h.msg.meta.sender == sender && h.msg.meta.recipient == recipient;
+  };
+  auto it = std::find_if(held_.begin(), held_.end(), of_link);
+  if (it == held_.end()) return false;
+  ReleaseLocked(it);
+  // The link's other held messages stay for the test to release: none
+  // becomes due by the count of messages sent.
+  for (Held& h : held_) {
+    if (of_link(h)) h.due = std::numeric_limits<uint64_t>::max();
+  }
   return true;
 }
 

@@ -169,6 +169,11 @@ class FaultInjector {
 
   // Releases the oldest held message; false if none was held.
   bool Step();
+  // Releases the oldest held message of link (sender, recipient); false if
+  // that link holds none. The link's other held messages then stay held
+  // until StepLink, Step or Flush releases them (not as their delays run
+  // out): a test orders what two links deliver to one node.
+  bool StepLink(int sender, int recipient);
   // Releases every held message, oldest first; how many.
   size_t Flush();
   size_t held() const;

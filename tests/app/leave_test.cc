@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -271,6 +272,56 @@ TEST(LeaveFaults, DuplicatedMessagesDuringALeave) {
 // links that keep their order, as TCP's do (FaultPlan::fifo).
 TEST(LeaveFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringALeave) {
   LeaveUnderFaults([](int) { return FaultCluster::FifoPlan(); });
+}
+
+// Under bsp (k=1), server 1 of 3 leaves in a half-pushed round: its ranges
+// go half to server 0 and half to server 2, which keeps the copy of server
+// 0's data. Server 2 receives, in this order: the pending pushes of server
+// 0's copy, those of server 1's hand-over, the rest of server 0's copy
+// (which holds, as server 0's, worker 0's part of its request that server 1
+// handed to server 0), then the rest of the hand-over (another part of the
+// same request, now server 2's). The two parts are known apart by whose
+// data they are, not only by the former owner: server 2 applies both, and
+// the values are bitwise the undisturbed run's.
+TEST(LeaveFaults, UnderBspACopyOfTheOtherNewOwnersHandedPartComesFirst) {
+  const std::vector<Key> keys = SpreadKeys(256);
+  const auto want = UndisturbedBspRounds(3, 1, keys, 6, 3);
+  FaultCluster faulty(1, 3, 2, /*bsp=*/true);
+  InProcCluster& cluster = faulty.cluster();
+  Postoffice* leaver = cluster.server(1);
+  const int from = leaver->node()->my_id();
+  const int other = cluster.server(0)->node()->my_id();
+  const int to = cluster.server(2)->node()->my_id();
+  LogCapture log;
+  const auto got = PushBspRounds(faulty.workers(), keys, 6, 3, [&] {
+    FaultPlan hold;  // Every message to server 2 from the two held.
+    hold.fifo = true;
+    hold.delay = 1;
+    hold.max_delay = std::numeric_limits<int>::max();
+    hold.target.kind = FaultTarget::Kind::kAll;
+    hold.target.links = {{from, to}, {other, to}};
+    faulty.Hold(hold);
+    ASSERT_TRUE(leaver->node()->RequestLeave("test"));
+    ASSERT_TRUE(WaitUntil([&] {
+      return log.Find("handing the keys that moved to node").size() == 2 &&
+             !log.Find("copying this server's data to node " +
+                       std::to_string(to) + " for ring epoch 2")
+                  .empty();
+    }));
+    FaultInjector& net = faulty.injector();
+    ASSERT_TRUE(net.StepLink(other, to));  // The copy's pending pushes.
+    ASSERT_TRUE(net.StepLink(from, to));   // The hand-over's.
+    size_t rest = 0;
+    while (net.StepLink(other, to)) ++rest;
+    EXPECT_GT(rest, 0u);
+    faulty.Settle();  // The rest of the hand-over.
+  });
+  EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
+  EXPECT_TRUE(
+      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
+  ExpectBitwiseEqual(got.first, want.first, "the pull of the leave's round");
+  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  faulty.Finish();
 }
 
 // Under bsp (k=1), server 1 of 3 leaves in a half-pushed round (as

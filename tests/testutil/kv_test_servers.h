@@ -337,7 +337,8 @@ class ReleaseWhenQuiet {
 // CountingServers and `workers` TestWorkers (app 0) on an InProcCluster
 // whose vans go through a FaultInjector of `seed`, with one copy of every
 // range (and bsp if asked). Inject starts the faults with a
-// ReleaseWhenQuiet pump; Settle ends them and delivers what is held.
+// ReleaseWhenQuiet pump, Hold without one; Settle ends them and delivers
+// what is held.
 // Finish passes the final barrier; a test that returns early (a failed
 // ASSERT) leaves it out.
 class FaultCluster {
@@ -377,6 +378,14 @@ class FaultCluster {
     ASSERT_TRUE(injector_.set_plan(plan).ok());
     pump_ = std::make_unique<ReleaseWhenQuiet>(&injector_);
   }
+
+  // Starts `plan` without the pump: what it holds stays held until Settle
+  // (a test that orders deliveries itself).
+  void Hold(const FaultPlan& plan) {
+    ASSERT_TRUE(injector_.set_plan(plan).ok());
+  }
+
+  FaultInjector& injector() { return injector_; }
 
   // What was injected; then no more faults, and every held message is
   // delivered.

@@ -218,6 +218,38 @@ TEST_F(FaultVanTest, StepAndFlushReleaseHeldMessagesOldestFirst) {
   EXPECT_EQ(Timestamps(2), want);
 }
 
+// StepLink releases the oldest held message of one link, and pins the
+// rest of that link: messages sent since on other links do not release
+// them, so a test decides how two links' deliveries interleave.
+TEST_F(FaultVanTest, StepLinkReleasesOneLinksOldestAndKeepsItsRest) {
+  FaultPlan plan;
+  plan.fifo = true;
+  plan.delay = 1;
+  plan.max_delay = 1000000;
+  plan.target.links = {{1, 2}, {3, 2}};
+  Build(6, plan);
+  for (int ts = 0; ts < 3; ++ts) {
+    ASSERT_TRUE(Send(1, 2, ts).ok());
+    ASSERT_TRUE(Send(3, 2, kMarker + ts).ok());
+  }
+  EXPECT_EQ(injector_->held(), 6u);
+  EXPECT_FALSE(injector_->StepLink(2, 1));  // holds nothing
+  EXPECT_TRUE(injector_->StepLink(3, 2));
+  EXPECT_TRUE(injector_->StepLink(1, 2));
+  // Traffic elsewhere releases none of the rest (their behind-the-head
+  // messages were due at once before).
+  for (int ts = 0; ts < 20; ++ts) ASSERT_TRUE(Send(1, 3, ts).ok());
+  ASSERT_TRUE(WaitFor(3, 20));
+  EXPECT_EQ(injector_->held(), 4u);
+  EXPECT_TRUE(injector_->StepLink(3, 2));
+  EXPECT_TRUE(injector_->StepLink(3, 2));
+  EXPECT_FALSE(injector_->StepLink(3, 2));
+  EXPECT_EQ(injector_->Flush(), 2u);
+  ASSERT_TRUE(WaitFor(2, 6));
+  EXPECT_EQ(Timestamps(2),
+            (std::vector<int>{kMarker, 0, kMarker + 1, kMarker + 2, 1, 2}));
+}
+
 // A reordered message is overtaken by the next one on its link.
 TEST_F(FaultVanTest, ReorderLetsTheNextMessageOnTheLinkOvertake) {
   FaultPlan plan;
