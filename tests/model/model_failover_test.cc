@@ -11,6 +11,7 @@
 #include "node/node.h"
 #include "partition/key_ring.h"
 #include "ps/model.h"
+#include "testutil/bitwise.h"
 #include "testutil/inproc_cluster.h"
 #include "util/file.h"
 
@@ -141,17 +142,8 @@ TEST(ModelFailoverTest, BspParametersAreBitwiseThoseOfTheUndisturbedRun) {
   const Parameters killed = Train(true);
   ASSERT_EQ(calm.rows.size(), static_cast<size_t>(kIds * kDim));
   ASSERT_EQ(calm.dense.size(), static_cast<size_t>(kDense));
-  ASSERT_EQ(killed.rows.size(), calm.rows.size());
-  ASSERT_EQ(killed.dense.size(), calm.dense.size());
-  size_t rows_differ = 0, dense_differ = 0;
-  for (size_t i = 0; i < calm.rows.size(); ++i) {
-    rows_differ += calm.rows[i] != killed.rows[i];
-  }
-  for (size_t i = 0; i < calm.dense.size(); ++i) {
-    dense_differ += calm.dense[i] != killed.dense[i];
-  }
-  EXPECT_EQ(rows_differ, 0u) << "of " << calm.rows.size() << " row values";
-  EXPECT_EQ(dense_differ, 0u) << "of " << calm.dense.size() << " dense values";
+  ExpectBitwiseEqual(killed.rows, calm.rows, "the row values");
+  ExpectBitwiseEqual(killed.dense, calm.dense, "the dense values");
   // A checkpoint saved after the failover loads back exactly.
   EXPECT_TRUE(killed.save.ok()) << killed.save;
   EXPECT_TRUE(killed.load.ok()) << killed.load;

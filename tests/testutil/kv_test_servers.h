@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +18,7 @@
 #include "app/app_impl.h"
 #include "ps/kv_app.h"
 #include "ps/ps.h"
+#include "testutil/bitwise.h"
 #include "testutil/inproc_cluster.h"
 #include "transport/fault_van.h"
 
@@ -194,25 +194,6 @@ inline std::pair<std::vector<float>, std::vector<float>> PushBspRounds(
   Status s = w0->WaitBounded(w0->Pull(keys, &seen.second));
   EXPECT_TRUE(s.ok()) << s;
   return seen;
-}
-
-// Expects `got` to hold exactly the bits of `want`.
-inline void ExpectBitwiseEqual(const std::vector<float>& got,
-                               const std::vector<float>& want,
-                               const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t wrong = 0;
-  size_t first = got.size();
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      ++wrong;
-      if (first == got.size()) first = i;
-    }
-  }
-  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << got.size()
-                       << " values differ from the undisturbed run's, e.g. "
-                       << "value " << first << ": " << (wrong ? got[first] : 0)
-                       << " instead of " << (wrong ? want[first] : 0);
 }
 
 // PushBspRounds on a cluster of `servers` bsp servers (`replicas` copies)
