@@ -412,9 +412,10 @@ class ModelClient::Impl {
         newest = std::max(newest, r.ring_epoch);
       }
       if (newest <= sent) return Status::OK();
-      VLOG(1) << "model: '" << request.name << "' was registered under ring "
-              << newest << ", this client's is " << sent
-              << ": registering again under the newer ring";
+      LOG(INFO) << "model: '" << request.name
+                << "' was registered under key ring epoch " << newest
+                << ", this client's is " << sent
+                << ": registering again once this node has the newer ring";
       MutexLock lock(&mu_);
       const bool reached = ring_changed_.wait_for(
           lock.native(),

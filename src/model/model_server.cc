@@ -155,6 +155,10 @@ class ModelServer::Impl {
       // Answered once this server has switched to that ring
       // (AnswerCatalogs): the answer then holds every table registered
       // here before the switch.
+      LOG(INFO) << "model server: node " << req.sender
+                << " asks for the catalog under key ring epoch " << r.ring_epoch
+                << "; this server has " << RingEpoch()
+                << ": answered once it has that ring";
       MutexLock lock(&mu_);
       pending_catalogs_.emplace_back(r.ring_epoch, req);
       return false;
