@@ -568,6 +568,22 @@ class KVServerCore::Impl {
         SendAck(meta, Status::OK());
         return false;
       }
+      if (AnswerPending(*req, meta.resend_for)) {
+        // The push is applied here, but its answer waits for its copies'
+        // acknowledgements (locals_), and answers this one too. An answer
+        // now would tell the worker that the push is safe before its copy
+        // is: were this server to die then, the push would be lost.
+        uint64_t left_out = 0;
+        if (reject_log_.Allow("pending " + std::to_string(req->sender),
+                              Clock::Real()->NowMs(), &left_out)) {
+          LOG(INFO) << "server app " << app_->app_id() << ": push "
+                    << req->timestamp << " of node " << req->sender
+                    << " came again while its copies are unacknowledged: "
+                    << "its pending answer answers it"
+                    << LogLimiter::Since(left_out);
+        }
+        return false;
+      }
       if (!req->pull) {
         SendTo(req->cmd, req->push, req->pull, req->sender, req->timestamp,
                req->customer_id, RawKVs(), Status::OK(), meta.resend_for,
@@ -618,6 +634,24 @@ class KVServerCore::Impl {
     copies_sent_->Add(targets.size() - unsent.size());
     req->timestamp = ts;
     return true;
+  }
+
+  // Whether the part of worker request `req` (a push received again) that
+  // `resend_for` names (0: this server's own) has an answer of this
+  // server's still to come (locals_). Another part of the same request
+  // (one resent for a dead server, beside this server's own) is answered
+  // on its own, so it does not count.
+  bool AnswerPending(const RawRequest& req, int resend_for) {
+    MutexLock lock(&mu_);
+    for (const auto& l : locals_) {
+      const Local& x = l.second;
+      if (x.replica_of == 0 && x.reply_to == req.sender &&
+          x.reply_customer == req.customer_id && x.reply_ts == req.timestamp &&
+          x.resend_for == resend_for) {
+        return true;
+      }
+    }
+    return false;
   }
 
   // Sends target `t` a copy of push `req` (the worker's timestamp

@@ -26,6 +26,7 @@
 #include "testutil/inproc_cluster.h"
 #include "testutil/kv_test_servers.h"
 #include "testutil/log_capture.h"
+#include "transport/fault_van.h"
 
 namespace ps {
 namespace {
@@ -305,6 +306,68 @@ TEST_F(ReplicationTest, ADuplicatePushIsAppliedOnce) {
   // The copy on server 1 (applied before the owner's answer, which the
   // pull need not wait for).
   EXPECT_TRUE(WaitUntil([&] { return servers_[1]->applied() == 1; }));
+}
+
+// A network duplicate of a push that reaches its owner while the push's
+// copy is unacknowledged is left to the push's own answer, which waits for
+// the copy: answered at once, it would tell the worker the push was safe,
+// and a death of the owner before the copy arrived would lose it. Here the
+// copy never arrives (the owner is cut off and killed): the worker, never
+// answered, resends the push to the heir, and every key ends at exactly 1.
+TEST(ReplicationDuplicates, ADuplicateWaitsForItsPushsCopy) {
+  FaultInjector net(1);
+  InProcCluster cluster(
+      2, 1, [](Options* o) { o->replicas = 1; }, &net);
+  cluster.Start();
+  std::vector<std::unique_ptr<CountingServer>> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
+  }
+  TestWorker worker(0, 0, cluster.worker(0));
+  Postoffice* owner = cluster.server(0);
+  const int id = owner->node()->my_id();
+  const int heir = cluster.server(1)->node()->my_id();
+  auto ring = cluster.worker(0)->node()->key_ring();
+  std::vector<Key> keys;
+  for (Key k : SpreadKeys(64)) {
+    if (ring->Owner(k) == id) keys.push_back(k);
+  }
+  ASSERT_FALSE(keys.empty());
+  FaultPlan hold;  // The owner's copies to the heir are held.
+  hold.fifo = true;
+  hold.delay = 1;
+  hold.max_delay = std::numeric_limits<int>::max();
+  hold.target.kind = FaultTarget::Kind::kData;
+  hold.target.links = {{id, heir}};
+  ASSERT_TRUE(net.set_plan(hold).ok());
+  LogCapture log;
+  const std::vector<float> ones(keys.size(), 1.0f);
+  const int ts = worker.Push(keys, ones);
+  ASSERT_TRUE(WaitUntil([&] { return net.held() == 1; }));  // The copy.
+  // The same request again, as a network that delivers twice would.
+  Message again = AppMessage(0, 0, ts, id, /*request=*/true);
+  again.meta.push = true;
+  again.meta.value_bytes = sizeof(float);
+  RawKVs kvs;
+  kvs.keys = SArray<Key>(keys);
+  kvs.vals = SArray<char>(SArray<float>(ones));
+  AddKVFrames(kvs, &again);
+  ASSERT_TRUE(cluster.worker(0)->node()->Send(std::move(again)).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("came again while its copies are unacknowledged").empty();
+  }));
+  net.Partition({id}, {heir});  // The held copy is lost.
+  cluster.KillByHeartbeat(owner);
+  ASSERT_TRUE(net.set_plan(FaultPlan()).ok());
+  net.Flush();
+  Status s = worker.WaitBounded(ts);
+  ASSERT_TRUE(s.ok()) << s;
+  std::vector<float> out;
+  s = worker.WaitBounded(worker.Pull(keys, &out));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(out, ones);
+  EXPECT_EQ(servers[1]->applied(), 1);
+  servers.clear();  // A member died: no final barrier.
 }
 
 // A request sliced by an older ring is refused where it holds a key the
