@@ -1461,7 +1461,21 @@ class KVServerCore::Impl {
         "another server under ring epoch " + std::to_string(ring.epoch()) +
         ": refused, not answered here");
     if (r.timestamp < 0) {
-      Answer(r, s);  // A resend (a local timestamp): it fails.
+      // A resend for a dead server (held under a local timestamp): the
+      // refusal goes to its worker as the request's own answer would, with
+      // the epoch, so that the worker re-routes it too. (It failed before:
+      // a replacement that joined under bsp failed a held pull.)
+      Local local;
+      {
+        MutexLock lock(&mu_);
+        auto it = locals_.find(r.timestamp);
+        if (it == locals_.end()) return;  // Answered already.
+        local = std::move(it->second);
+        locals_.erase(it);
+      }
+      SendTo(r.cmd, r.push, r.pull, local.reply_to, local.reply_ts,
+             local.reply_customer, RawKVs(), s, local.resend_for, r.timestamp,
+             ring.epoch());
       return;
     }
     SendTo(r.cmd, r.push, r.pull, r.sender, r.timestamp, r.customer_id,

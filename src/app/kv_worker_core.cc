@@ -907,10 +907,11 @@ bool KVWorkerCore::Impl::OnMoved(int64_t ts, int peer, const Meta& meta) {
           "node " + std::to_string(meta.sender) + " refused a part sliced " +
           "by ring epoch " + std::to_string(p.epoch) + " for keys moved by " +
           "epoch " + std::to_string(epoch) + ", which is not newer");
-    } else if (slot < p.resent.size() && p.resent[slot] != 0) {
+    } else if (p.push && slot < p.resent.size() && p.resent[slot] != 0) {
       // The dead server may have applied the part before it died (its
       // heir's dedup table knows it as its); a child request under a new
       // identity could apply it twice (docs/replication.md, "Re-routing").
+      // A pull applies nothing: it is re-routed as any refused part.
       refuse = Status::Unavailable(
           "the part of request " + std::to_string(ts) + " resent for dead " +
           "node " + std::to_string(peer) + " was refused by node " +

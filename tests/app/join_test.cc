@@ -139,6 +139,39 @@ TEST_F(JoinAfterFailoverTest, AReplacementTakesAVacantSlotAfterAFailover) {
   })) << "copies not restored";
 }
 
+// Under bsp (k=1), server 1 of 2 dies in a half-pushed round (worker 0
+// has pushed for it, worker 1 not yet), the survivor takes its data, and a
+// replacement (no EMBER_JOIN) takes the vacant slot and its share of the
+// ranges, with the round in progress: the values are bitwise those of the
+// run in which nothing happened.
+TEST_F(JoinAfterFailoverTest, UnderBspAReplacementInAHalfPushedRound) {
+  const std::vector<Key> keys = SpreadKeys(256);
+  const auto want = UndisturbedBspRounds(2, 1, keys, 6, 3);
+  Form(2, 2, /*replicas=*/1, nullptr, /*bsp=*/true);
+  finalize_ = false;  // A member died: no final barrier.
+  LogCapture log;
+  Postoffice* newcomer = nullptr;
+  const auto got = PushBspRounds(workers_, keys, 6, 3, [&] {
+    cluster_->KillByHeartbeat(cluster_->server(1));
+    for (int w = 0; w < 2; ++w) {
+      Node* node = cluster_->worker(w)->node();
+      ASSERT_TRUE(
+          WaitUntil([node] { return node->key_ring()->num_servers() == 1; }));
+    }
+    newcomer = Join(/*join=*/false);
+    ASSERT_NE(newcomer, nullptr);
+    ASSERT_TRUE(WaitUntil([&] {
+      return !log.Find("has joined: it holds the state of its ranges").empty();
+    }));
+  });
+  ExpectBitwiseEqual(got.first, want.first, "the pull of the failover's round");
+  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  ASSERT_NE(newcomer, nullptr);
+  auto ring = cluster_->worker(0)->node()->key_ring();
+  EXPECT_EQ(ring->num_servers(), 2);
+  EXPECT_GE(ring->IndexOf(newcomer->node()->my_id()), 0);
+}
+
 // A former owner dies before handing its keys over (it never heard of the
 // join): with two copies its heir still holds those keys as they were, and
 // hands them over in its place; the newcomer's wait ends and no push is lost.
