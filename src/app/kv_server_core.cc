@@ -1350,9 +1350,13 @@ class KVServerCore::Impl {
     std::vector<RawRequest> deferred;
     if (bsp) {
       const int self = app_->node()->my_id();
+      // The pushes of `me`'s data: its own, and those of a server that died
+      // before `prev` (off it), which this server took over as heir; their
+      // keys (moved: `me`'s under `prev`) say the rest.
       ConsistencyController::HandedOver taken = controller()->HandOver(
-          [me, self](const RawRequest& r) {
-            return (r.replica_of != 0 ? r.replica_of : self) == me;
+          [me, self, &prev](const RawRequest& r) {
+            const int owner = r.replica_of != 0 ? r.replica_of : self;
+            return owner == me || prev.IndexOf(owner) < 0;
           },
           moved);
       // They become the newcomer's own pushes (replica_of: it), each known

@@ -142,8 +142,11 @@ TEST_F(JoinAfterFailoverTest, AReplacementTakesAVacantSlotAfterAFailover) {
 // Under bsp (k=1), server 1 of 2 dies in a half-pushed round (worker 0
 // has pushed for it, worker 1 not yet), the survivor takes its data, and a
 // replacement (no EMBER_JOIN) takes the vacant slot and its share of the
-// ranges, with the round in progress: the values are bitwise those of the
-// run in which nothing happened.
+// ranges, with the round in progress: the heir hands the round's deferred
+// parts over with the keys, the data of the dead server included, and the
+// values are bitwise those of the run in which nothing happened. (Before,
+// the heir kept the dead server's parts, and the replacement answered the
+// round's pull without them whenever the heir's copy came late.)
 TEST_F(JoinAfterFailoverTest, UnderBspAReplacementInAHalfPushedRound) {
   const std::vector<Key> keys = SpreadKeys(256);
   const auto want = UndisturbedBspRounds(2, 1, keys, 6, 3);
@@ -164,6 +167,10 @@ TEST_F(JoinAfterFailoverTest, UnderBspAReplacementInAHalfPushedRound) {
       return !log.Find("has joined: it holds the state of its ranges").empty();
     }));
   });
+  // The heir handed over worker 0's deferred part of the round for the
+  // keys it had taken from the dead server (its data now).
+  EXPECT_TRUE(
+      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
   ExpectBitwiseEqual(got.first, want.first, "the pull of the failover's round");
   ExpectBitwiseEqual(got.second, want.second, "the values at the end");
   ASSERT_NE(newcomer, nullptr);
