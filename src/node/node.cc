@@ -459,7 +459,10 @@ void Node::SendHeartbeat() {
   // leave has handed over (HANDOVER_DONE), and the copies it reported
   // under its ring that the last echo did not count (REPLICA_READY).
   beat.meta.epoch = ring_ ? ring_->epoch() : 0;
-  beat.meta.handed_over = handover_reported_ || leave_ == LeaveState::kLeft;
+  // A server that joined and later leaves: only its leave counts then.
+  beat.meta.handed_over = leave_ == LeaveState::kNone
+                              ? handover_reported_
+                              : leave_ == LeaveState::kLeft;
   auto reported = reported_holders_.find(beat.meta.sender);
   if (ring_ && reported != reported_holders_.end() &&
       reported->second.first == ring_->epoch()) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -28,7 +29,7 @@ namespace {
 constexpr int kResendMs = 300;  // EMBER_MIGRATION_RESEND_MS, fake time
 constexpr int kTickMs = 100;    // fake time a quiet tick lets pass
 
-// Drops (8%), delays (10%) and duplicates (10%) on links that keep their
+// Drops (10%), delays (10%) and duplicates (10%) on links that keep their
 // order, of the messages of a membership change only: the servers' state
 // copies and hand-overs (their data messages and acknowledgements) and the
 // control messages of the change. Not the workers' requests (nothing
@@ -38,7 +39,7 @@ constexpr int kTickMs = 100;    // fake time a quiet tick lets pass
 FaultPlan MigrationDropPlan(int newcomer) {
   FaultPlan plan;
   plan.fifo = true;
-  plan.drop = 0.08;
+  plan.drop = 0.1;
   plan.delay = 0.1;
   plan.duplicate = 0.1;
   plan.max_delay = 6;
@@ -127,7 +128,8 @@ TEST_P(LostMigrationTest, EveryChangeCompletesAndNothingIsLostOrDoubled) {
               log.Find("copying again").size() +
               log.Find("its node table was lost").size() +
               log.Find("asking again").size() +
-              log.Find("its HANDOVER_DONE was lost").size();
+              log.Find("its HANDOVER_DONE was lost").size() +
+              log.Find("reported again in its heartbeat").size();
     if (join()) {
       EXPECT_GT(servers.back()->own(), 0);
     }
@@ -219,6 +221,50 @@ TEST(LostMigration, AMemberThatLostTheNodeTableIsSentItAgain) {
   const std::vector<Key> keys = SpreadKeys(256);
   PushOnesWhile(faulty.workers(), keys, 3, 0, nullptr);
   ExpectAllKeys(faulty.workers()[0].get(), keys, 3);
+  faulty.Finish();
+}
+
+// A server that joined reports in its beats that it has its state
+// (handed_over); when it later leaves, its beats must say so only once its
+// leave has handed over: with its hand-over held back, beats with the
+// scheduler's leave under way do not end the leave.
+TEST(LostMigration, AServerThatJoinedAndLeavesIsNotLeftBeforeItsHandOver) {
+  FaultCluster faulty(1, 2, 1, false, [](Options* o) { Tweak(o, 0); });
+  InProcCluster& cluster = faulty.cluster();
+  LogCapture log;
+  Postoffice* po = cluster.AddServer(true);
+  ASSERT_TRUE(po->StartStatus(0, true).ok());
+  faulty.servers().push_back(std::make_unique<CountingServer>(po));
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  const std::vector<Key> keys = SpreadKeys(256);
+  PushOnesWhile(faulty.workers(), keys, 2, 0, nullptr);
+  const int leaver = po->node()->my_id();
+  FaultPlan hold;  // The leaver's hand-over messages, held.
+  hold.fifo = true;
+  hold.delay = 1;
+  hold.max_delay = std::numeric_limits<int>::max();
+  hold.target.kind = FaultTarget::Kind::kData;
+  hold.target.migration = true;
+  hold.target.links = {{leaver, FaultTarget::kAnyNode}};
+  faulty.Hold(hold);
+  ASSERT_TRUE(po->node()->RequestLeave("test"));
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("handing the keys that moved to node").empty();
+  }));
+  for (int i = 0; i < 3; ++i) {
+    cluster.clock()->Advance(kTickMs);
+    for (Postoffice* p : cluster.all()) {
+      if (p != cluster.scheduler()) cluster.Beat(p);
+    }
+    cluster.scheduler()->node()->CheckLiveness();
+  }
+  EXPECT_TRUE(log.Find("has left: its ranges are handed over").empty());
+  EXPECT_FALSE(po->node()->has_left());
+  faulty.Settle();
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("has left: its ranges are handed over").empty();
+  }));
+  ExpectAllKeys(faulty.workers()[0].get(), keys, 2);
   faulty.Finish();
 }
 
