@@ -87,6 +87,14 @@ Customer* AppImpl::customer() {
       }
       if (handler) handler(older_than_ms);
     });
+    customer_->set_tick_handler([this] {
+      Customer::TickHandler handler;
+      {
+        MutexLock l(&mu_);
+        handler = tick_;
+      }
+      if (handler) handler();
+    });
     customer_->set_ring_handler([this] {
       Customer::RingHandler handler;
       {
@@ -133,6 +141,11 @@ void AppImpl::set_failover_handler(Customer::FailoverHandler handler) {
 void AppImpl::set_watch_handler(Customer::WatchHandler handler) {
   MutexLock lock(&mu_);
   watch_ = std::move(handler);
+}
+
+void AppImpl::set_tick_handler(Customer::TickHandler handler) {
+  MutexLock lock(&mu_);
+  tick_ = std::move(handler);
 }
 
 void AppImpl::set_ring_handler(Customer::RingHandler handler) {

@@ -54,6 +54,8 @@ class AppImpl {
   void set_failover_handler(Customer::FailoverHandler handler);
   // Customer::set_watch_handler, on the customer thread.
   void set_watch_handler(Customer::WatchHandler handler);
+  // Customer::set_tick_handler, on the customer thread.
+  void set_tick_handler(Customer::TickHandler handler);
   // Customer::set_ring_handler, on the customer thread.
   void set_ring_handler(Customer::RingHandler handler);
   // Customer::set_worker_handler, on the customer thread.
@@ -98,6 +100,7 @@ class AppImpl {
   FailureHandler kv_failure_ GUARDED_BY(mu_);
   Customer::PeerFailureHandler peer_failure_ GUARDED_BY(mu_);
   Customer::WatchHandler watch_ GUARDED_BY(mu_);
+  Customer::TickHandler tick_ GUARDED_BY(mu_);
   Customer::FailoverHandler failover_ GUARDED_BY(mu_);
   Customer::RingHandler ring_ GUARDED_BY(mu_);
   Customer::WorkerHandler worker_ GUARDED_BY(mu_);

@@ -50,6 +50,7 @@ class KVServerCore::Impl {
     app_->set_failover_handler(
         [this](int dead, const Status&) { OnFailover(dead); });
     app_->set_ring_handler([this] { OnRingChanged(); });
+    app_->set_tick_handler([this] { ResendUnacknowledged(); });
     app_->set_worker_handler([this](int worker, WorkerEvent event) {
       OnWorkerChange(worker, event);
     });
@@ -85,6 +86,7 @@ class KVServerCore::Impl {
     app_->set_watch_handler(nullptr);
     app_->set_failover_handler(nullptr);
     app_->set_ring_handler(nullptr);
+    app_->set_tick_handler(nullptr);
     app_->set_worker_handler(nullptr);
     MutexLock lock(&mu_);
     if (controller_ && (config_.mode != ConsistencyConfig::Mode::kAsp ||
@@ -378,6 +380,20 @@ class KVServerCore::Impl {
       LoadCopy(msg);
       return;
     }
+    if (msg.meta.copy_attempt != 0 && msg.meta.replica_of != 0) {
+      // A deferred push sent within a copy or hand-over: taken only in its
+      // place in the newest sending (docs/replication.md, "Lost messages").
+      bool take = false;
+      {
+        MutexLock lock(&mu_);
+        take = StepLocked(msg.meta) == Step::kTake;
+      }
+      if (!take) {
+        duplicates_->Add();
+        SendAck(msg.meta, Status::OK());
+        return;
+      }
+    }
     if (holding_.load(std::memory_order_relaxed) && msg.meta.replica_of == 0 &&
         !msg.meta.clock_tick) {
       // A server that joined: its own requests wait for its ranges' state.
@@ -659,9 +675,12 @@ class KVServerCore::Impl {
   // `order` is what is known of its keys (AddKVFrames).
   // `epoch`: a hand-over's deferred push, the ring it moves keys under (0:
   // none; HoldIfAhead).
+  // `attempt`, `seq`: its sending and place within a copy or hand-over (0:
+  // none, a push's copy).
   Status ForwardCopy(int t, int64_t ts, int whose, const RawRequest& req,
                      int64_t origin_ts, int64_t done_below,
-                     KeyOrder order = KeyOrder::kUnknown, uint64_t epoch = 0) {
+                     KeyOrder order = KeyOrder::kUnknown, uint64_t epoch = 0,
+                     int64_t attempt = 0, int seq = 0) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -675,6 +694,8 @@ class KVServerCore::Impl {
     m.meta.origin_timestamp = origin_ts;
     m.meta.handed_from = req.handed_from;
     m.meta.done_below = done_below;
+    m.meta.copy_attempt = attempt;
+    m.meta.copy_seq = seq;
     AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, order);
     return app_->node()->Send(std::move(m));
   }
@@ -743,14 +764,20 @@ class KVServerCore::Impl {
            res, error, done.resend_for, ts);
   }
 
-  // Acknowledges a duplicate copy at once.
-  void SendAck(const Meta& meta, const Status& status) {
+  // Acknowledges a duplicate copy at once, or a message of a state copy or
+  // hand-over (its sending and place echoed; `incomplete`: the end of a
+  // sending of which a message was missed).
+  void SendAck(const Meta& meta, const Status& status,
+               bool incomplete = false) {
     Message m = AppMessage(app_->app_id(), meta.customer_id, meta.timestamp,
                            meta.sender, /*request=*/false);
     m.meta.push = true;
     m.meta.cmd = meta.cmd;
     m.meta.replica_of = meta.replica_of;
     m.meta.state_copy = meta.state_copy;
+    m.meta.copy_attempt = meta.copy_attempt;
+    m.meta.copy_seq = meta.copy_seq;
+    m.meta.copy_incomplete = incomplete;
     if (!status.ok()) {
       m.meta.status_code = static_cast<int>(status.code());
       m.meta.status_message = status.message();
@@ -838,10 +865,22 @@ class KVServerCore::Impl {
     int target = 0;
     std::shared_ptr<const KeyRing> ring;  // the ring it was made under
     uint64_t epoch = 0;
-    size_t outstanding = 0;  // chunks yet to be acknowledged
     Status status;
     bool handover = false;  // a hand-over to a server that joined
     bool leave = false;     // ... or from this server, which leaves
+    // Lost messages (docs/replication.md): the copy_attempt of its last
+    // sending and when that went out (the node's clock); unacknowledged
+    // after EMBER_MIGRATION_RESEND_MS it is sent again.
+    int64_t attempt = 0;
+    int64_t sent_ms = 0;
+    // A hand-over's messages, kept to be sent again as they were: the
+    // state of the moved keys does not change here after the switch. (A
+    // copy of this server's own data is read afresh instead: pushes go on.)
+    int whose = 0;
+    bool bsp = false;
+    SArray<char> pending;
+    std::vector<SArray<char>> chunks;
+    std::vector<RawRequest> deferred;
   };
 
   // On the customer thread, after the ring changed.
@@ -850,12 +889,10 @@ class KVServerCore::Impl {
     const int me = app_->node()->my_id();
     if (!ring || ring->replicas() == 0 || ring->IndexOf(me) < 0) return;
     std::shared_ptr<const KeyRing> synced;
-    StateHooks hooks;
     {
       MutexLock lock(&mu_);
       synced = synced_ring_;
       synced_ring_ = ring;
-      hooks = hooks_;
     }
     if (synced == ring) return;
     std::vector<int> had;
@@ -868,11 +905,21 @@ class KVServerCore::Impl {
       }
     }
     if (need.empty()) return;
+    CopyState(ring, need);
+  }
+
+  // Sends each of `need` a copy of this server's data under `ring` (read
+  // now): RestoreCopies, and a copy sent again (ResendUnacknowledged).
+  void CopyState(const std::shared_ptr<const KeyRing>& ring,
+                 const std::vector<int>& need) {
+    const int me = app_->node()->my_id();
     const std::string app = "server app " + std::to_string(app_->app_id());
     bool bsp = false;
+    StateHooks hooks;
     {
       MutexLock lock(&mu_);
       bsp = config_.mode == ConsistencyConfig::Mode::kBsp;
+      hooks = hooks_;
     }
     if (!hooks.dump) {
       LOG(ERROR) << app
@@ -939,26 +986,33 @@ class KVServerCore::Impl {
     const SArray<char> dedup_frame = Adopt(std::move(dedup_bytes));
     for (int t : need) {
       int64_t ts = 0;
+      int64_t attempt = 0;
       {
         MutexLock lock(&mu_);
         ts = NewLocalTsLocked();
+        attempt = ++next_attempt_;
         Copy& c = copies_[ts];
         c.target = t;
         c.ring = ring;
         c.epoch = ring->epoch();
-        c.outstanding = frames.size() + 1 + (bsp ? 1 : 0);
+        c.attempt = attempt;
+        c.sent_ms = app_->node()->clock()->NowMs();
       }
+      // Each message's place in this sending; the end (the dedup entries)
+      // carries the count.
+      int seq = 0;
       Status st;
-      if (bsp) st = SendState(t, ts, 3, pending_frame);
+      if (bsp) st = SendState(t, ts, 3, pending_frame, 0, 0, attempt, ++seq);
       for (const SArray<char>& f : frames) {
-        if (st.ok()) st = SendState(t, ts, 1, f);
+        if (st.ok()) st = SendState(t, ts, 1, f, 0, 0, attempt, ++seq);
       }
       for (const RawRequest& r : deferred) {
         if (!st.ok()) break;
         const int whose = r.replica_of != 0 ? r.replica_of : me;
-        st = ForwardCopy(t, ts, whose, r, OriginTs(r), 0);
+        st = ForwardCopy(t, ts, whose, r, OriginTs(r), 0, KeyOrder::kUnknown, 0,
+                         attempt, ++seq);
       }
-      if (st.ok()) st = SendState(t, ts, 2, dedup_frame);
+      if (st.ok()) st = SendState(t, ts, 2, dedup_frame, 0, 0, attempt, ++seq);
       if (!st.ok()) {
         LOG(ERROR) << app << ": copy of this server's data to node " << t
                    << " failed: " << st;
@@ -1085,8 +1139,22 @@ class KVServerCore::Impl {
             config_.ToString() + ")");
       }
     }
+    // The pushes that follow: one deferred here already came in an earlier
+    // sending of this hand-over (docs/replication.md, "Lost messages"),
+    // as this server's own push; it follows again.
+    const int me = app_->node()->my_id();
+    std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> follow;
+    for (size_t i = 0; i + 3 < ids.size(); i += 4) {
+      follow.emplace(ids[i], ids[i + 1], ids[i + 2], ids[i + 3]);
+    }
     StatusOr<size_t> dropped = controller()->ReplaceCopiedData(
-        [&in_range](const RawRequest& r) {
+        [&in_range, &follow, me](const RawRequest& r) {
+          if (follow.count(
+                  std::make_tuple(r.sender, r.customer_id, OriginTs(r),
+                                  DedupId(r.replica_of != 0 ? r.replica_of : me,
+                                          r.handed_from)))) {
+            return true;
+          }
           // A copy made under an older ring may hold keys of two servers'
           // ranges now (a join or a leave moved some): both copy theirs.
           if (r.replica_of == 0) return false;
@@ -1155,8 +1223,10 @@ class KVServerCore::Impl {
   // `whose`: the server whose state it is (0: this one's); a hand-over an
   // heir makes for a dead server names it.
   // `epoch`: a hand-over's, the ring it moves keys under (0: none).
+  // `attempt`, `seq`: its sending and place in it (docs/replication.md,
+  // "Lost messages").
   Status SendState(int t, int64_t ts, int kind, const SArray<char>& frame,
-                   int whose = 0, uint64_t epoch = 0) {
+                   int whose, uint64_t epoch, int64_t attempt, int seq) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -1165,6 +1235,8 @@ class KVServerCore::Impl {
     m.meta.value_bytes = static_cast<int>(value_bytes_);
     if (kind != 4) m.AddData(frame);  // The end of a hand-over has none.
     m.meta.epoch = epoch;
+    m.meta.copy_attempt = attempt;
+    m.meta.copy_seq = seq;
     return app_->node()->Send(std::move(m));
   }
 
@@ -1180,10 +1252,30 @@ class KVServerCore::Impl {
         msg.meta.replica_of != 0 ? msg.meta.replica_of : msg.meta.sender;
     bool ignore = false;
     const bool handover = IsHandover(msg.meta);
+    Step step = Step::kTake;
     {
       MutexLock lock(&mu_);
       hooks = hooks_;
       ignore = handover && !awaiting_.count(whose);
+      if (ignore) {
+        CloseStreamLocked(msg.meta);
+      } else {
+        step = StepLocked(msg.meta);
+      }
+    }
+    if (step != Step::kTake) {
+      // Taken already, of an older sending, or after a lost message of its
+      // sending: it changes nothing. The end of a sending with a gap says
+      // so, and the sender sends it all again.
+      const bool end = msg.meta.state_copy == (handover ? 4 : 2);
+      if (step == Step::kGap && end) {
+        LOG(WARNING) << "server app " << app_->app_id() << ": "
+                     << (handover ? "hand-over" : "copy") << " from node "
+                     << msg.meta.sender << " (sending " << msg.meta.copy_attempt
+                     << ") lost a message: asking for it again";
+      }
+      SendAck(msg.meta, Status::OK(), step == Step::kGap && end);
+      return;
     }
     if (ignore) {
       uint64_t left_out = 0;
@@ -1387,6 +1479,7 @@ class KVServerCore::Impl {
         chunks.clear();
       }
     }
+    size_t bytes = 0;
     int64_t ts = 0;
     {
       MutexLock lock(&mu_);
@@ -1394,24 +1487,18 @@ class KVServerCore::Impl {
       Copy& c = copies_[ts];
       c.target = to;
       c.epoch = ring.epoch();
-      c.outstanding = chunks.size() + 1;
       c.handover = true;
-    }
-    size_t bytes = 0;
-    Status st;
-    if (bsp) st = SendState(to, ts, 3, pending_frame, whose, ring.epoch());
-    for (std::string& c : chunks) {
-      bytes += c.size();
-      if (st.ok()) {
-        st = SendState(to, ts, 5, Adopt(std::move(c)), whose, ring.epoch());
+      c.whose = whose;
+      c.bsp = bsp;
+      c.pending = pending_frame;
+      for (std::string& chunk : chunks) {
+        bytes += chunk.size();
+        c.chunks.push_back(Adopt(std::move(chunk)));
       }
+      c.deferred = std::move(deferred);
     }
-    for (const RawRequest& r : deferred) {
-      if (!st.ok()) break;
-      st = ForwardCopy(to, ts, to, r, OriginTs(r), 0, KeyOrder::kUnknown,
-                       ring.epoch());
-    }
-    if (st.ok()) st = SendState(to, ts, 4, SArray<char>(), whose, ring.epoch());
+    size_t ndeferred = 0;
+    Status st = SendHandover(ts, &ndeferred);
     if (!st.ok()) {
       LOG(ERROR) << app << ": hand-over to node " << to << " failed: " << st;
       MutexLock lock(&mu_);
@@ -1421,14 +1508,185 @@ class KVServerCore::Impl {
     LOG(INFO) << app << ": handing the keys that moved to node " << to
               << " under ring epoch " << ring.epoch() << " over ("
               << chunks.size() << " chunk(s), " << bytes << " bytes"
-              << (bsp ? ", " + std::to_string(deferred.size()) +
-                            " deferred push(es)"
+              << (bsp ? ", " + std::to_string(ndeferred) + " deferred push(es)"
                       : std::string())
               << ")"
               << (whose != 0 ? " for dead node " + std::to_string(whose) +
                                    ", from its copy here"
                              : std::string());
     return ts;
+  }
+
+  // Sends hand-over `ts` (copies_) under a new attempt: the pending pushes
+  // (bsp), the chunks, the deferred pushes, the end, each numbered in this
+  // sending (docs/replication.md, "Lost messages"). *deferred: how many
+  // pushes it moves.
+  Status SendHandover(int64_t ts, size_t* deferred) {
+    int to = 0, whose = 0;
+    uint64_t epoch = 0;
+    int64_t attempt = 0;
+    bool bsp = false;
+    SArray<char> pending;
+    std::vector<SArray<char>> chunks;
+    std::vector<RawRequest> pushes;
+    {
+      MutexLock lock(&mu_);
+      auto it = copies_.find(ts);
+      if (it == copies_.end()) return Status::OK();
+      Copy& c = it->second;
+      c.attempt = ++next_attempt_;
+      c.sent_ms = app_->node()->clock()->NowMs();
+      to = c.target;
+      whose = c.whose;
+      epoch = c.epoch;
+      attempt = c.attempt;
+      bsp = c.bsp;
+      pending = c.pending;
+      chunks = c.chunks;
+      pushes = c.deferred;
+    }
+    *deferred = pushes.size();
+    int seq = 0;
+    Status st;
+    if (bsp) st = SendState(to, ts, 3, pending, whose, epoch, attempt, ++seq);
+    for (const SArray<char>& chunk : chunks) {
+      if (st.ok())
+        st = SendState(to, ts, 5, chunk, whose, epoch, attempt, ++seq);
+    }
+    for (const RawRequest& r : pushes) {
+      if (!st.ok()) break;
+      st = ForwardCopy(to, ts, to, r, OriginTs(r), 0, KeyOrder::kUnknown, epoch,
+                       attempt, ++seq);
+    }
+    if (st.ok()) {
+      st = SendState(to, ts, 4, SArray<char>(), whose, epoch, attempt, ++seq);
+    }
+    return st;
+  }
+
+  // --- Lost messages (docs/replication.md, "Lost messages").
+  //
+  // Every message of a state copy or hand-over carries the number of its
+  // sending (copy_attempt, growing with each sending of this app) and its
+  // place in it (copy_seq, from 1; the end carries the count). A sender
+  // whose copy's end is not acknowledged within EMBER_MIGRATION_RESEND_MS,
+  // or is acknowledged as incomplete, sends the whole copy again under a new
+  // attempt: a hand-over as it was (the moved keys' state is frozen here
+  // after the switch, and the receiver holds its own requests for them
+  // until the end), a copy of its own data read afresh (pushes go on, and
+  // every one forwarded after the read follows it on the link). The
+  // receiver takes, per sender and kind (hand-over or copy), the messages
+  // of the newest attempt in order: one it took already, one of an older
+  // attempt, and every one after a gap change nothing (they are
+  // acknowledged), and the end of an attempt with a gap is answered as
+  // incomplete. Links keep their order, so a sending is never mixed with
+  // another: a sending taken whole, its pending pushes first, replaces what
+  // an earlier, partial one left.
+
+  enum class Step { kTake, kSkip, kGap };
+  struct Stream {
+    int64_t attempt = 0;
+    int next = 1;  // the copy_seq expected next
+    bool broken = false;
+  };
+  static std::pair<int, bool> StreamOf(const Meta& meta) {
+    return {meta.sender, IsHandover(meta) || meta.epoch != 0};
+  }
+  // Where message `meta` of a copy or hand-over stands in its stream:
+  // kTake, the next of the newest sending; kSkip, one taken already or of
+  // an older sending; kGap, one after a message of its sending was missed.
+  Step StepLocked(const Meta& meta) REQUIRES(mu_) {
+    if (meta.copy_attempt == 0) return Step::kTake;
+    Stream& st = streams_[StreamOf(meta)];
+    if (meta.copy_attempt < st.attempt) return Step::kSkip;
+    if (meta.copy_attempt > st.attempt)
+      st = Stream{meta.copy_attempt, 1, false};
+    if (st.broken) return Step::kGap;
+    if (meta.copy_seq < st.next) return Step::kSkip;
+    if (meta.copy_seq > st.next) {
+      st.broken = true;
+      return Step::kGap;
+    }
+    ++st.next;
+    return Step::kTake;
+  }
+  // A hand-over message ignored (this app awaits none from its sender):
+  // the rest of its sending is too (its deferred pushes in particular).
+  void CloseStreamLocked(const Meta& meta) REQUIRES(mu_) {
+    if (meta.copy_attempt == 0) return;
+    Stream& st = streams_[StreamOf(meta)];
+    if (meta.copy_attempt < st.attempt) return;
+    st = Stream{meta.copy_attempt, 1, true};
+  }
+
+  // On the customer thread at each tick of the node (every heartbeat):
+  // sends again every copy and hand-over whose end has gone
+  // unacknowledged for EMBER_MIGRATION_RESEND_MS.
+  void ResendUnacknowledged() {
+    const int resend_ms = app_->node()->options().MigrationResendMs();
+    if (resend_ms < 0) return;
+    const int64_t now = app_->node()->clock()->NowMs();
+    std::vector<int64_t> due;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& c : copies_) {
+        if (now - c.second.sent_ms >= resend_ms) due.push_back(c.first);
+      }
+    }
+    for (int64_t ts : due) SendAgain(ts, resend_ms);
+  }
+
+  // Sends copy or hand-over `ts` again (see above); `after_ms`: how long
+  // it went unacknowledged (-1: its end was answered as incomplete).
+  void SendAgain(int64_t ts, int after_ms) {
+    const std::string app = "server app " + std::to_string(app_->app_id());
+    const std::string why =
+        after_ms < 0 ? "a message of it was lost"
+                     : "unacknowledged after " + std::to_string(after_ms) +
+                           " ms (EMBER_MIGRATION_RESEND_MS)";
+    Copy c;
+    {
+      MutexLock lock(&mu_);
+      auto it = copies_.find(ts);
+      if (it == copies_.end()) return;
+      c = it->second;
+      if (!c.handover) copies_.erase(it);
+    }
+    if (!app_->node()->IsAlive(c.target)) {
+      MutexLock lock(&mu_);
+      copies_.erase(ts);
+      return;
+    }
+    if (c.handover) {
+      LOG(WARNING) << app << ": hand-over to node " << c.target
+                   << " under ring epoch " << c.epoch << ": " << why
+                   << "; sending it again";
+      size_t ignored = 0;
+      Status st = SendHandover(ts, &ignored);
+      if (!st.ok()) {
+        LOG(ERROR) << app << ": hand-over to node " << c.target
+                   << " could not be sent again: " << st;
+      }
+      return;
+    }
+    // A copy of this server's data: made afresh, under the current ring, if
+    // the target still is one and no newer copy to it is under way.
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    const int me = app_->node()->my_id();
+    if (!ring || ring->IndexOf(me) < 0) return;
+    const std::vector<int> targets = ring->ReplicaTargets(me);
+    if (std::find(targets.begin(), targets.end(), c.target) == targets.end()) {
+      return;
+    }
+    {
+      MutexLock lock(&mu_);
+      for (const auto& other : copies_) {
+        if (!other.second.handover && other.second.target == c.target) return;
+      }
+    }
+    LOG(WARNING) << app << ": copy of this server's data to node " << c.target
+                 << ": " << why << "; copying again";
+    CopyState(ring, {c.target});
   }
 
   // The ring positions server `from` owned under `prev` that server `to`
@@ -1641,21 +1899,33 @@ class KVServerCore::Impl {
 
   void OnStateAck(const Meta& meta) {
     Copy done;
+    bool incomplete = false;
     {
       MutexLock lock(&mu_);
       auto it = copies_.find(meta.timestamp);
       if (it == copies_.end() || it->second.target != meta.sender) return;
       Copy& c = it->second;
+      // An answer to an earlier sending changes nothing.
+      if (meta.copy_attempt != c.attempt) return;
       if (meta.status_code != 0 && c.status.ok()) {
         c.status = Status(static_cast<Status::Code>(meta.status_code),
                           meta.status_message);
       }
-      // A hand-over is acknowledged with its end's answer, which the target
-      // sends after every chunk's (one link, one thread, in order): a
-      // chunk's answer the network delivers twice must not end it early.
-      if (c.handover ? meta.state_copy != 4 : --c.outstanding > 0) return;
-      done = c;
-      copies_.erase(it);
+      // A copy is acknowledged with its end's answer, which the target
+      // sends after every other message's (one link, one thread, in order)
+      // and only once it took every one of this sending: a message's
+      // answer the network delivers twice must not end it early, nor may a
+      // lost one.
+      if (meta.state_copy != (c.handover ? 4 : 2)) return;
+      incomplete = meta.copy_incomplete;
+      if (!incomplete) {
+        done = c;
+        copies_.erase(it);
+      }
+    }
+    if (incomplete) {
+      SendAgain(meta.timestamp, -1);
+      return;
     }
     const std::string app = "server app " + std::to_string(app_->app_id());
     if (done.handover) {
@@ -1735,6 +2005,10 @@ class KVServerCore::Impl {
   StateHooks hooks_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> synced_ring_ GUARDED_BY(mu_);
   std::map<int64_t, Copy> copies_ GUARDED_BY(mu_);
+  // Lost messages: the last copy_attempt this app used, and per sender and
+  // kind (true: hand-over) where its newest sending stands here.
+  int64_t next_attempt_ GUARDED_BY(mu_) = 0;
+  std::map<std::pair<int, bool>, Stream> streams_ GUARDED_BY(mu_);
   // Joining: the ring of the last ring change this app handled, the
   // servers whose hand-over a newly joined server still awaits, and its
   // requests held meanwhile.

@@ -76,6 +76,10 @@ std::string Meta::DebugString() const {
     }
     if (resend_for != 0) os << " resend_for=" << resend_for;
     if (state_copy != 0) os << " state_copy=" << state_copy;
+    if (copy_attempt != 0) {
+      os << " copy=" << copy_attempt << "/" << copy_seq
+         << (copy_incomplete ? " incomplete" : "");
+    }
     if (moved_epoch != 0) os << " moved_epoch=" << moved_epoch;
   }
   os << "}";
@@ -151,7 +155,8 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(clock) X(clock_tick) X(keys_as_requested) X(value_bytes)                \
   X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
-  X(state_copy) X(moved_epoch) X(key_run) X(clock_query) X(handed_from)
+  X(state_copy) X(moved_epoch) X(key_run) X(clock_query) X(handed_from)    \
+  X(copy_attempt) X(copy_seq) X(copy_incomplete)
 // clang-format on
 
 // Whether a field differs from proto3's default, which is not sent anyway:
@@ -186,6 +191,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (!meta.run_key.empty()) c->set_run_key(meta.run_key);
     if (!meta.cluster_token.empty()) c->set_cluster_token(meta.cluster_token);
     if (meta.join_running) c->set_join_running(true);
+    if (meta.handed_over) c->set_handed_over(true);
     c->set_holder(meta.holder);
     c->set_holder_epoch(meta.holder_epoch);
     for (int h : meta.holders) c->add_holders(h);
@@ -225,7 +231,8 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
       meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
-      meta->state_copy > 5 || meta->clock_query < 0 || meta->clock_query > 2) {
+      meta->state_copy > 5 || meta->clock_query < 0 || meta->clock_query > 2 ||
+      meta->copy_attempt < 0 || meta->copy_seq < 0) {
     return Status::Corruption(
         "message header with a negative replication "
         "field");
@@ -236,6 +243,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->run_key.clear();
   meta->cluster_token.clear();
   meta->join_running = false;
+  meta->handed_over = false;
   meta->worker_event = WorkerEvent::kNone;
   meta->num_servers = 0;
   meta->num_workers = 0;
@@ -261,6 +269,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->run_key = c.run_key();
     meta->cluster_token = c.cluster_token();
     meta->join_running = c.join_running();
+    meta->handed_over = c.handed_over();
     meta->holder = c.holder();
     meta->holder_epoch = c.holder_epoch();
     if (c.holders_size() > kMaxHolders) {

@@ -142,6 +142,14 @@ struct Meta {
   // A copy of a server's state (docs/replication.md): 1 the application's
   // state, 2 the dedup entries; 0 none.
   int state_copy = 0;
+  // A state copy or hand-over (state_copy != 0, and the deferred pushes
+  // sent within one) and its acknowledgement: which sending of it (from 1;
+  // each resend has a higher one) and the message's place in it (from 1;
+  // the end carries the count); 0 otherwise. copy_incomplete: an
+  // acknowledgement of the end whose receiver missed a message of it.
+  int64_t copy_attempt = 0;
+  int copy_seq = 0;
+  bool copy_incomplete = false;
   // An answer refusing a request sliced by an older ring (some of its keys
   // moved since): the server's ring epoch; 0 otherwise.
   uint64_t moved_epoch = 0;
@@ -170,6 +178,9 @@ struct Meta {
   // kHeartbeat echo to a server, kRejoin of a server: the servers counted
   // as holding a whole copy of its data, as of ring epoch holder_epoch.
   std::vector<int> holders;
+  // kHeartbeat of a server that joined or leaves: it has received (joined)
+  // or handed over (leaving) its ranges' state (HANDOVER_DONE again).
+  bool handed_over = false;
   // kWorkerChange: what happened to the worker in `nodes` (its entry).
   WorkerEvent worker_event = WorkerEvent::kNone;
   // kJoin: the joining node's DMLC_NUM_SERVER and DMLC_NUM_WORKER (0: not

@@ -65,6 +65,10 @@ void Customer::set_watch_handler(WatchHandler handler) {
   SetHandler(&watch_handler_, std::move(handler));
 }
 
+void Customer::set_tick_handler(TickHandler handler) {
+  SetHandler(&tick_handler_, std::move(handler));
+}
+
 void Customer::set_ring_handler(RingHandler handler) {
   SetHandler(&ring_handler_, std::move(handler));
 }
@@ -84,6 +88,24 @@ void Customer::OnRingChanged() {
   Event e;
   e.ring_changed = true;
   Enqueue(std::move(e));
+}
+
+void Customer::Tick() {
+  Event e;
+  e.tick = true;
+  {
+    MutexLock lock(&mu_);
+    if (tick_queued_ || !tick_handler_) return;
+    tick_queued_ = true;
+    ++queued_;
+  }
+  if (!queue_.Push(std::move(e))) {
+    MutexLock lock(&mu_);
+    --queued_;
+    tick_queued_ = false;
+    return;
+  }
+  WakeLoop();
 }
 
 void Customer::Watch(int64_t older_than_ms) {
@@ -341,6 +363,16 @@ Status Customer::WaitFor(int64_t timestamp, int64_t timeout_ms) {
 }
 
 void Customer::Handle(Event& e) {
+  if (e.tick) {
+    TickHandler handler;
+    {
+      MutexLock lock(&mu_);
+      tick_queued_ = false;
+      handler = tick_handler_;
+    }
+    if (handler) handler();
+    return;
+  }
   if (e.watch_ms >= 0) {
     WatchHandler handler;
     {

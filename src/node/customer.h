@@ -87,6 +87,15 @@ class Customer {
   // EMBER_WAIT_LOG_INTERVAL_MS.
   void Watch(int64_t older_than_ms);
 
+  // Runs on the customer thread at each Tick(): a server app sends again
+  // what a membership change has not had acknowledged in time
+  // (docs/replication.md, "Lost messages").
+  using TickHandler = std::function<void()>;
+  void set_tick_handler(TickHandler handler);
+  // Called by the node at each liveness check (every heartbeat); never
+  // blocks. A tick not yet handled is not queued twice.
+  void Tick();
+
   // Runs on the customer thread after the node's key ring has changed
   // (OnRingChanged): a KVWorker re-routes what waited for the new ring.
   using RingHandler = std::function<void()>;
@@ -173,6 +182,7 @@ class Customer {
     bool fail_all = false;
     bool failover = false;      // with failed_peer: it failed over
     int64_t watch_ms = -1;      // >= 0: a Watch, not a message
+    bool tick = false;          // A Tick, not a message.
     bool ring_changed = false;  // The node's ring changed: not a message.
     // A worker's membership changed (worker_id): not a message.
     WorkerEvent worker_event = WorkerEvent::kNone;
@@ -214,6 +224,8 @@ class Customer {
   PeerFailureHandler peer_failure_handler_ GUARDED_BY(mu_);
   FailoverHandler failover_handler_ GUARDED_BY(mu_);
   WatchHandler watch_handler_ GUARDED_BY(mu_);
+  TickHandler tick_handler_ GUARDED_BY(mu_);
+  bool tick_queued_ GUARDED_BY(mu_) = false;
   RingHandler ring_handler_ GUARDED_BY(mu_);
   WorkerHandler worker_handler_ GUARDED_BY(mu_);
   bool watch_queued_ GUARDED_BY(mu_) = false;

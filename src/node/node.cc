@@ -453,11 +453,62 @@ void Node::SendHeartbeat() {
   beat.meta.request = true;
   beat.meta.sender = logical_.begin()->second;
   beat.meta.recipient = kSchedulerId;
+  // What a lost message of a membership change would have said
+  // (docs/replication.md, "Lost messages"): the ring this node has (the
+  // scheduler sends a lagging member its table again), that its join or
+  // leave has handed over (HANDOVER_DONE), and the copies it reported
+  // under its ring that the last echo did not count (REPLICA_READY).
+  beat.meta.epoch = ring_ ? ring_->epoch() : 0;
+  // A server that joined and later leaves: only its leave counts then.
+  beat.meta.handed_over = leave_ == LeaveState::kNone
+                              ? handover_reported_
+                              : leave_ == LeaveState::kLeft;
+  auto reported = reported_holders_.find(beat.meta.sender);
+  if (ring_ && reported != reported_holders_.end() &&
+      reported->second.first == ring_->epoch()) {
+    auto echoed = echoed_holders_.find(beat.meta.sender);
+    for (int h : reported->second.second) {
+      if (echoed == echoed_holders_.end() ||
+          echoed->second.first != reported->second.first ||
+          std::find(echoed->second.second.begin(), echoed->second.second.end(),
+                    h) == echoed->second.second.end()) {
+        beat.meta.holder_epoch = reported->second.first;
+        beat.meta.holders = reported->second.second;
+        break;
+      }
+    }
+  }
   SendLocked(std::move(beat));
+}
+
+void Node::ResendMigration() {
+  const int resend_ms = options_.MigrationResendMs();
+  if (resend_ms < 0) return;
+  MutexLock lock(&mu_);
+  if (!table_ready_ || stopped_ || logical_.empty()) return;
+  const int64_t now = clock_->NowMs();
+  if (leave_ == LeaveState::kAsked && now - leave_asked_ms_ >= resend_ms) {
+    // The request or its refusal may be lost; the scheduler ignores a
+    // request of a server that is leaving already.
+    leave_asked_ms_ = now;
+    LOG(INFO) << "no answer to this server's request to leave within "
+              << resend_ms << " ms (EMBER_MIGRATION_RESEND_MS): asking again";
+    Message ask;
+    ask.meta.control = Control::kLeaveRequest;
+    ask.meta.request = true;
+    ask.meta.sender = logical_.begin()->second;
+    ask.meta.recipient = kSchedulerId;
+    SendLocked(std::move(ask));
+  }
+  // Under mu_, so no customer is destroyed meanwhile; Tick only queues.
+  for (const auto& c : customers_) {
+    if (state_apps_.count(c.first.first)) c.second->Tick();
+  }
 }
 
 void Node::CheckLiveness() {
   SweepEarlyMessages();
+  ResendMigration();
   MutexLock lock(&mu_);
   if (!table_ready_ || stopped_) return;
   int64_t now = clock_->NowMs();
@@ -1671,6 +1722,7 @@ bool Node::RequestLeave(const std::string& why) {
   }
   if (leave_ != LeaveState::kNone) return cannot("it is leaving already");
   leave_ = LeaveState::kAsked;
+  leave_asked_ms_ = clock_->NowMs();
   LOG(WARNING) << why << ": " << DescribeLocked(logical_.begin()->second)
                << " asks the scheduler to let it leave the running cluster";
   Message ask;

@@ -168,6 +168,7 @@ class Node final : private SchedulerHost {
   // --- Liveness. Called by the node's own heartbeat thread; public so tests
   // with a fake clock and heartbeats disabled can drive them.
   void SendHeartbeat();
+  // Also runs the resend timers of membership changes (ResendMigration).
   void CheckLiveness();
   // Logs every wait that has lasted longer than EMBER_WAIT_LOG_INTERVAL_MS
   // and what it waits for: requests (each customer logs its own, on its
@@ -283,6 +284,11 @@ class Node final : private SchedulerHost {
   bool IsDepartureLocked(const Message& msg, const KeyRing& ring) const
       REQUIRES(mu_);
   // The ring without this server came: its hand-over begins.
+  // The timers of membership changes (docs/replication.md, "Lost
+  // messages"), on each liveness check: a LEAVE_REQUEST unanswered for
+  // EMBER_MIGRATION_RESEND_MS is sent again, and every state app's customer
+  // ticks (its server app resends what its copies lack).
+  void ResendMigration() EXCLUDES(mu_);
   void StartLeavingLocked() REQUIRES(mu_);
   // The scheduler refused to let this server leave.
   void HandleLeaveRefused(const std::string& reason) EXCLUDES(mu_);
@@ -407,6 +413,9 @@ class Node final : private SchedulerHost {
   // whose hand-over every new owner has acknowledged.
   enum class LeaveState { kNone, kAsked, kHandingOver, kLeft };
   LeaveState leave_ GUARDED_BY(mu_) = LeaveState::kNone;
+  // When the last LEAVE_REQUEST went out (clock time): asked again after
+  // EMBER_MIGRATION_RESEND_MS without an answer (ResendMigration).
+  int64_t leave_asked_ms_ GUARDED_BY(mu_) = 0;
   std::set<int> leave_handed_ GUARDED_BY(mu_);
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_

@@ -378,6 +378,8 @@ StatusOr<Options> Options::FromEnvironment() {
                              &o.heartbeat_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_SCHEDULER_WAIT_MS", nullptr, 0, 86400000,
                              &o.scheduler_wait_ms));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_MIGRATION_RESEND_MS", nullptr, -1, 3600000,
+                             &o.migration_resend_ms));
   {
     int restart = 0;
     PS_RETURN_IF_ERROR(

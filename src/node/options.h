@@ -78,6 +78,17 @@ struct Options {
   // CheckLiveness() by hand instead).
   int heartbeat_interval_ms = 500;  // EMBER_HEARTBEAT_INTERVAL_MS
   int heartbeat_timeout_ms = 4000;  // EMBER_HEARTBEAT_TIMEOUT_MS
+  // Membership changes (docs/replication.md, "Lost messages"): how long a
+  // state copy or hand-over, a leave request or a ring a member lacks goes
+  // unacknowledged before it is sent again (EMBER_MIGRATION_RESEND_MS). 0:
+  // 3 x heartbeat_interval_ms (none without heartbeats); -1: never. The
+  // timers run on the heartbeat thread (CheckLiveness).
+  int migration_resend_ms = 0;
+  // migration_resend_ms as it applies: -1 when nothing is resent.
+  int MigrationResendMs() const {
+    if (migration_resend_ms != 0) return migration_resend_ms;
+    return heartbeat_interval_ms > 0 ? 3 * heartbeat_interval_ms : -1;
+  }
   // The scheduler also declares a node dead when its connection to the
   // node closed, reconnecting was refused, and this long passed without a
   // heartbeat or LEAVE from it (docs/replication.md, "Detection"); -1:

@@ -591,23 +591,26 @@ void Scheduler::WorkerChangeLocked(int id, WorkerEvent event) {
 void Scheduler::PublishLocked() {
   // The node first: once a member has its table it may send to us.
   PublishToHostLocked();
-  const RingInfo info = ring_->ToInfo();
   for (const auto& entry : table_) {
     const int to = entry.first;
     if (to == kSchedulerNodeId || dead_.count(to) || left_.count(to)) continue;
-    Message m;
-    m.meta.control = Control::kNodeTable;
-    m.meta.sender = kSchedulerNodeId;
-    m.meta.recipient = to;
-    for (const auto& e : table_) {
-      if (!dead_.count(e.first) && !left_.count(e.first)) {
-        m.meta.nodes.push_back(e.second);
-      }
-    }
-    m.meta.ring = info;
-    m.meta.run_key = run_key_;
-    SendLocked(std::move(m));
+    SendLocked(NodeTableLocked(to));
   }
+}
+
+Message Scheduler::NodeTableLocked(int to) const {
+  Message m;
+  m.meta.control = Control::kNodeTable;
+  m.meta.sender = kSchedulerNodeId;
+  m.meta.recipient = to;
+  for (const auto& e : table_) {
+    if (!dead_.count(e.first) && !left_.count(e.first)) {
+      m.meta.nodes.push_back(e.second);
+    }
+  }
+  m.meta.ring = ring_->ToInfo();
+  m.meta.run_key = run_key_;
+  return m;
 }
 
 void Scheduler::HandleBarrierRequest(const Message& msg) {
@@ -745,7 +748,37 @@ void Scheduler::HandleHeartbeat(const Message& msg) {
   // no echo (it could not prove it came from us): missing echoes make it
   // re-register.
   if (!member_keys_.count(msg.meta.sender)) return;
+  if (!left_.count(msg.meta.sender)) OnBeatLocked(msg);
   SendEchoLocked(msg.meta.sender);
+}
+
+void Scheduler::OnBeatLocked(const Message& beat) {
+  const int resend_ms = options_.MigrationResendMs();
+  if (resend_ms < 0 || !formed_ || !ring_) return;
+  const int id = beat.meta.sender;
+  if (beat.meta.handed_over && HandoverDoneLocked(id)) {
+    LOG(INFO) << "(" << DescribeLocked(id)
+              << "'s hand-over was reported by its heartbeat: its "
+                 "HANDOVER_DONE was lost)";
+  }
+  if (beat.meta.holder_epoch != 0 && !beat.meta.holders.empty()) {
+    AdoptReportedHoldersLocked(id, beat.meta.holder_epoch, beat.meta.holders,
+                               "reported again in its heartbeat");
+  }
+  if (beat.meta.epoch == 0 || beat.meta.epoch >= ring_->epoch()) {
+    lagging_since_.erase(id);
+    return;
+  }
+  const int64_t now = clock_->NowMs();
+  auto since = lagging_since_.emplace(id, now).first;
+  if (now - since->second < resend_ms) return;
+  since->second = now;
+  LOG(WARNING) << DescribeLocked(id) << " beats with ring epoch "
+               << beat.meta.epoch << ", not " << ring_->epoch() << ", for "
+               << resend_ms
+               << " ms (EMBER_MIGRATION_RESEND_MS): its node table was lost; "
+                  "sending it again";
+  SendLocked(NodeTableLocked(id));
 }
 
 void Scheduler::SendEchoLocked(int to) {
@@ -763,7 +796,8 @@ void Scheduler::SendEchoLocked(int to) {
 }
 
 void Scheduler::AdoptReportedHoldersLocked(int id, uint64_t epoch,
-                                           const std::vector<int>& reported) {
+                                           const std::vector<int>& reported,
+                                           const char* how) {
   if (!ring_ || epoch != ring_->epoch() || ring_->IndexOf(id) < 0) return;
   const std::vector<int> targets = ring_->ReplicaTargets(id);
   std::vector<int>& held = holders_[id];
@@ -778,7 +812,7 @@ void Scheduler::AdoptReportedHoldersLocked(int id, uint64_t epoch,
     held.push_back(h);
     LOG(INFO) << "copies known again: " << DescribeLocked(h)
               << " holds a whole copy of the data of " << DescribeLocked(id)
-              << " (reported at its re-registration; " << held.size() << " of "
+              << " (" << how << "; " << held.size() << " of "
               << ring_->replicas() << " copies)";
   }
 }
@@ -814,19 +848,21 @@ void Scheduler::HandleReplicaReady(const Message& msg) {
 
 void Scheduler::HandleHandoverDone(const Message& msg) {
   MutexLock lock(&mu_);
-  if (leaving_ >= 0 && msg.meta.sender == leaving_) {
+  if (!HandoverDoneLocked(msg.meta.sender)) counters_->dropped_bad_control++;
+}
+
+bool Scheduler::HandoverDoneLocked(int id) {
+  if (leaving_ >= 0 && id == leaving_) {
     LeaveDoneLocked();
-    return;
+    return true;
   }
-  if (msg.meta.sender != joining_ || joining_ < 0) {
-    counters_->dropped_bad_control++;
-    return;
-  }
+  if (id != joining_ || joining_ < 0) return false;
   joining_ = -1;
-  LOG(INFO) << DescribeLocked(msg.meta.sender)
+  LOG(INFO) << DescribeLocked(id)
             << " has joined: it holds the state of its ranges and serves "
                "them; "
             << ring_->DebugString();
+  return true;
 }
 
 void Scheduler::HandleRejoin(const Message& msg) {

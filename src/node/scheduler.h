@@ -287,9 +287,22 @@ class Scheduler {
   // A restarted scheduler counts the copy holders server `id` reports in
   // its REJOIN (under ring epoch `epoch`) that are live targets of its data
   // under the current ring.
+  // `how` says where the list came from, for the log.
   void AdoptReportedHoldersLocked(int id, uint64_t epoch,
-                                  const std::vector<int>& reported)
+                                  const std::vector<int>& reported,
+                                  const char* how = "at its re-registration")
       REQUIRES(mu_);
+  // Lost messages of a membership change (docs/replication.md): what member
+  // `id`'s beat says (its ring's epoch, that its hand-over is done, the
+  // copies it reported): a member whose ring lags for
+  // EMBER_MIGRATION_RESEND_MS is sent the current NODE_TABLE again; the rest
+  // is taken as the HANDOVER_DONE and REPLICA_READY it repeats.
+  void OnBeatLocked(const Message& beat) REQUIRES(mu_);
+  // The joining or leaving server `id` has handed over (HANDOVER_DONE); false
+  // if no join or leave of it is under way.
+  bool HandoverDoneLocked(int id) REQUIRES(mu_);
+  // The NODE_TABLE of the current membership and ring for member `to`.
+  Message NodeTableLocked(int to) const REQUIRES(mu_);
   std::string MissingNodesLocked() const REQUIRES(mu_);
   std::string DescribeLocked(int id) const REQUIRES(mu_);
   // Whether to log the dropped message of `key` now; if so, *since says
@@ -356,6 +369,9 @@ class Scheduler {
   // The server that asked to leave and has not yet reported its hand-over
   // done, or -1. A join or another leave meanwhile is refused.
   int leaving_ GUARDED_BY(mu_) = -1;
+  // Member id -> since when (clock time) its beats have shown a ring older
+  // than ring_ (OnBeatLocked).
+  std::map<int, int64_t> lagging_since_ GUARDED_BY(mu_);
   // The settings the running servers started with (consistency, as
   // ConsistencyConfig's text, and EMBER_REPLICAS), from the first server
   // JOIN or REJOIN that sent them; empty and -1 until then.

@@ -32,6 +32,13 @@ bool FaultTarget::Matches(const Meta& meta) const {
           controls.end()) {
     return false;
   }
+  if (data && migration && meta.copy_attempt == 0) return false;
+  for (const auto& link : spared) {
+    if ((link.first == kAnyNode || link.first == meta.sender) &&
+        (link.second == kAnyNode || link.second == meta.recipient)) {
+      return false;
+    }
+  }
   if (links.empty()) return true;
   for (const auto& link : links) {
     if ((link.first == kAnyNode || link.first == meta.sender) &&
@@ -86,6 +93,10 @@ std::string FaultPlan::DebugString() const {
     out << " link=" << link.first << "->" << link.second;
   }
   for (Control c : target.controls) out << " control=" << ControlName(c);
+  if (target.migration) out << " migration";
+  for (const auto& link : target.spared) {
+    out << " spared=" << link.first << "->" << link.second;
+  }
   return out.str();
 }
 

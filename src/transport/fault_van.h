@@ -82,6 +82,14 @@ struct FaultTarget {
   std::vector<std::pair<int, int>> links;
   // Only these control commands (with kind kControl or kAll); empty: any.
   std::vector<Control> controls;
+  // Only the data messages of a membership change (with kind kData or
+  // kAll): a state copy's or hand-over's messages between servers and their
+  // acknowledgements (Meta::copy_attempt != 0); not the workers' requests,
+  // nor the copies of their pushes.
+  bool migration = false;
+  // Never these (sender, recipient) links, each side an id or kAnyNode
+  // (e.g. a newcomer's first NODE_TABLE, which nothing resends).
+  std::vector<std::pair<int, int>> spared;
 
   bool Matches(const Meta& meta) const;
 };

@@ -341,6 +341,26 @@ TEST_F(OptionsTest, ZeroHeartbeatIntervalDisablesTimeoutCheck) {
   EXPECT_EQ(o.value().heartbeat_interval_ms, 0);
 }
 
+// Lost messages of a membership change (docs/replication.md): the resend
+// timeout defaults to three heartbeats, none without heartbeats.
+TEST_F(OptionsTest, MigrationResendSetting) {
+  SetRequired();
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().migration_resend_ms, 0);
+  EXPECT_EQ(o.value().MigrationResendMs(), 3 * o.value().heartbeat_interval_ms);
+  Set("EMBER_MIGRATION_RESEND_MS", "250");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().MigrationResendMs(), 250);
+  Set("EMBER_MIGRATION_RESEND_MS", "0");
+  Set("EMBER_HEARTBEAT_INTERVAL_MS", "0");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().MigrationResendMs(), -1);
+  ExpectEachRejected("EMBER_MIGRATION_RESEND_MS", {"-2", "x"});
+}
+
 // Scheduler restart (docs/replication.md): the wait for a silent scheduler,
 // and a restart that needs the run's key file.
 TEST_F(OptionsTest, SchedulerRestartSettings) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -98,7 +99,9 @@ class InProcCluster {
     if (tweak_) tweak_(&o);
     o.join = join;
     if (tweak) tweak(&o);
-    servers_.push_back(Make(o));
+    std::unique_ptr<Postoffice> po = Make(o);
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    servers_.push_back(std::move(po));
     return servers_.back().get();
   }
 
@@ -115,7 +118,9 @@ class InProcCluster {
     o.worker_rank = rank;
     o.rank_hint = rank;
     if (tweak) tweak(&o);
-    workers_.push_back(Make(o));
+    std::unique_ptr<Postoffice> po = Make(o);
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    workers_.push_back(std::move(po));
     return workers_.back().get();
   }
 
@@ -155,9 +160,17 @@ class InProcCluster {
   }
 
   Postoffice* scheduler() { return scheduler_.get(); }
-  Postoffice* server(int rank) { return servers_[rank].get(); }
-  Postoffice* worker(int rank) { return workers_[rank].get(); }
+  Postoffice* server(int rank) {
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    return servers_[rank].get();
+  }
+  Postoffice* worker(int rank) {
+    std::lock_guard<std::mutex> lock(nodes_mu_);
+    return workers_[rank].get();
+  }
+  // Safe beside AddServer and AddWorker on other threads.
   std::vector<Postoffice*> all() {
+    std::lock_guard<std::mutex> lock(nodes_mu_);
     std::vector<Postoffice*> v{scheduler_.get()};
     for (auto& s : servers_) v.push_back(s.get());
     for (auto& w : workers_) v.push_back(w.get());
@@ -226,6 +239,7 @@ class InProcCluster {
   FakeClock clock_;
   InProcNetwork network_;  // Outlives the nodes (declared first).
   std::unique_ptr<Postoffice> scheduler_;
+  std::mutex nodes_mu_;  // servers_ and workers_ as they grow
   std::vector<std::unique_ptr<Postoffice>> servers_;
   std::vector<std::unique_ptr<Postoffice>> workers_;
   std::set<Postoffice*> killed_;

@@ -314,6 +314,60 @@ class ReleaseWhenQuiet {
   std::thread thread_;
 };
 
+// While it lives, a thread that waits for the cluster to fall quiet (no
+// message passed `injector` for a while) and then releases the oldest
+// message the injector holds or, if it holds none, lets `step_ms` of the
+// cluster's fake time pass: every node beats (and the thread waits a bounded
+// while for the echo) and checks liveness, which runs the resend timers of
+// membership changes (EMBER_MIGRATION_RESEND_MS). So a lost message is sent
+// again, without a sleep, once everyone waits for it.
+class TickWhenQuiet {
+ public:
+  TickWhenQuiet(FaultInjector* injector, InProcCluster* cluster, int step_ms)
+      : thread_([this, injector, cluster, step_ms] {
+          uint64_t seen = 0;
+          while (!stop_.load()) {
+            const uint64_t now = injector->counters().messages;
+            if (now == seen && !injector->Step()) Tick(cluster, step_ms);
+            seen = injector->counters().messages;
+            for (int i = 0; i < 2000 && !stop_.load(); ++i) {
+              std::this_thread::yield();
+            }
+          }
+        }) {}
+  ~TickWhenQuiet() {
+    stop_ = true;
+    thread_.join();
+  }
+  uint64_t ticks() const { return ticks_.load(); }
+
+ private:
+  void Tick(InProcCluster* cluster, int step_ms) {
+    ticks_.fetch_add(1);
+    cluster->clock()->Advance(step_ms);
+    const int64_t now = cluster->clock()->NowMs();
+    Postoffice* scheduler = cluster->scheduler();
+    for (Postoffice* p : cluster->all()) {
+      if (p == scheduler) continue;
+      Node* node = p->node();
+      if (!node->ready()) continue;
+      node->SendHeartbeat();
+      // Bounded: a node that is finishing gets no echo.
+      for (int i = 0;
+           i < 100000 && !stop_.load() && node->last_scheduler_echo_ms() != now;
+           ++i) {
+        std::this_thread::yield();
+      }
+      node->CheckLiveness();
+    }
+    scheduler->node()->CheckLiveness();
+  }
+
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> ticks_{0};
+  std::thread thread_;  // Last: it uses the members above.
+};
+
 // The cluster of the membership tests under network faults: `servers`
 // CountingServers and `workers` TestWorkers (app 0) on an InProcCluster
 // whose vans go through a FaultInjector of `seed`, with one copy of every
@@ -324,13 +378,16 @@ class ReleaseWhenQuiet {
 // ASSERT) leaves it out.
 class FaultCluster {
  public:
-  FaultCluster(uint64_t seed, int servers, int workers, bool bsp = false)
+  // `tweak`, if given, edits every node's options last.
+  FaultCluster(uint64_t seed, int servers, int workers, bool bsp = false,
+               const std::function<void(Options*)>& tweak = nullptr)
       : injector_(seed),
         cluster_(
             servers, workers,
-            [bsp](Options* o) {
+            [bsp, tweak](Options* o) {
               o->replicas = 1;
               if (bsp) o->consistency = *ConsistencyConfig::Parse("bsp");
+              if (tweak) tweak(o);
             },
             &injector_) {
     cluster_.Start();
@@ -360,6 +417,15 @@ class FaultCluster {
     pump_ = std::make_unique<ReleaseWhenQuiet>(&injector_);
   }
 
+  // Starts `plan` with a TickWhenQuiet pump (`step_ms` of fake time a
+  // tick): for plans that drop messages, which only the resend timers
+  // (EMBER_MIGRATION_RESEND_MS) recover.
+  void InjectWithTicks(const FaultPlan& plan, int step_ms) {
+    ASSERT_TRUE(injector_.set_plan(plan).ok());
+    ticker_ = std::make_unique<TickWhenQuiet>(&injector_, &cluster_, step_ms);
+  }
+  uint64_t ticks() const { return ticker_ ? ticker_->ticks() : 0; }
+
   // Starts `plan` without the pump: what it holds stays held until Settle
   // (a test that orders deliveries itself).
   void Hold(const FaultPlan& plan) {
@@ -373,6 +439,7 @@ class FaultCluster {
   FaultCounters Settle() {
     const FaultCounters c = injector_.counters();
     pump_.reset();
+    ticker_.reset();
     EXPECT_TRUE(injector_.set_plan(FaultPlan()).ok());
     injector_.Flush();
     return c;
@@ -394,6 +461,7 @@ class FaultCluster {
   std::vector<std::unique_ptr<CountingServer>> servers_;
   std::vector<std::unique_ptr<TestWorker>> workers_;
   std::unique_ptr<ReleaseWhenQuiet> pump_;  // Stops first.
+  std::unique_ptr<TickWhenQuiet> ticker_;   // So does this.
 };
 
 }  // namespace ps

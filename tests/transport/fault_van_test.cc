@@ -356,6 +356,44 @@ TEST_F(FaultVanTest, ControlsLimitWhichCommandsAreFaulted) {
   EXPECT_EQ(injector_->counters().dropped, 3u);
 }
 
+// FaultTarget::migration picks a membership change's data messages (those
+// of a state copy or hand-over), and `spared` links are never hit.
+TEST(FaultTargetTest, MigrationAndSparedLinksLimitWhichMessagesMatch) {
+  FaultTarget target;
+  target.kind = FaultTarget::Kind::kAll;
+  target.migration = true;
+  target.controls = {Control::kNodeTable};
+  target.spared = {{1, 12}};
+  Meta push;
+  push.sender = 9;
+  push.recipient = 8;
+  EXPECT_FALSE(target.Matches(push));  // a worker's push
+  Meta chunk;
+  chunk.sender = 8;
+  chunk.recipient = 12;
+  chunk.state_copy = 5;
+  chunk.copy_attempt = 1;
+  chunk.copy_seq = 1;
+  EXPECT_TRUE(target.Matches(chunk));
+  Meta table;
+  table.control = Control::kNodeTable;
+  table.sender = 1;
+  table.recipient = 8;
+  EXPECT_TRUE(target.Matches(table));
+  table.recipient = 12;  // spared
+  EXPECT_FALSE(target.Matches(table));
+  Meta beat;
+  beat.control = Control::kHeartbeat;
+  beat.sender = 8;
+  beat.recipient = 1;
+  EXPECT_FALSE(target.Matches(beat));
+  FaultPlan plan;
+  plan.target = target;
+  EXPECT_NE(plan.DebugString().find("migration spared=1->12"),
+            std::string::npos)
+      << plan.DebugString();
+}
+
 TEST_F(FaultVanTest, PartitionDropsBothWaysUntilHealed) {
   Build(1);
   injector_->Partition({1}, {2, 3});
