@@ -46,6 +46,7 @@ ConsistencyController::ConsistencyController(ConsistencyConfig config,
       clocks_(workers_.size(), 0),
       redo_clock_(workers_.size(), -1),
       redo_counts_(workers_.size()),
+      pushed_below_(workers_.size()),
       live_count_(static_cast<int>(workers_.size())) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     index_[workers_[i]] = static_cast<int>(i);
@@ -132,6 +133,14 @@ void ConsistencyController::OnRequest(RawRequest request) {
     PendingPush p;
     p.request = request;
     p.request.pull = false;
+    // A push-pull is answered after its round: the worker cannot commit it
+    // before, so it counts on arrival.
+    if (request.pull) p.request.committed = true;
+    if (!p.request.committed) {
+      auto below = pushed_below_[w].find(request.customer_id);
+      p.request.committed =
+          below != pushed_below_[w].end() && WorkerTs(request) < below->second;
+    }
     p.worker = w;
     p.seq = next_seq_++;
     auto& by_key = counts_[request.clock];
@@ -187,6 +196,7 @@ void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
   away_[w] = false;
   redo_clock_[w] = -1;
   redo_counts_[w].clear();
+  pushed_below_[w].clear();
   --live_count_;
   {
     MutexLock lock(&stats_mu_);
@@ -241,6 +251,7 @@ void ConsistencyController::OnWorkerJoined(int worker) {
     clocks_.push_back(0);
     redo_clock_.push_back(-1);
     redo_counts_.emplace_back();
+    pushed_below_.emplace_back();
   }
   // It takes part from the clock after the newest a live worker is in, so
   // no round that may have begun waits for it.
@@ -263,6 +274,7 @@ void ConsistencyController::OnWorkerJoined(int worker) {
   clocks_[w] = std::max(clocks_[w], start);
   redo_clock_[w] = -1;
   redo_counts_[w].clear();
+  pushed_below_[w].clear();
   LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
             << " (id " << worker << ") joined; it takes part from clock "
             << clocks_[w] << "; " << live_count_ << " workers";
@@ -278,9 +290,17 @@ void ConsistencyController::OnWorkerBack(int worker) {
   }
   away_[w] = false;
   if (config_.mode == ConsistencyConfig::Mode::kBsp) {
+    const size_t dropped = DropUncommitted(w);
+    if (dropped > 0) {
+      LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
+                << " (id " << worker << ") is back; " << dropped
+                << " push(es) of its first incarnation never reached every "
+                   "server of their request: dropped, to be done again";
+    }
     redo_clock_[w] = clocks_[w];
     redo_counts_[w].clear();
   }
+  pushed_below_[w].clear();  // A new incarnation counts its timestamps anew.
   LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
             << " (id " << worker << ") is back; it resumes at clock "
             << clocks_[w];
@@ -301,6 +321,49 @@ std::pair<int64_t, bool> ConsistencyController::JoinClock(int worker) {
     if (w < 0) return {0, false};
   }
   return {clocks_[w], redo_clock_[w] >= 0};
+}
+
+size_t ConsistencyController::DropUncommitted(int w) {
+  size_t n = EraseIf(&pushes_, [this, w](const PendingPush& p) {
+    if (p.worker != w || p.request.committed) return false;
+    auto by_key = counts_.find(p.request.clock);
+    if (by_key == counts_.end()) return true;
+    for (Key k : p.request.kvs.keys) {
+      auto it = by_key->second.find(k);
+      if (it != by_key->second.end() &&
+          static_cast<size_t>(w) < it->second.size() && it->second[w] > 0) {
+        --it->second[w];
+      }
+    }
+    return true;
+  });
+  if (n > 0) {
+    MutexLock lock(&stats_mu_);
+    stats_.pushes_dropped += n;
+  }
+  return n;
+}
+
+size_t ConsistencyController::OnCommitted(int worker, int customer,
+                                          int64_t below) {
+  if (config_.mode != ConsistencyConfig::Mode::kBsp) return 0;
+  const int w = WorkerIndex(worker);
+  if (w < 0 || !live_[w]) return 0;
+  int64_t& known = pushed_below_[w][customer];
+  if (below <= known) return 0;
+  known = below;
+  size_t committed = 0, own = 0;
+  for (PendingPush& p : pushes_) {
+    if (p.worker != w || p.request.committed ||
+        p.request.customer_id != customer || WorkerTs(p.request) >= below) {
+      continue;
+    }
+    p.request.committed = true;
+    ++committed;
+    if (p.request.replica_of == 0) ++own;
+  }
+  if (committed > 0) Progress();
+  return own;
 }
 
 bool ConsistencyController::RedonePush(int w, const RawRequest& request) {
@@ -435,7 +498,10 @@ bool ConsistencyController::HasPendingPush(int worker,
 
 // A push's round is complete for a key when every live worker has pushed
 // that key as often at the same clock, or has finished that clock.
-bool ConsistencyController::PushReady(const PendingPush& p) const {
+// A push that is not committed counts for nobody's round, its own either.
+bool ConsistencyController::PushReady(const PendingPush& p,
+                                      const Uncommitted& uncommitted) const {
+  if (!p.request.committed) return false;
   const int64_t c = p.request.clock;
   auto by_key = counts_.find(c);
   const SArray<Key>& keys = p.request.kvs.keys;
@@ -444,11 +510,16 @@ bool ConsistencyController::PushReady(const PendingPush& p) const {
       continue;
     }
     if (by_key == counts_.end()) return false;
+    auto held = uncommitted.find(std::make_pair(static_cast<int>(j), c));
     for (size_t i = 0; i < keys.size(); ++i) {
       auto it = by_key->second.find(keys[i]);
       if (it == by_key->second.end() || it->second.size() <= j ||
           it->second[j] <= p.rounds[i]) {
         return false;
+      }
+      if (held != uncommitted.end()) {
+        auto r = held->second.find(keys[i]);
+        if (r != held->second.end() && r->second <= p.rounds[i]) return false;
       }
     }
   }
@@ -461,12 +532,21 @@ bool ConsistencyController::PushReady(const PendingPush& p) const {
 // the timing: that is what makes bsp runs reproducible.
 void ConsistencyController::ApplyReadyPushes() {
   if (pushes_.empty()) return;
+  Uncommitted uncommitted;
+  for (const PendingPush& p : pushes_) {
+    if (p.request.committed) continue;
+    auto& held = uncommitted[std::make_pair(p.worker, p.request.clock)];
+    for (size_t i = 0; i < p.rounds.size(); ++i) {
+      auto r = held.emplace(p.request.kvs.keys[i], p.rounds[i]);
+      if (!r.second) r.first->second = std::min(r.first->second, p.rounds[i]);
+    }
+  }
   std::unordered_set<Key> blocked;
   std::vector<PendingPush> kept;
   std::vector<PendingPush> ready;
   for (PendingPush& p : pushes_) {
     const SArray<Key>& keys = p.request.kvs.keys;
-    bool ok = PushReady(p);
+    bool ok = PushReady(p, uncommitted);
     if (ok && !blocked.empty()) {
       for (size_t i = 0; i < keys.size() && ok; ++i) {
         ok = blocked.count(keys[i]) == 0;

@@ -77,6 +77,8 @@ std::string Meta::DebugString() const {
     if (resend_for != 0) os << " resend_for=" << resend_for;
     if (state_copy != 0) os << " state_copy=" << state_copy;
     if (moved_epoch != 0) os << " moved_epoch=" << moved_epoch;
+    if (commit_notice) os << " commit_notice";
+    if (pushed_below != 0) os << " pushed_below=" << pushed_below;
   }
   os << "}";
   return os.str();
@@ -151,7 +153,8 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(clock) X(clock_tick) X(keys_as_requested) X(value_bytes)                \
   X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
-  X(state_copy) X(moved_epoch) X(key_run) X(clock_query) X(handed_from)
+  X(state_copy) X(moved_epoch) X(key_run) X(clock_query) X(handed_from)        \
+  X(pushed_below) X(commit_notice) X(wants_commit) X(committed)
 // clang-format on
 
 // Whether a field differs from proto3's default, which is not sent anyway:
@@ -224,8 +227,9 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->auth.hi = p.auth_hi();
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
-      meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
-      meta->state_copy > 5 || meta->clock_query < 0 || meta->clock_query > 2) {
+      meta->resend_for < 0 || meta->done_below < 0 || meta->pushed_below < 0 ||
+      meta->state_copy < 0 || meta->state_copy > 5 || meta->clock_query < 0 ||
+      meta->clock_query > 2) {
     return Status::Corruption(
         "message header with a negative replication "
         "field");
