@@ -510,16 +510,34 @@ bool ConsistencyController::PushReady(const PendingPush& p,
       continue;
     }
     if (by_key == counts_.end()) return false;
-    auto held = uncommitted.find(std::make_pair(static_cast<int>(j), c));
     for (size_t i = 0; i < keys.size(); ++i) {
       auto it = by_key->second.find(keys[i]);
       if (it == by_key->second.end() || it->second.size() <= j ||
           it->second[j] <= p.rounds[i]) {
         return false;
       }
-      if (held != uncommitted.end()) {
-        auto r = held->second.find(keys[i]);
-        if (r != held->second.end() && r->second <= p.rounds[i]) return false;
+    }
+  }
+  // The counts say the round is complete; not if a push that makes it up
+  // is not committed yet (rare: checked last).
+  for (const auto& held : uncommitted) {
+    const PendingPush& u = *held.first;
+    if (u.worker == p.worker || u.request.clock != c || !live_[u.worker] ||
+        clocks_[u.worker] > c) {
+      continue;
+    }
+    const SArray<Key>& theirs = u.request.kvs.keys;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (held.second) {
+        const Key* at = std::lower_bound(theirs.begin(), theirs.end(), keys[i]);
+        if (at != theirs.end() && *at == keys[i] &&
+            u.rounds[at - theirs.begin()] <= p.rounds[i]) {
+          return false;
+        }
+        continue;
+      }
+      for (size_t x = 0; x < theirs.size(); ++x) {
+        if (theirs[x] == keys[i] && u.rounds[x] <= p.rounds[i]) return false;
       }
     }
   }
@@ -535,29 +553,29 @@ void ConsistencyController::ApplyReadyPushes() {
   Uncommitted uncommitted;
   for (const PendingPush& p : pushes_) {
     if (p.request.committed) continue;
-    auto& held = uncommitted[std::make_pair(p.worker, p.request.clock)];
-    for (size_t i = 0; i < p.rounds.size(); ++i) {
-      auto r = held.emplace(p.request.kvs.keys[i], p.rounds[i]);
-      if (!r.second) r.first->second = std::min(r.first->second, p.rounds[i]);
-    }
-  }
-  std::unordered_set<Key> blocked;
-  std::vector<PendingPush> kept;
-  std::vector<PendingPush> ready;
-  for (PendingPush& p : pushes_) {
     const SArray<Key>& keys = p.request.kvs.keys;
-    bool ok = PushReady(p, uncommitted);
+    uncommitted.emplace_back(
+        &p, std::adjacent_find(keys.begin(), keys.end(),
+                               std::greater_equal<Key>()) == keys.end());
+  }
+  // Decided first, moved after: `uncommitted` points into pushes_.
+  std::unordered_set<Key> blocked;
+  std::vector<bool> go(pushes_.size());
+  for (size_t n = 0; n < pushes_.size(); ++n) {
+    const SArray<Key>& keys = pushes_[n].request.kvs.keys;
+    bool ok = PushReady(pushes_[n], uncommitted);
     if (ok && !blocked.empty()) {
       for (size_t i = 0; i < keys.size() && ok; ++i) {
         ok = blocked.count(keys[i]) == 0;
       }
     }
-    if (ok) {
-      ready.push_back(std::move(p));
-    } else {
-      blocked.insert(keys.begin(), keys.end());
-      kept.push_back(std::move(p));
-    }
+    go[n] = ok;
+    if (!ok) blocked.insert(keys.begin(), keys.end());
+  }
+  std::vector<PendingPush> kept;
+  std::vector<PendingPush> ready;
+  for (size_t n = 0; n < pushes_.size(); ++n) {
+    (go[n] ? ready : kept).push_back(std::move(pushes_[n]));
   }
   pushes_.swap(kept);
   for (const PendingPush& p : ready) cb_.run_acked(p.request);

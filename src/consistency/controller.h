@@ -183,10 +183,9 @@ class ConsistencyController {
   bool RedonePush(int w, const RawRequest& request);
   int64_t MinLiveClock() const;
   void Tick(int worker, int64_t clock);
-  // The lowest round of each key that a worker's uncommitted deferred
-  // pushes hold at a clock: those rounds do not count yet.
-  using Uncommitted =
-      std::map<std::pair<int, int64_t>, std::unordered_map<Key, uint32_t>>;
+  // The deferred pushes not committed yet (their rounds do not count), each
+  // with whether its keys are sorted.
+  using Uncommitted = std::vector<std::pair<const PendingPush*, bool>>;
   bool PushReady(const PendingPush& p, const Uncommitted& uncommitted) const;
   // The worker's timestamp of a push (a replicated one runs under a local
   // one).
