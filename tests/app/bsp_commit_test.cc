@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "node/node.h"
@@ -45,9 +46,11 @@ struct Trace {
   std::vector<float> end;
 };
 
-class BspCommitTest : public ::testing::TestWithParam<int> {
+// The parameter: how many copies of each server's data (EMBER_REPLICAS), and
+// which of the two servers loses its part of the push.
+class BspCommitTest : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
-  // Options of a 2-server bsp cluster with GetParam() copies; a dead
+  // Options of a 2-server bsp cluster with `replicas` copies; a dead
   // worker's rank is held for its restart.
   static std::function<void(Options*)> Tweak(int replicas) {
     return [replicas](Options* o) {
@@ -56,6 +59,9 @@ class BspCommitTest : public ::testing::TestWithParam<int> {
       o->consistency = *ConsistencyConfig::Parse("bsp");
     };
   }
+
+  static int Replicas() { return std::get<0>(GetParam()); }
+  static int Lost() { return std::get<1>(GetParam()); }
 
   static std::vector<float> Pull(TestWorker* w, const std::vector<Key>& keys) {
     std::vector<float> out;
@@ -93,7 +99,7 @@ class BspCommitTest : public ::testing::TestWithParam<int> {
   // The run in which worker 1 is slow in iteration kKilledAt instead: both
   // workers go through every iteration, worker 1 last.
   Trace SlowRun(const std::vector<Key>& keys) {
-    InProcCluster cluster(2, 2, Tweak(GetParam()));
+    InProcCluster cluster(2, 2, Tweak(Replicas()));
     cluster.Start();
     CountingServer s0(cluster.server(0)), s1(cluster.server(1));
     TestWorker w0(0, 0, cluster.worker(0)), w1(0, 0, cluster.worker(1));
@@ -108,8 +114,8 @@ class BspCommitTest : public ::testing::TestWithParam<int> {
   }
 };
 
-// Worker 1's push of iteration kKilledAt reaches server 0; its part to
-// server 1 is lost and worker 1 dies. Restarted with its rank, it resumes at
+// Worker 1's push of iteration kKilledAt reaches one server; its part to
+// the other is lost and worker 1 dies. Restarted with its rank, it resumes at
 // that iteration, pulls and pushes it again: every pull of both workers, and
 // the values at the end, are bitwise those of the slow run.
 TEST_P(BspCommitTest, KilledInsideAPushTheRestartIsExact) {
@@ -117,7 +123,7 @@ TEST_P(BspCommitTest, KilledInsideAPushTheRestartIsExact) {
   const Trace want = SlowRun(keys);
 
   FaultInjector net(1);
-  InProcCluster cluster(2, 2, Tweak(GetParam()), &net);
+  InProcCluster cluster(2, 2, Tweak(Replicas()), &net);
   cluster.Start();
   CountingServer s0(cluster.server(0)), s1(cluster.server(1));
   auto w0 = std::make_unique<TestWorker>(0, 0, cluster.worker(0));
@@ -131,19 +137,22 @@ TEST_P(BspCommitTest, KilledInsideAPushTheRestartIsExact) {
   std::vector<float> pulled = Pull(w1.get(), keys);
   // Worker 1's part to server 1 is lost: it dies sending it.
   const int victim = cluster.worker(1)->node()->my_id();
-  const int lost_to = cluster.server(1)->node()->my_id();
+  const int lost_to = cluster.server(Lost())->node()->my_id();
   FaultPlan drop;
   drop.drop = 1;
   drop.target.kind = FaultTarget::Kind::kData;
   drop.target.links = {{victim, lost_to}};
   ASSERT_TRUE(net.set_plan(drop).ok());
-  // Server 0 takes the push (and, with copies, server 1 a copy of it).
-  const uint64_t at0 = s0.stats().pushes;
-  const uint64_t at1 = s1.stats().pushes;
+  // The other server takes its part (and, with copies, the server that
+  // lost its own a copy of it).
+  CountingServer* reached = Lost() == 0 ? &s1 : &s0;
+  CountingServer* lost = Lost() == 0 ? &s0 : &s1;
+  const uint64_t at_reached = reached->stats().pushes;
+  const uint64_t at_lost = lost->stats().pushes;
   w1->Push(keys, Compute(pulled, 1, kKilledAt));
   ASSERT_TRUE(WaitUntil([&] {
-    return s0.stats().pushes == at0 + 1 &&
-           s1.stats().pushes == at1 + (GetParam() > 0 ? 1 : 0);
+    return reached->stats().pushes == at_reached + 1 &&
+           lost->stats().pushes == at_lost + (Replicas() > 0 ? 1 : 0);
   }));
   EXPECT_EQ(net.counters().dropped, 1u);
   std::atomic<int> away{0};
@@ -204,10 +213,13 @@ TEST_P(BspCommitTest, KilledInsideAPushTheRestartIsExact) {
   w0.reset();
 }
 
-INSTANTIATE_TEST_SUITE_P(Copies, BspCommitTest, ::testing::Values(0, 1),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "replicas" + std::to_string(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    CopiesAndLostPart, BspCommitTest,
+    ::testing::Combine(::testing::Values(0, 1), ::testing::Values(0, 1)),
+    [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+      return "replicas" + std::to_string(std::get<0>(info.param)) + "_lostTo" +
+             std::to_string(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace ps
