@@ -37,6 +37,8 @@ class KVServerCore::Impl {
         value_bytes_(value_bytes),
         handler_(std::move(handler)),
         config_(app->node()->options().consistency) {
+    bsp_.store(config_.mode == ConsistencyConfig::Mode::kBsp,
+               std::memory_order_relaxed);
     InitMetrics();
     app_->set_kv_handler(
         [this](Message& msg) {
@@ -108,6 +110,8 @@ class KVServerCore::Impl {
           ": set it before the first request arrives");
     }
     config_ = *config;
+    bsp_.store(config_.mode == ConsistencyConfig::Mode::kBsp,
+               std::memory_order_relaxed);
     return Status::OK();
   }
 
@@ -266,6 +270,10 @@ class KVServerCore::Impl {
     msg.meta.cmd = cmd;
     msg.meta.value_bytes = static_cast<int>(value_bytes_);
     msg.meta.resend_for = resend_for;
+    // bsp: the push counts once the worker says it reached every server of
+    // its request (a push-pull counts on arrival).
+    msg.meta.wants_commit =
+        push && !pull && error.ok() && bsp_.load(std::memory_order_relaxed);
     if (!error.ok()) {
       msg.meta.status_code = static_cast<int>(error.code());
       msg.meta.status_message = error.message();
@@ -351,7 +359,14 @@ class KVServerCore::Impl {
   }
 
   // KVWorker::JoinClock's query: the clock the worker starts at here.
+  // Only a worker (customer) that starts anew asks, before its first
+  // request: its request numbers start afresh, so what the dedup table holds
+  // of an earlier incarnation's would take its new pushes for duplicates.
   void AnswerClockQuery(const Meta& meta) {
+    {
+      MutexLock lock(&mu_);
+      applied_.erase(std::make_pair(meta.sender, meta.customer_id));
+    }
     const std::pair<int64_t, bool> start = controller()->JoinClock(meta.sender);
     Message msg = AppMessage(app_->app_id(), meta.customer_id, meta.timestamp,
                              meta.sender, /*request=*/false);
@@ -373,6 +388,10 @@ class KVServerCore::Impl {
       } else if (msg.meta.replica_of != 0) {
         OnReplicaAck(msg.meta);
       }
+      return;
+    }
+    if (msg.meta.commit_notice) {
+      NoteCommits(msg.meta);
       return;
     }
     if (HoldIfAhead(msg)) return;
@@ -414,6 +433,7 @@ class KVServerCore::Impl {
       CopyOrigin(msg.meta, &tick);
       tick.cmd = msg.meta.cmd;
       Answer(tick, Status::OK());
+      NoteCommits(msg.meta);
       controller()->OnClock(msg.meta.sender, msg.meta.clock);
       return;
     }
@@ -426,6 +446,7 @@ class KVServerCore::Impl {
       req.customer_id = msg.meta.origin_customer;
       req.timestamp = msg.meta.origin_timestamp;
       req.handed_from = msg.meta.handed_from;
+      req.committed = msg.meta.committed;
     }
     req.cmd = msg.meta.cmd;
     req.push = msg.meta.push;
@@ -484,7 +505,41 @@ class KVServerCore::Impl {
                                    req.timestamp)] = {req.kvs.keys, NowUs()};
       }
     }
+    NoteCommits(msg.meta);
     controller()->OnRequest(std::move(req));
+  }
+
+  // bsp commits (docs/consistency.md, "A restart under bsp is exact"): what
+  // a worker's message (or a server's forwarded commit notice) says of the
+  // worker's pushes. When pushes of this server's data become committed,
+  // the servers that keep copies of it learn it too: their copies of those
+  // pushes wait for the same commit.
+  void NoteCommits(const Meta& meta) {
+    if (meta.pushed_below <= 0 || !bsp_.load(std::memory_order_relaxed)) {
+      return;
+    }
+    const bool forwarded = meta.replica_of != 0;
+    const int worker = forwarded ? meta.origin_sender : meta.sender;
+    const int customer = forwarded ? meta.origin_customer : meta.customer_id;
+    const size_t own =
+        controller()->OnCommitted(worker, customer, meta.pushed_below);
+    if (own == 0 || forwarded || app_->node()->ring_replicas() == 0) return;
+    std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
+    if (!ring) return;
+    const int me = app_->node()->my_id();
+    for (int t : TargetsOf(ring, me)) {
+      Message m = AppMessage(app_->app_id(), app_->customer_id(), 0, t,
+                             /*request=*/true);
+      m.meta.commit_notice = true;
+      m.meta.replica_of = me;
+      m.meta.origin_sender = worker;
+      m.meta.origin_customer = customer;
+      m.meta.pushed_below = meta.pushed_below;
+      Status st = app_->node()->Send(std::move(m));
+      if (!st.ok()) {
+        VLOG(1) << "a commit notice to node " << t << " lost: " << st;
+      }
+    }
   }
 
   // A request sliced by the ring of an older epoch: refused if it holds a
@@ -639,7 +694,8 @@ class KVServerCore::Impl {
       // forwarded as they came.
       Status st =
           ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below,
-                      meta.key_run ? KeyOrder::kSortedUnique : KeyOrder::kAsIs);
+                      meta.key_run ? KeyOrder::kSortedUnique : KeyOrder::kAsIs,
+                      /*epoch=*/0, /*attempt=*/0, /*seq=*/0, meta.pushed_below);
       if (!st.ok()) {
         LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
                      << st;
@@ -677,10 +733,13 @@ class KVServerCore::Impl {
   // none; HoldIfAhead).
   // `attempt`, `seq`: its sending and place within a copy or hand-over (0:
   // none, a push's copy).
+  // `pushed_below`: the worker's (Meta::pushed_below) on a fresh push; a
+  // push the controller holds says whether it is committed itself.
   Status ForwardCopy(int t, int64_t ts, int whose, const RawRequest& req,
                      int64_t origin_ts, int64_t done_below,
                      KeyOrder order = KeyOrder::kUnknown, uint64_t epoch = 0,
-                     int64_t attempt = 0, int seq = 0) {
+                     int64_t attempt = 0, int seq = 0,
+                     int64_t pushed_below = 0) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -696,6 +755,8 @@ class KVServerCore::Impl {
     m.meta.done_below = done_below;
     m.meta.copy_attempt = attempt;
     m.meta.copy_seq = seq;
+    m.meta.pushed_below = pushed_below;
+    m.meta.committed = req.committed;
     AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, order);
     return app_->node()->Send(std::move(m));
   }
@@ -2019,6 +2080,8 @@ class KVServerCore::Impl {
   std::shared_ptr<const KeyRing> join_prev_ring_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> join_ring_ GUARDED_BY(mu_);
   std::vector<Message> held_ GUARDED_BY(mu_);
+  // config_ is bsp (read on the data path without mu_).
+  std::atomic<bool> bsp_{false};
   std::atomic<bool> holding_{false};  // !awaiting_.empty(), without a lock
   // Leaving: the epoch of the ring this app last handled (customer thread
   // only), the messages that came sliced by (or handing over under) a

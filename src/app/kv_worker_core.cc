@@ -8,9 +8,12 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "app/app_impl.h"
 #include "app/kv_frames.h"
@@ -225,6 +228,8 @@ class KVWorkerCore::Impl {
     int64_t parent = -1;
     size_t parent_slot = 0;
     int parent_peer = 0;
+    // bsp commits: the servers whose answers asked for them (wants_commit).
+    std::vector<int> commit_to;
     std::shared_ptr<RawKVs> out;
   };
 
@@ -314,7 +319,54 @@ class KVWorkerCore::Impl {
   std::unordered_map<int64_t, ClockAnswers> clock_queries_ GUARDED_BY(mu_);
   // The last ring epoch a refused part was logged as waiting for.
   uint64_t logged_wait_epoch_ GUARDED_BY(mu_) = 0;
+
+  // bsp commits (docs/consistency.md, "A restart under bsp is exact").
+  // Every message to a server carries PushedBelowLocked(): every plain push
+  // below it has been answered by every server it went to. When that moves
+  // past pushes whose servers asked for commits, they get a commit notice.
+  int64_t PushedBelowLocked() const REQUIRES(mu_) {
+    return open_pushes_.empty() ? last_push_ + 1 : *open_pushes_.begin();
+  }
+  // Plain push `ts` is complete (answered everywhere, or failed);
+  // `commit_to`: the servers that asked for its commit. Sends the commit
+  // notices that are due.
+  void PushDone(int64_t ts, const std::vector<int>& commit_to);
+  // Plain pushes not complete yet; the highest plain push sent.
+  std::set<int64_t> open_pushes_ GUARDED_BY(mu_);
+  int64_t last_push_ GUARDED_BY(mu_) = -1;
+  // Complete pushes that PushedBelowLocked() has not passed yet, with the
+  // servers that asked for their commit.
+  std::map<int64_t, std::vector<int>> awaiting_commit_ GUARDED_BY(mu_);
 };
+
+void KVWorkerCore::Impl::PushDone(int64_t ts,
+                                  const std::vector<int>& commit_to) {
+  std::vector<int> to;
+  int64_t below = 0;
+  {
+    MutexLock lock(&mu_);
+    if (open_pushes_.erase(ts) == 0) return;
+    if (!commit_to.empty()) awaiting_commit_[ts] = commit_to;
+    below = PushedBelowLocked();
+    for (auto it = awaiting_commit_.begin();
+         it != awaiting_commit_.end() && it->first < below;
+         it = awaiting_commit_.erase(it)) {
+      to.insert(to.end(), it->second.begin(), it->second.end());
+    }
+  }
+  std::sort(to.begin(), to.end());
+  to.erase(std::unique(to.begin(), to.end()), to.end());
+  for (int id : to) {
+    Message msg = NewRequest(ts, id, clock_.load());
+    msg.meta.commit_notice = true;
+    msg.meta.pushed_below = below;
+    Status st = app_->node()->Send(std::move(msg));
+    if (!st.ok()) {
+      // A server that died: its heir learns it from the next message.
+      VLOG(1) << "commit notice to node " << id << " lost: " << st;
+    }
+  }
+}
 
 // Submit checks the same while slicing; a request the application sliced
 // itself is checked here.
@@ -660,9 +712,15 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
       if (slot < ids.size()) p.kept[slot] = s.second;
     }
   }
+  int64_t pushed_below = 0;
   {
     MutexLock lock(&mu_);
     pending_[ts] = std::move(p);
+    if (push && !pull) {
+      open_pushes_.insert(ts);
+      last_push_ = std::max(last_push_, ts);
+    }
+    pushed_below = PushedBelowLocked();
   }
   tracker()->Expect(ts, recipients);
   const int64_t done_below = replicated ? tracker()->OldestOpen() : 0;
@@ -674,6 +732,7 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     msg.meta.priority = priority;
     msg.meta.epoch = epoch;
     msg.meta.done_below = done_below;
+    msg.meta.pushed_below = pushed_below;
     AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
     Status st = app_->node()->Send(std::move(msg));
     if (st.ok()) continue;
@@ -716,6 +775,7 @@ bool KVWorkerCore::Impl::ResendLocked(
   msg.meta.epoch = ring->epoch();
   msg.meta.resend_for = (*p->ids)[slot];
   msg.meta.done_below = tracker()->OldestOpen();
+  msg.meta.pushed_below = PushedBelowLocked();
   AddKVFrames(kvs, &msg);
   p->resent[slot] = heir;
   resent_->Add();
@@ -851,11 +911,15 @@ bool KVWorkerCore::Impl::Process(Message& msg) {
       pending_.erase(it);
     } else {
       it->second.responses[slot] = std::move(raw);
+      if (msg.meta.wants_commit) {
+        it->second.commit_to.push_back(msg.meta.sender);
+      }
       if (tracker()->Outstanding(ts) > 1) return true;
       done = std::move(it->second);
       pending_.erase(it);
     }
   }
+  PushDone(ts, done.commit_to);
   if (s.ok() && done.pull) s = Assemble(done);
   if (!s.ok()) {
     LOG(WARNING) << "request " << ts << " failed: " << s;
@@ -882,6 +946,7 @@ void KVWorkerCore::Impl::FailRequest(int64_t ts, const Status& status) {
     parent = it->second.parent;
     pending_.erase(it);
   }
+  PushDone(ts, {});
   if (parent >= 0) FailRequest(parent, status);
 }
 
@@ -1090,6 +1155,7 @@ void KVWorkerCore::Impl::DeliverToParent(int64_t ts, Pending* child) {
       pending_.erase(it);
     }
   }
+  if (complete) PushDone(parent, done.commit_to);
   if (!complete) {
     // Only the part is answered: the request waits for others.
     tracker()->OnResponse(parent, peer, Status::OK());
@@ -1316,9 +1382,15 @@ void KVWorkerCore::Impl::SendClockNotices(int64_t ts, int64_t clock,
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   std::vector<int> ids = ring ? ring->server_ids() : app_->node()->server_ids();
   tracker()->Expect(ts, ids);
+  int64_t pushed_below = 0;
+  {
+    MutexLock lock(&mu_);
+    pushed_below = PushedBelowLocked();
+  }
   for (int id : ids) {
     Message msg = NewRequest(ts, id, clock);
     msg.meta.clock_tick = true;
+    msg.meta.pushed_below = pushed_below;
     msg.meta.clock_query = query ? 1 : 0;
     Status st = app_->node()->Send(std::move(msg));
     if (!st.ok()) {

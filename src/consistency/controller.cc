@@ -46,6 +46,7 @@ ConsistencyController::ConsistencyController(ConsistencyConfig config,
       clocks_(workers_.size(), 0),
       redo_clock_(workers_.size(), -1),
       redo_counts_(workers_.size()),
+      pushed_below_(workers_.size()),
       live_count_(static_cast<int>(workers_.size())) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     index_[workers_[i]] = static_cast<int>(i);
@@ -132,6 +133,14 @@ void ConsistencyController::OnRequest(RawRequest request) {
     PendingPush p;
     p.request = request;
     p.request.pull = false;
+    // A push-pull is answered after its round: the worker cannot commit it
+    // before, so it counts on arrival.
+    if (request.pull) p.request.committed = true;
+    if (!p.request.committed) {
+      auto below = pushed_below_[w].find(request.customer_id);
+      p.request.committed =
+          below != pushed_below_[w].end() && WorkerTs(request) < below->second;
+    }
     p.worker = w;
     p.seq = next_seq_++;
     auto& by_key = counts_[request.clock];
@@ -187,6 +196,7 @@ void ConsistencyController::OnWorkerFailed(int worker, const Status& status) {
   away_[w] = false;
   redo_clock_[w] = -1;
   redo_counts_[w].clear();
+  pushed_below_[w].clear();
   --live_count_;
   {
     MutexLock lock(&stats_mu_);
@@ -241,6 +251,7 @@ void ConsistencyController::OnWorkerJoined(int worker) {
     clocks_.push_back(0);
     redo_clock_.push_back(-1);
     redo_counts_.emplace_back();
+    pushed_below_.emplace_back();
   }
   // It takes part from the clock after the newest a live worker is in, so
   // no round that may have begun waits for it.
@@ -263,6 +274,7 @@ void ConsistencyController::OnWorkerJoined(int worker) {
   clocks_[w] = std::max(clocks_[w], start);
   redo_clock_[w] = -1;
   redo_counts_[w].clear();
+  pushed_below_[w].clear();
   LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
             << " (id " << worker << ") joined; it takes part from clock "
             << clocks_[w] << "; " << live_count_ << " workers";
@@ -278,9 +290,17 @@ void ConsistencyController::OnWorkerBack(int worker) {
   }
   away_[w] = false;
   if (config_.mode == ConsistencyConfig::Mode::kBsp) {
+    const size_t dropped = DropUncommitted(w);
+    if (dropped > 0) {
+      LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
+                << " (id " << worker << ") is back; " << dropped
+                << " push(es) of its first incarnation never reached every "
+                   "server of their request: dropped, to be done again";
+    }
     redo_clock_[w] = clocks_[w];
     redo_counts_[w].clear();
   }
+  pushed_below_[w].clear();  // A new incarnation counts its timestamps anew.
   LOG(INFO) << "consistency " << config_.ToString() << ": worker " << w
             << " (id " << worker << ") is back; it resumes at clock "
             << clocks_[w];
@@ -301,6 +321,49 @@ std::pair<int64_t, bool> ConsistencyController::JoinClock(int worker) {
     if (w < 0) return {0, false};
   }
   return {clocks_[w], redo_clock_[w] >= 0};
+}
+
+size_t ConsistencyController::DropUncommitted(int w) {
+  size_t n = EraseIf(&pushes_, [this, w](const PendingPush& p) {
+    if (p.worker != w || p.request.committed) return false;
+    auto by_key = counts_.find(p.request.clock);
+    if (by_key == counts_.end()) return true;
+    for (Key k : p.request.kvs.keys) {
+      auto it = by_key->second.find(k);
+      if (it != by_key->second.end() &&
+          static_cast<size_t>(w) < it->second.size() && it->second[w] > 0) {
+        --it->second[w];
+      }
+    }
+    return true;
+  });
+  if (n > 0) {
+    MutexLock lock(&stats_mu_);
+    stats_.pushes_dropped += n;
+  }
+  return n;
+}
+
+size_t ConsistencyController::OnCommitted(int worker, int customer,
+                                          int64_t below) {
+  if (config_.mode != ConsistencyConfig::Mode::kBsp) return 0;
+  const int w = WorkerIndex(worker);
+  if (w < 0 || !live_[w]) return 0;
+  int64_t& known = pushed_below_[w][customer];
+  if (below <= known) return 0;
+  known = below;
+  size_t committed = 0, own = 0;
+  for (PendingPush& p : pushes_) {
+    if (p.worker != w || p.request.committed ||
+        p.request.customer_id != customer || WorkerTs(p.request) >= below) {
+      continue;
+    }
+    p.request.committed = true;
+    ++committed;
+    if (p.request.replica_of == 0) ++own;
+  }
+  if (committed > 0) Progress();
+  return own;
 }
 
 bool ConsistencyController::RedonePush(int w, const RawRequest& request) {
@@ -435,7 +498,10 @@ bool ConsistencyController::HasPendingPush(int worker,
 
 // A push's round is complete for a key when every live worker has pushed
 // that key as often at the same clock, or has finished that clock.
-bool ConsistencyController::PushReady(const PendingPush& p) const {
+// A push that is not committed counts for nobody's round, its own either.
+bool ConsistencyController::PushReady(const PendingPush& p,
+                                      const Uncommitted& uncommitted) const {
+  if (!p.request.committed) return false;
   const int64_t c = p.request.clock;
   auto by_key = counts_.find(c);
   const SArray<Key>& keys = p.request.kvs.keys;
@@ -452,6 +518,29 @@ bool ConsistencyController::PushReady(const PendingPush& p) const {
       }
     }
   }
+  // The counts say the round is complete; not if a push that makes it up
+  // is not committed yet (rare: checked last).
+  for (const auto& held : uncommitted) {
+    const PendingPush& u = *held.first;
+    if (u.worker == p.worker || u.request.clock != c || !live_[u.worker] ||
+        clocks_[u.worker] > c) {
+      continue;
+    }
+    const SArray<Key>& theirs = u.request.kvs.keys;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (held.second) {
+        const Key* at = std::lower_bound(theirs.begin(), theirs.end(), keys[i]);
+        if (at != theirs.end() && *at == keys[i] &&
+            u.rounds[at - theirs.begin()] <= p.rounds[i]) {
+          return false;
+        }
+        continue;
+      }
+      for (size_t x = 0; x < theirs.size(); ++x) {
+        if (theirs[x] == keys[i] && u.rounds[x] <= p.rounds[i]) return false;
+      }
+    }
+  }
   return true;
 }
 
@@ -461,23 +550,32 @@ bool ConsistencyController::PushReady(const PendingPush& p) const {
 // the timing: that is what makes bsp runs reproducible.
 void ConsistencyController::ApplyReadyPushes() {
   if (pushes_.empty()) return;
-  std::unordered_set<Key> blocked;
-  std::vector<PendingPush> kept;
-  std::vector<PendingPush> ready;
-  for (PendingPush& p : pushes_) {
+  Uncommitted uncommitted;
+  for (const PendingPush& p : pushes_) {
+    if (p.request.committed) continue;
     const SArray<Key>& keys = p.request.kvs.keys;
-    bool ok = PushReady(p);
+    uncommitted.emplace_back(
+        &p, std::adjacent_find(keys.begin(), keys.end(),
+                               std::greater_equal<Key>()) == keys.end());
+  }
+  // Decided first, moved after: `uncommitted` points into pushes_.
+  std::unordered_set<Key> blocked;
+  std::vector<bool> go(pushes_.size());
+  for (size_t n = 0; n < pushes_.size(); ++n) {
+    const SArray<Key>& keys = pushes_[n].request.kvs.keys;
+    bool ok = PushReady(pushes_[n], uncommitted);
     if (ok && !blocked.empty()) {
       for (size_t i = 0; i < keys.size() && ok; ++i) {
         ok = blocked.count(keys[i]) == 0;
       }
     }
-    if (ok) {
-      ready.push_back(std::move(p));
-    } else {
-      blocked.insert(keys.begin(), keys.end());
-      kept.push_back(std::move(p));
-    }
+    go[n] = ok;
+    if (!ok) blocked.insert(keys.begin(), keys.end());
+  }
+  std::vector<PendingPush> kept;
+  std::vector<PendingPush> ready;
+  for (size_t n = 0; n < pushes_.size(); ++n) {
+    (go[n] ? ready : kept).push_back(std::move(pushes_[n]));
   }
   pushes_.swap(kept);
   for (const PendingPush& p : ready) cb_.run_acked(p.request);

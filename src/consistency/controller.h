@@ -56,6 +56,16 @@ class ConsistencyController {
   void OnRequest(RawRequest request);
   // Worker `sender` has finished every iteration before `clock`.
   void OnClock(int sender, int64_t clock);
+  // bsp commits (docs/consistency.md, "A restart under bsp is exact"): a
+  // push counts toward its round (and is applied) only once committed, known
+  // to have reached every server its request went to. Worker `worker`'s
+  // customer `customer` says every plain push of it below timestamp `below`
+  // (the worker's timestamp, not a local one) is committed: those deferred
+  // here are, and so is any such push that arrives later. A push-pull, and
+  // a push another server forwards as committed (RawRequest::committed), is
+  // committed on arrival. Returns how many deferred pushes of this server's
+  // own data (not copies) it committed. Nothing outside bsp.
+  size_t OnCommitted(int worker, int customer, int64_t below);
   // `worker` is dead or has left: stop waiting for it, drop what it left
   // pending, and go on with the others.
   void OnWorkerFailed(int worker, const Status& status);
@@ -78,7 +88,9 @@ class ConsistencyController {
   // made here already are recognised and acknowledged without being
   // applied again: pushes at a clock below its clock here, and at its
   // clock the first n pushes to each key, n being how many the first
-  // incarnation made. A worker not live is taken as joined; one live and
+  // incarnation made. Its first incarnation's deferred pushes that are not
+  // committed are dropped first (they never counted): their redone pushes
+  // are applied. A worker not live is taken as joined; one live and
   // not away is back already (its clock query came first): nothing.
   void OnWorkerBack(int worker);
   // A worker's clock query: the clock it starts at here, and whether it
@@ -171,7 +183,18 @@ class ConsistencyController {
   bool RedonePush(int w, const RawRequest& request);
   int64_t MinLiveClock() const;
   void Tick(int worker, int64_t clock);
-  bool PushReady(const PendingPush& p) const;
+  // The deferred pushes not committed yet (their rounds do not count), each
+  // with whether its keys are sorted.
+  using Uncommitted = std::vector<std::pair<const PendingPush*, bool>>;
+  bool PushReady(const PendingPush& p, const Uncommitted& uncommitted) const;
+  // The worker's timestamp of a push (a replicated one runs under a local
+  // one).
+  static int64_t WorkerTs(const RawRequest& r) {
+    return r.timestamp >= 0 ? r.timestamp : r.origin_timestamp;
+  }
+  // Drops worker `w`'s deferred pushes that are not committed, and takes
+  // them out of the push counts. Returns how many.
+  size_t DropUncommitted(int w);
   bool PullReady(const PendingPull& p) const;
   bool HasPendingPush(int worker, const SArray<Key>& keys) const;
   void ApplyReadyPushes();
@@ -195,6 +218,9 @@ class ConsistencyController {
   // (-1: none), and its pushes per key at that clock so far.
   std::vector<int64_t> redo_clock_;
   std::vector<std::unordered_map<Key, uint32_t>> redo_counts_;
+  // bsp commits: per worker and customer, the timestamp every plain push
+  // below which is committed (OnCommitted). Reset with a new incarnation.
+  std::vector<std::unordered_map<int, int64_t>> pushed_below_;
   int live_count_ = 0;
   uint64_t next_seq_ = 0;
   // bsp: deferred pushes, sorted by (clock, round, worker rank, arrival).

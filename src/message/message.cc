@@ -81,6 +81,8 @@ std::string Meta::DebugString() const {
          << (copy_incomplete ? " incomplete" : "");
     }
     if (moved_epoch != 0) os << " moved_epoch=" << moved_epoch;
+    if (commit_notice) os << " commit_notice";
+    if (pushed_below != 0) os << " pushed_below=" << pushed_below;
   }
   os << "}";
   return os.str();
@@ -156,6 +158,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(status_code) X(status_message) X(replica_of) X(origin_sender)           \
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
   X(state_copy) X(moved_epoch) X(key_run) X(clock_query) X(handed_from)    \
+  X(pushed_below) X(commit_notice) X(wants_commit) X(committed)             \
   X(copy_attempt) X(copy_seq) X(copy_incomplete)
 // clang-format on
 
@@ -230,9 +233,9 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->auth.hi = p.auth_hi();
   if (meta->replica_of < 0 || meta->origin_sender < 0 ||
       meta->origin_customer < 0 || meta->origin_timestamp < 0 ||
-      meta->resend_for < 0 || meta->done_below < 0 || meta->state_copy < 0 ||
-      meta->state_copy > 5 || meta->clock_query < 0 || meta->clock_query > 2 ||
-      meta->copy_attempt < 0 || meta->copy_seq < 0) {
+      meta->resend_for < 0 || meta->done_below < 0 || meta->pushed_below < 0 ||
+      meta->state_copy < 0 || meta->state_copy > 5 || meta->clock_query < 0 ||
+      meta->clock_query > 2 || meta->copy_attempt < 0 || meta->copy_seq < 0) {
     return Status::Corruption(
         "message header with a negative replication "
         "field");

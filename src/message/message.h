@@ -139,6 +139,14 @@ struct Meta {
   // Every request of the sender's customer below this timestamp is
   // complete (lets a server forget what it deduplicates).
   int64_t done_below = 0;
+  // bsp commits (docs/consistency.md): every plain push of the sender's
+  // customer (a forwarded notice: of origin_*) below this timestamp has
+  // been acknowledged by every server it went to; a commit notice; a push's
+  // answer asking for commits; a forwarded push that is committed.
+  int64_t pushed_below = 0;
+  bool commit_notice = false;
+  bool wants_commit = false;
+  bool committed = false;
   // A copy of a server's state (docs/replication.md): 1 the application's
   // state, 2 the dedup entries; 0 none.
   int state_copy = 0;

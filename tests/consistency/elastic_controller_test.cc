@@ -72,6 +72,64 @@ TEST_F(ElasticControllerTest, BspRestartedWorkerIsNotAppliedTwice) {
   EXPECT_EQ(c_->stats().pushes_redone, 1u);
 }
 
+// bsp commits (docs/consistency.md, "A restart under bsp is exact"): a
+// push counts toward its round only once its worker says every part of its
+// request reached its server (pushed_below past it).
+TEST_F(ElasticControllerTest, BspUncommittedPushCountsForNobody) {
+  Make("bsp");
+  Push(kA, 1, 0, {1});
+  RawRequest b = Req(kB, 1, 0, true, false, {1});
+  b.committed = false;
+  c_->OnRequest(b);
+  EXPECT_EQ(acked_, (std::vector<int>{kA, kB}));  // Acknowledged on arrival.
+  EXPECT_TRUE(Applied(1).empty());  // A's round waits for B's commit.
+  c_->OnClock(kB, 1);               // B finished clock 0: A's push goes.
+  EXPECT_EQ(Applied(1), (std::vector<int>{kA}));
+  EXPECT_EQ(c_->OnCommitted(kB, 0, 1), 0u);  // Not below 1: nothing.
+  EXPECT_EQ(c_->OnCommitted(kB, 0, 2), 1u);
+  EXPECT_EQ(Applied(1), (std::vector<int>{kA, kB}));
+  // A later push below what B said is committed on arrival.
+  Push(kA, 2, 1, {1});
+  RawRequest late = Req(kB, 1, 1, true, false, {1});
+  late.committed = false;
+  c_->OnRequest(late);
+  EXPECT_EQ(Applied(1), (std::vector<int>{kA, kB, kA, kB}));
+}
+
+// B's push reached this server but not every server of its request, and B
+// died: back, its first incarnation's uncommitted push is dropped (it never
+// counted), so the re-done push is applied, once; a committed one is
+// recognised as before. The restarted worker's timestamps start afresh.
+TEST_F(ElasticControllerTest, BspRestartDropsUncommittedPushes) {
+  Make("bsp");
+  Push(kA, 1, 0, {1, 2});
+  RawRequest done = Req(kB, 5, 0, true, false, {1});
+  done.committed = false;
+  c_->OnRequest(done);
+  RawRequest half = Req(kB, 6, 0, true, false, {2});
+  half.committed = false;
+  c_->OnRequest(half);
+  EXPECT_EQ(c_->OnCommitted(kB, 0, 6), 1u);  // Push 5 reached everywhere.
+  EXPECT_TRUE(Applied(1).empty());  // A's push waits behind key 2's round.
+  c_->OnWorkerAway(kB, Status::Unavailable("B died"));
+  c_->OnWorkerBack(kB);
+  EXPECT_EQ(c_->stats().pushes_dropped, 1u);
+  EXPECT_EQ(c_->JoinClock(kB), std::make_pair(int64_t{0}, true));
+  RawRequest again1 = Req(kB, 1, 0, true, false, {1});
+  again1.committed = false;
+  c_->OnRequest(again1);  // Its first incarnation's push 5: redone.
+  EXPECT_EQ(c_->stats().pushes_redone, 1u);
+  RawRequest again2 = Req(kB, 2, 0, true, false, {2});
+  again2.committed = false;
+  c_->OnRequest(again2);  // New: it counts once committed.
+  EXPECT_TRUE(Applied(2).empty());
+  // What the first incarnation said (6) is forgotten: 3 is news.
+  EXPECT_EQ(c_->OnCommitted(kB, 0, 3), 1u);
+  EXPECT_EQ(Applied(1), (std::vector<int>{kA, kB}));
+  EXPECT_EQ(Applied(2), (std::vector<int>{kA, kB}));
+  EXPECT_EQ(c_->stats().pushes_redone, 1u);
+}
+
 // A push twice to one key in a clock: the restarted worker's first push
 // to it is its first incarnation's, the second a new one.
 TEST_F(ElasticControllerTest, BspRedoCountsPushesPerKey) {

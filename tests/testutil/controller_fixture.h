@@ -44,7 +44,8 @@ class ControllerFixture : public ::testing::Test {
   }
 
   // A request of worker `sender`, its `ts`-th, made at iteration `clock`;
-  // a push carries one zero float per key.
+  // a push carries one zero float per key and is committed (bsp: it counts
+  // on arrival; a test of commits clears `committed`).
   static RawRequest Req(int sender, int ts, int64_t clock, bool push, bool pull,
                         const std::vector<Key>& keys) {
     RawRequest r;
@@ -55,6 +56,7 @@ class ControllerFixture : public ::testing::Test {
     r.pull = pull;
     r.kvs.keys = SArray<Key>(keys);
     if (push) r.kvs.vals = SArray<char>(keys.size() * 4, 0);
+    r.committed = push;
     return r;
   }
   void Push(int w, int ts, int64_t clock, const std::vector<Key>& keys) {

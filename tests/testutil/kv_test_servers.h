@@ -67,6 +67,8 @@ class CountingServer {
   int applied() const { return applied_.load(); }
   // Pushes applied as their keys' owner (not as a copy).
   int own() const { return own_.load(); }
+  // What its consistency controller saw.
+  ConsistencyStats stats() const { return server_.consistency_stats(); }
   // The store's state of the keys `want` holds, as a copy sends it. Only
   // while no request runs.
   std::vector<std::string> Dump(const std::function<bool(Key)>& want) {

@@ -41,6 +41,11 @@ struct RawRequest {
   // "Joining"): that server, whose part of the worker's request it was; the
   // push is known by (worker's request, handed_from). 0 otherwise.
   int handed_from = 0;
+  // bsp: the push is committed, known to have reached every server its
+  // request went to (docs/consistency.md, "A restart under bsp is exact"):
+  // set by the consistency controller, and on a push another server
+  // forwards as committed.
+  bool committed = false;
   RawKVs kvs;
 };
 
