@@ -260,10 +260,13 @@ class KVWorkerCore::Impl {
                    std::vector<std::pair<int, RawKVs>>* slices) const;
   // Sends a sliced request (stamped with `epoch`, the epoch of the ring
   // that sliced it, and the worker clock `clock`) and records it.
-  // `order`: what is known of each slice's keys (AddKVFrames).
+  // `replicas`: that ring's (a slice to a server that has died and failed
+  // over since is resent to its heir, even if the current ring keeps no
+  // copies: its last server but one died). `order`: what is known of each
+  // slice's keys (AddKVFrames).
   void Dispatch(int64_t ts, bool push, bool pull, int cmd, int priority,
-                uint64_t epoch, int64_t clock, KeyOrder order, Pending pending,
-                std::vector<std::pair<int, RawKVs>> slices);
+                uint64_t epoch, int replicas, int64_t clock, KeyOrder order,
+                Pending pending, std::vector<std::pair<int, RawKVs>> slices);
   // Customer::Handler: false for a refusal taken over for re-routing.
   bool Process(Message& msg);
   // The answer of `peer` (a tracker peer of request `ts`) refused its part
@@ -602,8 +605,9 @@ int64_t KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   if (p.cb) p.cb_token = CallbackToken(&callbacks_);
   // SliceKeys checked that the keys are sorted and unique, and so is each
   // slice.
-  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), clock_.load(),
-           KeyOrder::kSortedUnique, std::move(p), std::move(slices));
+  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), ring->replicas(),
+           clock_.load(), KeyOrder::kSortedUnique, std::move(p),
+           std::move(slices));
   return ts;
 }
 
@@ -670,14 +674,14 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
     return ts;
   }
   // The application's slicer may repeat a key within a slice.
-  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), clock_.load(),
-           KeyOrder::kUnknown, std::move(p), std::move(slices));
+  Dispatch(ts, push, pull, cmd, priority, ring->epoch(), ring->replicas(),
+           clock_.load(), KeyOrder::kUnknown, std::move(p), std::move(slices));
   return ts;
 }
 
 void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
-                                  int priority, uint64_t epoch, int64_t clock,
-                                  KeyOrder order, Pending p,
+                                  int priority, uint64_t epoch, int replicas,
+                                  int64_t clock, KeyOrder order, Pending p,
                                   std::vector<std::pair<int, RawKVs>> slices) {
   std::vector<int> recipients;
   recipients.reserve(slices.size());
@@ -695,7 +699,7 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     tracker()->Expect(ts, {});
     return;
   }
-  const bool replicated = app_->node()->ring_replicas() > 0;
+  const bool replicated = replicas > 0 || app_->node()->ring_replicas() > 0;
   p.push = push;
   p.cmd = cmd;
   p.priority = priority;
@@ -1126,8 +1130,8 @@ void KVWorkerCore::Impl::Reroute(int64_t ts, size_t slot) {
           << child << " by ring epoch " << ring->epoch();
   // A part of a request the application's slicer may have cut: keys may
   // repeat.
-  Dispatch(child, push, c.pull, cmd, priority, ring->epoch(), clock,
-           KeyOrder::kUnknown, std::move(c), std::move(slices));
+  Dispatch(child, push, c.pull, cmd, priority, ring->epoch(), ring->replicas(),
+           clock, KeyOrder::kUnknown, std::move(c), std::move(slices));
 }
 
 void KVWorkerCore::Impl::DeliverToParent(int64_t ts, Pending* child) {
