@@ -51,9 +51,13 @@ class SimpleApp {
                         const std::string& res_body = "");
 
   using Handle = std::function<void(const SimpleData& recved, SimpleApp* app)>;
-  // Received messages are held until the app sets a handle, sends its first
-  // request, or the node reaches a barrier (Finalize included), so no request
-  // is handled by the default before the application's handle is in place.
+  // Received messages are held until the app sets its request handle, sends
+  // its first request, or the node reaches a barrier (Finalize included), so
+  // no request is handled by the default before the application's handle is
+  // in place. Setting the response handle alone releases nothing: a response
+  // can only come once the app has sent a request, and an app that sets its
+  // response handle first would otherwise answer, with the default, a
+  // request that arrives before its request handle is set.
   // Default: respond with an empty body.
   virtual void set_request_handle(const Handle& request_handle);
   // Default: nothing.

@@ -323,8 +323,9 @@ void SimpleApp::set_request_handle(const Handle& request_handle) {
 }
 
 void SimpleApp::set_response_handle(const Handle& response_handle) {
+  // Releases nothing (see the header): responses follow a Request, which
+  // releases the app.
   impl_->set_response_handle(response_handle);
-  impl_->EnableDelivery();
 }
 
 KVRequestCounters GetKVRequestCounters(metrics::Registry* registry,

@@ -54,6 +54,9 @@ class ModelServer::Impl {
       MutexLock lock(&mu_);
       answers_[res.timestamp].push_back(res.body);
     });
+    // Releases the app's messages: a registration that came before is
+    // handled here, never by SimpleApp's default (an empty answer, which a
+    // client would read as "registered").
     control_->set_request_handle([this](const SimpleData& req, SimpleApp* app) {
       std::string reply;
       if (Control(req, &reply)) app->Response(req, reply);

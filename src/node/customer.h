@@ -171,6 +171,11 @@ class Customer {
 
   // Starts handling messages (idempotent).
   void Release();
+  // Whether messages are still held (Release not called yet).
+  bool held() const {
+    MutexLock lock(&mu_);
+    return held_;
+  }
 
   // Blocks until everything queued so far has been handled.
   void Drain();
@@ -218,7 +223,7 @@ class Customer {
   std::thread thread_;    // Started by Start(), joined by Stop().
   bool started_ = false;  // Start() and Stop() run on the owner's thread.
 
-  Mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable idle_cv_;
   FailureHandler failure_handler_ GUARDED_BY(mu_);
   PeerFailureHandler peer_failure_handler_ GUARDED_BY(mu_);

@@ -8,6 +8,8 @@
 #include <memory>
 #include <random>
 
+#include "app/app_impl.h"
+#include "node/customer.h"
 #include "node/node.h"
 #include "ps/ps.h"
 #include "testutil/inproc_cluster.h"
@@ -742,6 +744,46 @@ TEST(SimpleAppTest, AppWithAnyCustomerIdIsReachableOnServers) {
   SimpleApp worker_app(7, 3, cluster.worker(0));
   int ts = worker_app.Request(1, "x", kServerGroup);
   EXPECT_TRUE(worker_app.WaitStatus(ts).ok());
+  cluster.Finalize();
+}
+
+// Sees whether the app still holds its messages.
+class HoldProbeApp : public SimpleApp {
+ public:
+  HoldProbeApp(int app_id, Postoffice* p) : SimpleApp(app_id, 0, p) {}
+  bool held() { return impl_->customer()->held(); }
+};
+
+// The model layer's servers set their response handle first: when that
+// released the app, a registration that had arrived already could be
+// answered by the default handle (an empty body, read as "registered"), and
+// the client's first pull found no table (CI, fault_model_joinleave_asp).
+TEST(SimpleAppTest, SettingTheResponseHandleAloneReleasesNothing) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  SimpleApp worker_app(5, 0, cluster.worker(0));
+  std::string answer;
+  Mutex mu;
+  worker_app.set_response_handle([&](const SimpleData& res, SimpleApp*) {
+    MutexLock lock(&mu);
+    answer = res.body;
+  });
+  int ts = worker_app.Request(1, "register", kServerGroup);
+  // Waits on the server's node until app 5 exists.
+  Node* server = cluster.server(0)->node();
+  ASSERT_TRUE(WaitUntil([&] { return server->held_messages() == 1; }));
+  HoldProbeApp server_app(5, cluster.server(0));
+  server_app.set_response_handle([](const SimpleData&, SimpleApp*) {});
+  EXPECT_TRUE(server_app.held());
+  server_app.set_request_handle([](const SimpleData& req, SimpleApp* app) {
+    app->Response(req, "handled: " + req.body);
+  });
+  EXPECT_FALSE(server_app.held());
+  ASSERT_TRUE(worker_app.WaitStatus(ts).ok());
+  {
+    MutexLock lock(&mu);
+    EXPECT_EQ(answer, "handled: register");
+  }
   cluster.Finalize();
 }
 
