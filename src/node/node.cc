@@ -436,6 +436,15 @@ void Node::HeartbeatLoop() {
   }
 }
 
+Message Node::SchedulerRequestLocked(Control control, int sender) const {
+  Message m;
+  m.meta.control = control;
+  m.meta.request = true;
+  m.meta.sender = sender >= 0 ? sender : logical_.begin()->second;
+  m.meta.recipient = kSchedulerId;
+  return m;
+}
+
 void Node::SendHeartbeat() {
   MutexLock lock(&mu_);
   if (options_.role == Role::kScheduler || logical_.empty() || stopped_) {
@@ -448,11 +457,7 @@ void Node::SendHeartbeat() {
     return;
   }
   ++beats_unanswered_;
-  Message beat;
-  beat.meta.control = Control::kHeartbeat;
-  beat.meta.request = true;
-  beat.meta.sender = logical_.begin()->second;
-  beat.meta.recipient = kSchedulerId;
+  Message beat = SchedulerRequestLocked(Control::kHeartbeat);
   // What a lost message of a membership change would have said
   // (docs/replication.md, "Lost messages"): the ring this node has (the
   // scheduler sends a lagging member its table again), that its join or
@@ -493,12 +498,7 @@ void Node::ResendMigration() {
     leave_asked_ms_ = now;
     LOG(INFO) << "no answer to this server's request to leave within "
               << resend_ms << " ms (EMBER_MIGRATION_RESEND_MS): asking again";
-    Message ask;
-    ask.meta.control = Control::kLeaveRequest;
-    ask.meta.request = true;
-    ask.meta.sender = logical_.begin()->second;
-    ask.meta.recipient = kSchedulerId;
-    SendLocked(std::move(ask));
+    SendLocked(SchedulerRequestLocked(Control::kLeaveRequest));
   }
   // Under mu_, so no customer is destroyed meanwhile; Tick only queues.
   for (const auto& c : customers_) {
@@ -568,11 +568,7 @@ void Node::SendRejoinsLocked() {
     }
   }
   for (const auto& l : logical_) {
-    Message m;
-    m.meta.control = Control::kRejoin;
-    m.meta.request = true;
-    m.meta.sender = l.second;
-    m.meta.recipient = kSchedulerId;
+    Message m = SchedulerRequestLocked(Control::kRejoin, l.second);
     m.meta.customer_id = l.first;
     m.meta.process_key = process_key_;
     m.meta.cluster_token = options_.cluster_token;
@@ -692,11 +688,7 @@ Status Node::Barrier(int customer_id, int group) {
   // Numbered, so that a copy of the request or of its release (a network
   // that delivers twice) counts once.
   const uint64_t number = ++barrier_numbers_[customer_id];
-  Message req;
-  req.meta.control = Control::kBarrier;
-  req.meta.request = true;
-  req.meta.sender = id->second;
-  req.meta.recipient = kSchedulerId;
+  Message req = SchedulerRequestLocked(Control::kBarrier, id->second);
   req.meta.customer_id = customer_id;
   req.meta.barrier_group = group;
   req.meta.barrier_round = number;
@@ -768,12 +760,7 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   if (options_.role != Role::kScheduler && table_ready_ &&
       !dead_.count(kSchedulerId)) {
     for (const auto& l : logical_) {
-      Message leave;
-      leave.meta.control = Control::kLeave;
-      leave.meta.request = true;
-      leave.meta.sender = l.second;
-      leave.meta.recipient = kSchedulerId;
-      SendLocked(std::move(leave));
+      SendLocked(SchedulerRequestLocked(Control::kLeave, l.second));
     }
   }
   if (options_.role == Role::kScheduler && table_ready_) {
@@ -1543,11 +1530,7 @@ void Node::StateCopied(int app_id, int holder, uint64_t epoch) {
   for (auto it = state_copied_.begin(); it != state_copied_.end();) {
     it = it->first.second < epoch ? state_copied_.erase(it) : std::next(it);
   }
-  Message ready;
-  ready.meta.control = Control::kReplicaReady;
-  ready.meta.request = true;
-  ready.meta.sender = logical_.begin()->second;
-  ready.meta.recipient = kSchedulerId;
+  Message ready = SchedulerRequestLocked(Control::kReplicaReady);
   ready.meta.holder = holder;
   ready.meta.holder_epoch = epoch;
   auto& reported = reported_holders_[ready.meta.sender];
@@ -1570,12 +1553,7 @@ void Node::HandoverDone(int app_id) {
     return;
   }
   handover_reported_ = true;
-  Message done;
-  done.meta.control = Control::kHandoverDone;
-  done.meta.request = true;
-  done.meta.sender = logical_.begin()->second;
-  done.meta.recipient = kSchedulerId;
-  SendLocked(std::move(done));
+  SendLocked(SchedulerRequestLocked(Control::kHandoverDone));
 }
 
 int Node::num_workers() const {
@@ -1725,12 +1703,7 @@ bool Node::RequestLeave(const std::string& why) {
   leave_asked_ms_ = clock_->NowMs();
   LOG(WARNING) << why << ": " << DescribeLocked(logical_.begin()->second)
                << " asks the scheduler to let it leave the running cluster";
-  Message ask;
-  ask.meta.control = Control::kLeaveRequest;
-  ask.meta.request = true;
-  ask.meta.sender = logical_.begin()->second;
-  ask.meta.recipient = kSchedulerId;
-  SendLocked(std::move(ask));
+  SendLocked(SchedulerRequestLocked(Control::kLeaveRequest));
   return true;
 }
 
@@ -1773,12 +1746,7 @@ void Node::LeaveHandedOver(int app_id) {
 
 void Node::LeftLocked() {
   leave_ = LeaveState::kLeft;
-  Message done;
-  done.meta.control = Control::kHandoverDone;
-  done.meta.request = true;
-  done.meta.sender = logical_.begin()->second;
-  done.meta.recipient = kSchedulerId;
-  SendLocked(std::move(done));
+  SendLocked(SchedulerRequestLocked(Control::kHandoverDone));
   LOG(WARNING) << "this server has left the running cluster: every new "
                   "owner has acknowledged its ranges; Finalize ends without "
                   "the others";

@@ -346,6 +346,10 @@ class Node final : private SchedulerHost {
   void CollectMetrics(metrics::Writer* w) const;
   std::string MetricsLabels() const;
 
+  // A control request of this node to the scheduler, from `sender` (-1:
+  // this node's first logical id, which must exist).
+  Message SchedulerRequestLocked(Control control, int sender = -1) const
+      REQUIRES(mu_);
   void SendLocked(Message&& msg) REQUIRES(mu_);
 
   // Immutable after construction.
