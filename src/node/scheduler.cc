@@ -23,6 +23,15 @@ namespace {
 // The ring's epoch when the cluster first forms.
 constexpr uint64_t kFirstEpoch = 1;
 
+// A control message of the scheduler to node `to` (a request: false).
+Message SchedulerMessage(Control control, int to) {
+  Message m;
+  m.meta.control = control;
+  m.meta.sender = kSchedulerNodeId;
+  m.meta.recipient = to;
+  return m;
+}
+
 std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -119,10 +128,7 @@ void Scheduler::RejectLocked(const NodeInfo& node, const std::string& key,
   if (key.empty()) return;
   int id = next_reject_id_--;
   if (!van_->Connect(id, node.host, node.port, "").ok()) return;
-  Message abort;
-  abort.meta.control = Control::kAbort;
-  abort.meta.sender = kSchedulerNodeId;
-  abort.meta.recipient = id;
+  Message abort = SchedulerMessage(Control::kAbort, id);
   abort.meta.reason = reason;
   abort.meta.auth = ToKey128(key);
   SendLocked(std::move(abort));
@@ -554,17 +560,7 @@ void Scheduler::AdmitWorkerLocked(const NodeInfo& node,
                          "next clock");
   // The others first, so that they know it before it sends to them.
   WorkerChangeLocked(n.id, event);
-  Message m;
-  m.meta.control = Control::kNodeTable;
-  m.meta.sender = kSchedulerNodeId;
-  m.meta.recipient = n.id;
-  for (const auto& e : table_) {
-    if (!dead_.count(e.first) && !left_.count(e.first)) {
-      m.meta.nodes.push_back(e.second);
-    }
-  }
-  m.meta.ring = ring_->ToInfo();
-  m.meta.run_key = run_key_;
+  Message m = NodeTableLocked(n.id);
   m.meta.join_running = true;  // It meets no start barrier.
   SendLocked(std::move(m));
   EvaluateBarriersLocked();
@@ -578,10 +574,7 @@ void Scheduler::WorkerChangeLocked(int id, WorkerEvent event) {
         left_.count(to) || away_.count(to)) {
       continue;
     }
-    Message m;
-    m.meta.control = Control::kWorkerChange;
-    m.meta.sender = kSchedulerNodeId;
-    m.meta.recipient = to;
+    Message m = SchedulerMessage(Control::kWorkerChange, to);
     m.meta.nodes.push_back(table_[id]);
     m.meta.worker_event = event;
     SendLocked(std::move(m));
@@ -599,10 +592,7 @@ void Scheduler::PublishLocked() {
 }
 
 Message Scheduler::NodeTableLocked(int to) const {
-  Message m;
-  m.meta.control = Control::kNodeTable;
-  m.meta.sender = kSchedulerNodeId;
-  m.meta.recipient = to;
+  Message m = SchedulerMessage(Control::kNodeTable, to);
   for (const auto& e : table_) {
     if (!dead_.count(e.first) && !left_.count(e.first)) {
       m.meta.nodes.push_back(e.second);
@@ -707,11 +697,7 @@ void Scheduler::ReleaseRoundLocked(int group, const Round& round,
       host_->OnBarrierReleased(a.second, status);
       continue;
     }
-    Message release;
-    release.meta.control = Control::kBarrier;
-    release.meta.request = false;
-    release.meta.sender = kSchedulerNodeId;
-    release.meta.recipient = a.first;
+    Message release = SchedulerMessage(Control::kBarrier, a.first);
     release.meta.customer_id = a.second;
     release.meta.barrier_group = group;
     auto n = round.numbers.find(a.first);
@@ -782,11 +768,7 @@ void Scheduler::OnBeatLocked(const Message& beat) {
 }
 
 void Scheduler::SendEchoLocked(int to) {
-  Message echo;
-  echo.meta.control = Control::kHeartbeat;
-  echo.meta.request = false;
-  echo.meta.sender = kSchedulerNodeId;
-  echo.meta.recipient = to;
+  Message echo = SchedulerMessage(Control::kHeartbeat, to);
   if (ring_ && ring_->replicas() > 0 && ring_->IndexOf(to) >= 0) {
     auto held = holders_.find(to);
     if (held != holders_.end()) echo.meta.holders = held->second;
@@ -1104,9 +1086,6 @@ void Scheduler::CatchUpLocked(int id) {
   reported->second = ring_->epoch();
   reported_servers_[id] = ring_->server_ids();
   Message m;
-  m.meta.sender = kSchedulerNodeId;
-  m.meta.recipient = id;
-  m.meta.ring = ring_->ToInfo();
   if (!gone.empty()) {
     // The failover notice the scheduler that died did not send it.
     if (gone.size() > 1 || added) {
@@ -1116,18 +1095,12 @@ void Scheduler::CatchUpLocked(int id) {
                     "caught up: it learns of "
                  << DescribeLocked(gone[0]) << "'s only";
     }
-    m.meta.control = Control::kNodeFailed;
+    m = SchedulerMessage(Control::kNodeFailed, id);
+    m.meta.ring = ring_->ToInfo();
     m.meta.failed_node = gone[0];
     m.meta.reason = "failed over while the scheduler restarted";
   } else if (added) {
-    // The node table of a join it did not receive.
-    m.meta.control = Control::kNodeTable;
-    for (const auto& e : table_) {
-      if (!dead_.count(e.first) && !left_.count(e.first)) {
-        m.meta.nodes.push_back(e.second);
-      }
-    }
-    m.meta.run_key = run_key_;
+    m = NodeTableLocked(id);  // Of a join it did not receive.
   } else {
     return;
   }
@@ -1157,11 +1130,7 @@ void Scheduler::HandleLeaveRequest(const Message& msg) {
   auto refuse = [&](const std::string& why) REQUIRES(mu_) {
     LOG(WARNING) << "refusing to let " << DescribeLocked(id)
                  << " leave: " << why << "; the job goes on unchanged";
-    Message no;
-    no.meta.control = Control::kLeaveRequest;
-    no.meta.request = false;
-    no.meta.sender = kSchedulerNodeId;
-    no.meta.recipient = id;
+    Message no = SchedulerMessage(Control::kLeaveRequest, id);
     no.meta.reason = why;
     SendLocked(std::move(no));
   };
@@ -1430,10 +1399,7 @@ void Scheduler::DeclareDeadLocked(const std::string& address,
     if (options_.worker_rejoin_ms >= 0 && table_[id].role == Role::kWorker) {
       // Elastic workers: the job goes on; the victim alone hears that it
       // was declared dead (if it is alive after all, it stops).
-      Message notice;
-      notice.meta.control = Control::kNodeFailed;
-      notice.meta.sender = kSchedulerNodeId;
-      notice.meta.recipient = id;
+      Message notice = SchedulerMessage(Control::kNodeFailed, id);
       notice.meta.failed_node = id;
       notice.meta.reason = why;
       SendLocked(std::move(notice));
@@ -1562,10 +1528,7 @@ void Scheduler::NotifyDeathLocked(int id, const std::string& why,
     // learns it was expelled instead of carrying on alone.
     if (to == kSchedulerNodeId || left_.count(to)) continue;
     if (dead_.count(to) && to != id) continue;
-    Message notice;
-    notice.meta.control = Control::kNodeFailed;
-    notice.meta.sender = kSchedulerNodeId;
-    notice.meta.recipient = to;
+    Message notice = SchedulerMessage(Control::kNodeFailed, to);
     notice.meta.failed_node = id;
     notice.meta.reason = why;
     if (ring != nullptr) notice.meta.ring = *ring;
