@@ -922,6 +922,17 @@ class KVServerCore::Impl {
   // state and then every later push. Once every chunk is acknowledged, the
   // node tells the scheduler, which counts the target as a holder again.
 
+  // What a hand-over sends (SendHandover): whose data (0: this server's;
+  // else a dead server's, from its copy here), under bsp its pending
+  // pushes, the state chunks, and its deferred pushes.
+  struct HandoverBody {
+    int whose = 0;
+    bool bsp = false;
+    SArray<char> pending;
+    std::vector<SArray<char>> chunks;
+    std::vector<RawRequest> deferred;
+  };
+
   struct Copy {
     int target = 0;
     std::shared_ptr<const KeyRing> ring;  // the ring it was made under
@@ -937,11 +948,7 @@ class KVServerCore::Impl {
     // A hand-over's messages, kept to be sent again as they were: the
     // state of the moved keys does not change here after the switch. (A
     // copy of this server's own data is read afresh instead: pushes go on.)
-    int whose = 0;
-    bool bsp = false;
-    SArray<char> pending;
-    std::vector<SArray<char>> chunks;
-    std::vector<RawRequest> deferred;
+    HandoverBody body;
   };
 
   // On the customer thread, after the ring changed.
@@ -1549,14 +1556,14 @@ class KVServerCore::Impl {
       c.target = to;
       c.epoch = ring.epoch();
       c.handover = true;
-      c.whose = whose;
-      c.bsp = bsp;
-      c.pending = pending_frame;
+      c.body.whose = whose;
+      c.body.bsp = bsp;
+      c.body.pending = pending_frame;
       for (std::string& chunk : chunks) {
         bytes += chunk.size();
-        c.chunks.push_back(Adopt(std::move(chunk)));
+        c.body.chunks.push_back(Adopt(std::move(chunk)));
       }
-      c.deferred = std::move(deferred);
+      c.body.deferred = std::move(deferred);
     }
     size_t ndeferred = 0;
     Status st = SendHandover(ts, &ndeferred);
@@ -1583,13 +1590,10 @@ class KVServerCore::Impl {
   // sending (docs/replication.md, "Lost messages"). *deferred: how many
   // pushes it moves.
   Status SendHandover(int64_t ts, size_t* deferred) {
-    int to = 0, whose = 0;
+    int to = 0;
     uint64_t epoch = 0;
     int64_t attempt = 0;
-    bool bsp = false;
-    SArray<char> pending;
-    std::vector<SArray<char>> chunks;
-    std::vector<RawRequest> pushes;
+    HandoverBody body;
     {
       MutexLock lock(&mu_);
       auto it = copies_.find(ts);
@@ -1598,23 +1602,22 @@ class KVServerCore::Impl {
       c.attempt = ++next_attempt_;
       c.sent_ms = app_->node()->clock()->NowMs();
       to = c.target;
-      whose = c.whose;
       epoch = c.epoch;
       attempt = c.attempt;
-      bsp = c.bsp;
-      pending = c.pending;
-      chunks = c.chunks;
-      pushes = c.deferred;
+      body = c.body;
     }
-    *deferred = pushes.size();
+    const int whose = body.whose;
+    *deferred = body.deferred.size();
     int seq = 0;
     Status st;
-    if (bsp) st = SendState(to, ts, 3, pending, whose, epoch, attempt, ++seq);
-    for (const SArray<char>& chunk : chunks) {
+    if (body.bsp) {
+      st = SendState(to, ts, 3, body.pending, whose, epoch, attempt, ++seq);
+    }
+    for (const SArray<char>& chunk : body.chunks) {
       if (st.ok())
         st = SendState(to, ts, 5, chunk, whose, epoch, attempt, ++seq);
     }
-    for (const RawRequest& r : pushes) {
+    for (const RawRequest& r : body.deferred) {
       if (!st.ok()) break;
       st = ForwardCopy(to, ts, to, r, OriginTs(r), 0, KeyOrder::kUnknown, epoch,
                        attempt, ++seq);
