@@ -83,19 +83,6 @@ class BspCommitTest : public ::testing::TestWithParam<std::tuple<int, int>> {
     Ok(w, w->Clock());
   }
 
-  static void FinalizeAll(const std::vector<Postoffice*>& nodes) {
-    std::vector<Status> results(nodes.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      threads.emplace_back(
-          [&, i] { results[i] = nodes[i]->FinalizeStatus(0, true); });
-    }
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      EXPECT_TRUE(results[i].ok()) << "node " << i << ": " << results[i];
-    }
-  }
-
   // The run in which worker 1 is slow in iteration kKilledAt instead: both
   // workers go through every iteration, worker 1 last.
   Trace SlowRun(const std::vector<Key>& keys) {

@@ -111,20 +111,6 @@ class ElasticWorkerTest : public ::testing::Test {
     return out.empty() ? -1 : out[0];
   }
 
-  // Finalizes `nodes` (with the final barrier), all at once.
-  void FinalizeAll(const std::vector<Postoffice*>& nodes) {
-    std::vector<Status> results(nodes.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      threads.emplace_back(
-          [&, i] { results[i] = nodes[i]->FinalizeStatus(0, true); });
-    }
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      EXPECT_TRUE(results[i].ok()) << "node " << i << ": " << results[i];
-    }
-  }
-
   // Whether the server's node has called back with `event`.
   bool Heard(WorkerEvent event) {
     for (const auto& n : notes()) {

@@ -169,10 +169,7 @@ TEST_F(JoinAfterFailoverTest, UnderBspAReplacementInAHalfPushedRound) {
   });
   // The heir handed over worker 0's deferred part of the round for the
   // keys it had taken from the dead server (its data now).
-  EXPECT_TRUE(
-      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
-  ExpectBitwiseEqual(got.first, want.first, "the pull of the failover's round");
-  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  ExpectBspRunAsUndisturbed(log, got, want, "failover");
   ASSERT_NE(newcomer, nullptr);
   auto ring = cluster_->worker(0)->node()->key_ring();
   EXPECT_EQ(ring->num_servers(), 2);
@@ -241,15 +238,10 @@ TEST_P(JoinTest, AHandOverChunkDeliveredAfterItsEndIsIgnored) {
   std::vector<std::string> stale = servers_[0]->Dump(
       [&](Key k) { return before->Owner(k) == from && after->Owner(k) == to; });
   ASSERT_EQ(stale.size(), 1u);
-  Message late = AppMessage(0, 0, -77, to, /*request=*/true);
-  late.meta.push = true;
-  late.meta.state_copy = 5;
-  late.meta.replica_of = from;
-  late.meta.value_bytes = sizeof(float);
-  SArray<char> frame;
-  frame.CopyFrom(stale[0].data(), stale[0].size());
-  late.AddData(frame);
-  ASSERT_TRUE(cluster_->server(0)->node()->Send(std::move(late)).ok());
+  ASSERT_TRUE(cluster_->server(0)
+                  ->node()
+                  ->Send(RawStateCopy(-77, to, 5, stale[0], from))
+                  .ok());
   ASSERT_TRUE(WaitUntil([&] {
     return !log.Find("ignoring a hand-over message from node " +
                      std::to_string(from))
@@ -277,10 +269,7 @@ TEST_P(JoinTest, UnderBspAJoinInAHalfPushedRoundLosesAndDoublesNothing) {
       return log.Find("handing the keys that moved to node").size() == 2;
     }));
   });
-  EXPECT_TRUE(
-      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
-  ExpectBitwiseEqual(got.first, want.first, "the pull of the join's round");
-  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  ExpectBspRunAsUndisturbed(log, got, want, "join");
   EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->num_servers(), 3);
   EXPECT_TRUE(log.Find("pending pushes do not move").empty());
 }
@@ -298,8 +287,7 @@ INSTANTIATE_TEST_SUITE_P(Replicas, JoinTest, ::testing::Values(0, 1),
 // links that keep their order, as TCP's do (FaultPlan::fifo): every key
 // ends exact and the newcomer serves its share.
 TEST(JoinFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringAJoin) {
-  for (uint64_t seed = 1; seed <= 8; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  ForEachSeed(8, [&](uint64_t seed) {
     FaultCluster faulty(seed, 2, 2);
     InProcCluster& cluster = faulty.cluster();
     auto& servers = faulty.servers();
@@ -321,7 +309,7 @@ TEST(JoinFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringAJoin) {
     // The newcomer owns part of the keys and applied pushes to them.
     EXPECT_GT(servers.back()->own(), 0);
     faulty.Finish();
-  }
+  });
 }
 
 // Under bsp (k=1), a third server joins 2 in a half-pushed round (as
@@ -331,8 +319,7 @@ TEST(JoinFaults, DelayedAndDuplicatedMessagesInLinkOrderDuringAJoin) {
 TEST(JoinFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
   const std::vector<Key> keys = SpreadKeys(256);
   const auto want = UndisturbedBspRounds(2, 1, keys, 6, 3);
-  for (uint64_t seed = 1; seed <= 6; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  ForEachSeed(6, [&](uint64_t seed) {
     FaultCluster faulty(seed, 2, 2, /*bsp=*/true);
     InProcCluster& cluster = faulty.cluster();
     auto& servers = faulty.servers();
@@ -351,12 +338,9 @@ TEST(JoinFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
     const FaultCounters c = faulty.Settle();
     EXPECT_GT(c.delayed, 0u);
     EXPECT_GT(c.duplicated, 0u);
-    EXPECT_TRUE(
-        MovedDeferredPushes(log.Find("handing the keys that moved to node")));
-    ExpectBitwiseEqual(got.first, want.first, "the pull of the join's round");
-    ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+    ExpectBspRunAsUndisturbed(log, got, want, "join");
     faulty.Finish();
-  }
+  });
 }
 
 TEST(JoinRefusal, AJoinDuringAnotherIsRefused) {

@@ -187,10 +187,7 @@ TEST_P(LeaveTest, UnderBspALeaveInAHalfPushedRoundLosesAndDoublesNothing) {
     }));
   });
   EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
-  EXPECT_TRUE(
-      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
-  ExpectBitwiseEqual(got.first, want.first, "the pull of the leave's round");
-  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  ExpectBspRunAsUndisturbed(log, got, want, "leave");
   EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->num_servers(), 2);
 }
 
@@ -203,8 +200,7 @@ INSTANTIATE_TEST_SUITE_P(Replicas, LeaveTest, ::testing::Values(0, 1),
 // under `plan` (which `make` builds for the leaver's id); held messages are
 // released whenever the cluster goes quiet. Every key ends exact.
 void LeaveUnderFaults(const std::function<FaultPlan(int leaver_id)>& make) {
-  for (uint64_t seed = 1; seed <= 8; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  ForEachSeed(8, [&](uint64_t seed) {
     FaultCluster faulty(seed, 3, 2);
     auto& workers = faulty.workers();
     const std::vector<Key> keys = SpreadKeys(1024);
@@ -246,7 +242,7 @@ void LeaveUnderFaults(const std::function<FaultPlan(int leaver_id)>& make) {
     }
     EXPECT_EQ(wrong, 0u) << "e.g. " << first;
     faulty.Finish();
-  }
+  });
 }
 
 // The network delivers messages of the leaver (its hand-over's chunks and
@@ -317,10 +313,7 @@ TEST(LeaveFaults, UnderBspACopyOfTheOtherNewOwnersHandedPartComesFirst) {
     faulty.Settle();  // The rest of the hand-over.
   });
   EXPECT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
-  EXPECT_TRUE(
-      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
-  ExpectBitwiseEqual(got.first, want.first, "the pull of the leave's round");
-  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+  ExpectBspRunAsUndisturbed(log, got, want, "leave");
   faulty.Finish();
 }
 
@@ -331,8 +324,7 @@ TEST(LeaveFaults, UnderBspACopyOfTheOtherNewOwnersHandedPartComesFirst) {
 TEST(LeaveFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
   const std::vector<Key> keys = SpreadKeys(256);
   const auto want = UndisturbedBspRounds(3, 1, keys, 6, 3);
-  for (uint64_t seed = 1; seed <= 6; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  ForEachSeed(6, [&](uint64_t seed) {
     FaultCluster faulty(seed, 3, 2, /*bsp=*/true);
     faulty.Inject(FaultCluster::FifoPlan());
     Postoffice* leaver = faulty.cluster().server(1);
@@ -347,12 +339,9 @@ TEST(LeaveFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
     const FaultCounters c = faulty.Settle();
     EXPECT_GT(c.delayed, 0u);
     EXPECT_GT(c.duplicated, 0u);
-    EXPECT_TRUE(
-        MovedDeferredPushes(log.Find("handing the keys that moved to node")));
-    ExpectBitwiseEqual(got.first, want.first, "the pull of the leave's round");
-    ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+    ExpectBspRunAsUndisturbed(log, got, want, "leave");
     faulty.Finish();
-  }
+  });
 }
 
 // The scheduler refuses a leave that cannot be made, says why in its log

@@ -76,8 +76,7 @@ TEST_P(LostMigrationTest, EveryChangeCompletesAndNothingIsLostOrDoubled) {
   const int k = replicas();
   uint64_t dropped = 0;
   uint64_t resent = 0;
-  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  ForEachSeed(kSeeds, [&](uint64_t seed) {
     FaultCluster faulty(seed, servers(), 2, bsp(),
                         [k](Options* o) { Tweak(o, k); });
     InProcCluster& cluster = faulty.cluster();
@@ -134,7 +133,7 @@ TEST_P(LostMigrationTest, EveryChangeCompletesAndNothingIsLostOrDoubled) {
       EXPECT_GT(servers.back()->own(), 0);
     }
     faulty.Finish();
-  }
+  });
   // Over the seeds some messages of the changes were lost and sent again
   // (the bitwise and exact checks above hold only because they were).
   EXPECT_GT(dropped, 0u);

@@ -31,6 +31,22 @@
 namespace ps {
 namespace {
 
+// A push request of app 0 from a worker, built by hand (as a resend or a
+// network duplicate would arrive): timestamp `ts`, to server `to`, sliced
+// under ring `epoch` (0: unstamped).
+Message RawPush(int64_t ts, int to, const std::vector<Key>& keys,
+                const std::vector<float>& vals, uint64_t epoch = 0) {
+  Message m = AppMessage(0, 0, ts, to, /*request=*/true);
+  m.meta.push = true;
+  m.meta.epoch = epoch;
+  m.meta.value_bytes = sizeof(float);
+  RawKVs kvs;
+  kvs.keys = SArray<Key>(keys);
+  kvs.vals = SArray<char>(SArray<float>(vals));
+  AddKVFrames(kvs, &m);
+  return m;
+}
+
 class ReplicationTest : public ::testing::Test {
  protected:
   void Form(int servers, int workers, int replicas, bool copyable = true,
@@ -288,14 +304,7 @@ TEST_F(ReplicationTest, ADuplicatePushIsAppliedOnce) {
   Node* node = cluster_->worker(0)->node();
   const int server = ServerId(0);
   for (int copy = 0; copy < 2; ++copy) {
-    Message m = AppMessage(0, 0, /*timestamp=*/1000, server, /*request=*/true);
-    m.meta.push = true;
-    m.meta.value_bytes = sizeof(float);
-    RawKVs kvs;
-    kvs.keys = SArray<Key>(keys);
-    kvs.vals = SArray<char>(SArray<float>(vals));
-    AddKVFrames(kvs, &m);
-    ASSERT_TRUE(node->Send(std::move(m)).ok());
+    ASSERT_TRUE(node->Send(RawPush(/*ts=*/1000, server, keys, vals)).ok());
   }
   // Both copies reach the owner before the pull (one sender, in order);
   // the second was only acknowledged, and not forwarded.
@@ -345,14 +354,8 @@ TEST(ReplicationDuplicates, ADuplicateWaitsForItsPushsCopy) {
   const int ts = worker.Push(keys, ones);
   ASSERT_TRUE(WaitUntil([&] { return net.held() == 1; }));  // The copy.
   // The same request again, as a network that delivers twice would.
-  Message again = AppMessage(0, 0, ts, id, /*request=*/true);
-  again.meta.push = true;
-  again.meta.value_bytes = sizeof(float);
-  RawKVs kvs;
-  kvs.keys = SArray<Key>(keys);
-  kvs.vals = SArray<char>(SArray<float>(ones));
-  AddKVFrames(kvs, &again);
-  ASSERT_TRUE(cluster.worker(0)->node()->Send(std::move(again)).ok());
+  ASSERT_TRUE(
+      cluster.worker(0)->node()->Send(RawPush(ts, id, keys, ones)).ok());
   ASSERT_TRUE(WaitUntil([&] {
     return !log.Find("came again while its copies are unacknowledged").empty();
   }));
@@ -392,15 +395,8 @@ TEST_F(ReplicationTest, AStaleEpochRequestForKeysElsewhereIsRefusedNotApplied) {
   const std::vector<float> one = {1};
   int ts = 5000;
   for (const auto* keys : {&moved, &kept}) {
-    Message m = AppMessage(0, 0, ts++, ServerId(0), /*request=*/true);
-    m.meta.push = true;
-    m.meta.epoch = 1;
-    m.meta.value_bytes = sizeof(float);
-    RawKVs kvs;
-    kvs.keys = SArray<Key>(*keys);
-    kvs.vals = SArray<char>(SArray<float>(one));
-    AddKVFrames(kvs, &m);
-    ASSERT_TRUE(node->Send(std::move(m)).ok());
+    ASSERT_TRUE(
+        node->Send(RawPush(ts++, ServerId(0), *keys, one, /*epoch=*/1)).ok());
   }
   // The second is applied (in order, after the first was refused).
   ASSERT_TRUE(WaitUntil([&] { return servers_[0]->applied() == 1; }));
@@ -424,14 +420,10 @@ TEST_F(ReplicationTest, AStateCopyFromAWorkerIsRefused) {
   ASSERT_TRUE(
       forged.DumpState([](Key) { return true; }, 1 << 20, &chunks).ok());
   LogCapture log;
-  Message m = AppMessage(0, 0, -7, ServerId(0), /*request=*/true);
-  m.meta.push = true;
-  m.meta.state_copy = 1;
-  m.meta.value_bytes = sizeof(float);
-  SArray<char> frame(chunks[0].size());
-  std::memcpy(frame.data(), chunks[0].data(), chunks[0].size());
-  m.AddData(frame);
-  ASSERT_TRUE(cluster_->worker(0)->node()->Send(std::move(m)).ok());
+  ASSERT_TRUE(cluster_->worker(0)
+                  ->node()
+                  ->Send(RawStateCopy(-7, ServerId(0), 1, chunks[0]))
+                  .ok());
   ASSERT_TRUE(
       WaitUntil([&] { return !log.Find("not a server on the ring").empty(); }));
   ExpectAll(keys, 1);
@@ -542,14 +534,10 @@ TEST_F(ReplicationTest, MalformedPendingPushesOfACopyAreRefused) {
   };
   LogCapture log;
   for (const std::string& c : cases) {
-    Message m = AppMessage(0, 0, -7, ServerId(0), /*request=*/true);
-    m.meta.push = true;
-    m.meta.state_copy = 3;
-    m.meta.replica_of = ServerId(1);
-    SArray<char> frame(c.size());
-    std::memcpy(frame.data(), c.data(), c.size());
-    m.AddData(frame);
-    ASSERT_TRUE(server_po_[1]->node()->Send(std::move(m)).ok());
+    ASSERT_TRUE(server_po_[1]
+                    ->node()
+                    ->Send(RawStateCopy(-7, ServerId(0), 3, c, ServerId(1)))
+                    .ok());
   }
   ASSERT_TRUE(WaitUntil(
       [&] { return !log.Find("refusing a copy of the state").empty(); }));

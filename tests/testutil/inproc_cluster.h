@@ -245,6 +245,22 @@ class InProcCluster {
   std::set<Postoffice*> killed_;
 };
 
+// Finalizes `nodes` (with the final barrier), all at once, each on a thread
+// of its own, and expects each to succeed: the end of a test whose nodes
+// are not the cluster's own set (a node restarted or added).
+inline void FinalizeAll(const std::vector<Postoffice*>& nodes) {
+  std::vector<Status> results(nodes.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    threads.emplace_back(
+        [&, i] { results[i] = nodes[i]->FinalizeStatus(0, true); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    EXPECT_TRUE(results[i].ok()) << "node " << i << ": " << results[i];
+  }
+}
+
 }  // namespace ps
 
 #endif  // PS_TESTUTIL_INPROC_CLUSTER_H_

@@ -20,6 +20,7 @@
 #include "ps/ps.h"
 #include "testutil/bitwise.h"
 #include "testutil/inproc_cluster.h"
+#include "testutil/log_capture.h"
 #include "transport/fault_van.h"
 
 namespace ps {
@@ -31,6 +32,22 @@ inline std::vector<Key> SpreadKeys(size_t n) {
   const Key step = kMaxKey / n;
   for (size_t i = 0; i < n; ++i) keys[i] = i * step + 7;
   return keys;
+}
+
+// A message of a state copy or hand-over of app 0 (Meta::state_copy `kind`,
+// docs/protocol.md), built by hand as a forger or a late resend would send
+// it: one frame, `frame`, copying `replica_of`'s data (0: the sender's).
+inline Message RawStateCopy(int64_t ts, int to, int kind,
+                            const std::string& frame, int replica_of = 0) {
+  Message m = AppMessage(0, 0, ts, to, /*request=*/true);
+  m.meta.push = true;
+  m.meta.state_copy = kind;
+  m.meta.replica_of = replica_of;
+  m.meta.value_bytes = sizeof(float);
+  SArray<char> data;
+  data.CopyFrom(frame.data(), frame.size());
+  m.AddData(data);
+  return m;
 }
 
 // A summing server (KVServerDefaultHandle) that counts the pushes its handle
@@ -234,6 +251,36 @@ inline bool MovedDeferredPushes(const std::vector<std::string>& lines) {
     }
   }
   return false;
+}
+
+// What PushBspRounds returns: worker 0's pull of the change's round, then
+// its pull at the end.
+using BspRounds = std::pair<std::vector<float>, std::vector<float>>;
+
+// The checks every bsp membership test ends with: a hand-over moved deferred
+// pushes (the change came in a half-pushed round), and worker 0 saw, in
+// that round and at the end, bitwise what the undisturbed run saw. `change`
+// names it in a failure ("join", "leave", "failover").
+inline void ExpectBspRunAsUndisturbed(const LogCapture& log,
+                                      const BspRounds& got,
+                                      const BspRounds& want,
+                                      const std::string& change) {
+  EXPECT_TRUE(
+      MovedDeferredPushes(log.Find("handing the keys that moved to node")));
+  ExpectBitwiseEqual(got.first, want.first,
+                     "the pull of the " + change + "'s round");
+  ExpectBitwiseEqual(got.second, want.second, "the values at the end");
+}
+
+// Runs `body` for seeds 1..`seeds`, each traced by its seed; stops at the
+// first seed with a fatal failure.
+inline void ForEachSeed(uint64_t seeds,
+                        const std::function<void(uint64_t seed)>& body) {
+  for (uint64_t seed = 1; seed <= seeds; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    body(seed);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 // A cluster of CountingServers and TestWorkers for the membership tests
