@@ -406,10 +406,16 @@ void Node::HeartbeatLoop() {
   while (!hb_stop_) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_beat) {
+      // A whole interval late or more: this process did not run meanwhile.
+      const auto late = now - next_beat;
       next_beat = now + interval;
       // This round's check covers a check asked for by now.
       if (hb_check_due_ && hb_check_at_ <= now) hb_check_due_ = false;
       lock.Unlock();
+      if (late >= interval) {
+        ExcusePause(std::chrono::duration_cast<std::chrono::milliseconds>(late)
+                        .count());
+      }
       if (LeaveSignalled()) RequestLeave("SIGTERM");
       SendHeartbeat();
       CheckLiveness();
@@ -531,6 +537,20 @@ void Node::CheckLiveness() {
     return;
   }
   if (silent > options_.heartbeat_timeout_ms) SchedulerSilentLocked(silent);
+}
+
+void Node::ExcusePause(int64_t paused_ms) {
+  LOG(WARNING) << "this process did not run for about " << paused_ms
+               << " ms (its heartbeat thread woke that late: the machine may "
+                  "be overloaded, or the process was stopped); that time is "
+                  "not counted against its peers' heartbeats";
+  if (scheduler_) {
+    scheduler_->ExcusePause(paused_ms);
+    return;
+  }
+  MutexLock lock(&mu_);
+  last_scheduler_echo_ms_ =
+      std::min(clock_->NowMs(), last_scheduler_echo_ms_ + paused_ms);
 }
 
 int64_t Node::SchedulerWaitMs() const {

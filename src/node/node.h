@@ -170,6 +170,12 @@ class Node final : private SchedulerHost {
   void SendHeartbeat();
   // Also runs the resend timers of membership changes (ResendMigration).
   void CheckLiveness();
+  // This process did not run for about `paused_ms` (its heartbeat thread
+  // woke that late: the machine overloaded, the process stopped): the
+  // heartbeats and echoes of that time may wait unread, so that time is not
+  // counted against the peers (the scheduler's members, a member's
+  // scheduler). The heartbeat thread calls it.
+  void ExcusePause(int64_t paused_ms) EXCLUDES(mu_);
   // Logs every wait that has lasted longer than EMBER_WAIT_LOG_INTERVAL_MS
   // and what it waits for: requests (each customer logs its own, on its
   // thread), barriers and, on the scheduler, whom a barrier waits for

@@ -1302,6 +1302,19 @@ void Scheduler::CheckLiveness() {
   }
 }
 
+void Scheduler::ExcusePause(int64_t paused_ms) {
+  MutexLock lock(&mu_);
+  const int64_t now = clock_->NowMs();
+  for (auto& beat : last_beat_ms_) {
+    beat.second = std::min(now, beat.second + paused_ms);
+  }
+  for (auto& s : suspects_) {
+    if (s.second.refused_ms >= 0) {
+      s.second.refused_ms = std::min(now, s.second.refused_ms + paused_ms);
+    }
+  }
+}
+
 void Scheduler::OnPeerEvent(const PeerEvent& event) {
   MutexLock lock(&mu_);
   if (!formed_ || options_.disconnect_grace_ms < 0) return;

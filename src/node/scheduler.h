@@ -165,6 +165,10 @@ class Scheduler {
   // a beat or LEAVE since (OnPeerEvent). The node's heartbeat thread calls
   // it.
   void CheckLiveness() EXCLUDES(mu_);
+  // The scheduler did not run for about `paused_ms` (Node::ExcusePause):
+  // every member's last heartbeat, and every suspect's failed reconnect,
+  // counts as that much later.
+  void ExcusePause(int64_t paused_ms) EXCLUDES(mu_);
   // What the van learned about its connection to a member (the scheduler's
   // DEALER to it; docs/replication.md, "Detection"). A close followed by a
   // failed reconnect makes the member a suspect: without a heartbeat or a

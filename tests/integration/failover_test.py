@@ -31,6 +31,12 @@ Modes:
            must be exact, and the figures are reported: pushes done during
            the outage, the longest single push, and the time from the
            restart to every member re-registered.
+  pause    stop the scheduler with SIGSTOP for --restart-after seconds (more
+           than the heartbeat timeout), then let it go on (SIGCONT), as an
+           overloaded machine or a debugger would: it must not blame the
+           members for the heartbeats it could not read meanwhile (no node
+           declared dead); every process exits 0 with exact sums, and the
+           scheduler says it did not run for that long.
   joinleave  the issue's 2 -> 3 -> 2: start one more server with
            EMBER_JOIN=1, wait until it has joined, then send server
            --victim SIGTERM (docs/replication.md, "Leaving"): it must leave
@@ -65,7 +71,7 @@ def parse_args(argv):
     p.add_argument("scheduler")
     p.add_argument("--mode",
                    choices=("survive", "twice", "lost", "join", "replace",
-                            "scheduler", "joinleave"),
+                            "scheduler", "joinleave", "pause"),
                    default="survive")
     p.add_argument("--servers", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
@@ -80,7 +86,7 @@ def parse_args(argv):
                    help="seconds the whole run may take after the kill")
     p.add_argument("--restart-after", type=float, default=5.0,
                    help="scheduler: seconds between the kill and the "
-                   "restart")
+                   "restart; pause: how long the scheduler is stopped")
     p.add_argument("--ember-consistency", default="",
                    help="EMBER_CONSISTENCY of every process (asp, bsp; "
                    "default: unset, asp); under bsp the workers' pushes "
@@ -367,6 +373,31 @@ def run_scheduler_restart(args, cluster):
           "exact, every process but the killed scheduler exited 0")
 
 
+def run_scheduler_pause(args, cluster):
+    """--mode=pause."""
+    cluster.start()
+    cluster.wait_progress(args.iterations // 10, 60)
+    pid = cluster.procs["scheduler"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(args.restart_after)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    print("failover_test: the scheduler was stopped for %.1f s"
+          % args.restart_after)
+    cluster.wait_all(list(cluster.procs), args.limit)
+    check_finished(cluster, list(cluster.procs))
+    sched = cluster.log("scheduler")
+    if "is dead" in sched or "declared dead" in sched:
+        raise Failure("the scheduler declared a member dead after its pause")
+    m = re.search(r"this process did not run for about (\d+) ms", sched)
+    if not m:
+        raise Failure("the scheduler did not say it had not run")
+    print("failover_test: PASS: after %.1f s stopped (the scheduler measured "
+          "%s ms) nobody was declared dead, sums exact, every process "
+          "exited 0" % (args.restart_after, m.group(1)))
+
+
 def wait_log(cluster, name, needle, seconds):
     deadline = time.monotonic() + seconds
     while needle not in cluster.log(name):
@@ -443,6 +474,8 @@ def run(args, cluster):
         return run_join(args, cluster)
     if args.mode == "scheduler":
         return run_scheduler_restart(args, cluster)
+    if args.mode == "pause":
+        return run_scheduler_pause(args, cluster)
     if args.mode == "joinleave":
         return run_join_leave(args, cluster)
     cluster.start()
