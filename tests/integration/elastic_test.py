@@ -201,7 +201,8 @@ def main(argv):
         print("elastic_test: --pause-at must lie inside the run")
         return 2
     with tempfile.TemporaryDirectory(prefix="ember-elastic.") as d:
-        try:
+
+        def body():
             if args.mode == "restart":
                 slow = run_slow(args, d)
                 for phase in [p for p in args.phases.split(",") if p]:
@@ -214,16 +215,8 @@ def main(argv):
                 run_leave(args, d)
                 print("elastic_test: PASS: a worker left mid-run under asp; "
                       "the sums are exact")
-            return 0
-        except Failure as e:
-            print("elastic_test: FAIL: %s" % e)
-            for c in clusters:
-                c.stop()
-                c.dump()
-            return 1
-        finally:
-            for c in clusters:
-                c.stop()
+
+        return failover_test.run_reporting("elastic_test", clusters, body)
 
 
 if __name__ == "__main__":

@@ -535,20 +535,30 @@ def run(args, cluster):
     print("failover_test: PASS: sums exact, every survivor exited 0")
 
 
+def run_reporting(program, clusters, body):
+    """Runs body(), which appends every Cluster it makes to `clusters`:
+    returns 0 if it passes, or prints its Failure as `program`'s with every
+    cluster's logs and returns 1. Every cluster is stopped either way."""
+    try:
+        body()
+        return 0
+    except Failure as e:
+        print("%s: FAIL: %s" % (program, e))
+        for c in clusters:
+            c.stop()
+            c.dump()
+        return 1
+    finally:
+        for c in clusters:
+            c.stop()
+
+
 def main(argv):
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ember-failover.") as workdir:
         cluster = Cluster(args, workdir)
-        try:
-            run(args, cluster)
-            return 0
-        except Failure as e:
-            print("failover_test: FAIL: %s" % e)
-            cluster.stop()
-            cluster.dump()
-            return 1
-        finally:
-            cluster.stop()
+        return run_reporting("failover_test", [cluster],
+                             lambda: run(args, cluster))
 
 
 if __name__ == "__main__":

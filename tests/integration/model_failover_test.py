@@ -267,7 +267,8 @@ def main(argv):
         return 2
     with tempfile.TemporaryDirectory(prefix="ember-model-failover.") as d:
         clusters = []
-        try:
+
+        def body():
             calm = Cluster(args, d, "undisturbed")
             clusters.append(calm)
             undisturbed = run_cluster(args, calm, None)
@@ -280,7 +281,7 @@ def main(argv):
                       "and server %d leaving, the final parameters equal "
                       "the undisturbed run's bitwise"
                       % (args.consistency, args.leaver))
-                return 0
+                return
             for v in victims:
                 cluster = Cluster(args, d, "server-%d-killed" % v)
                 clusters.append(cluster)
@@ -289,16 +290,9 @@ def main(argv):
             print("model_failover_test: PASS: %s: with any of servers %s "
                   "killed, the final parameters equal the undisturbed run's "
                   "bitwise" % (args.consistency, victims))
-            return 0
-        except Failure as e:
-            print("model_failover_test: FAIL: %s" % e)
-            for c in clusters:
-                c.stop()
-                c.dump()
-            return 1
-        finally:
-            for c in clusters:
-                c.stop()
+
+        return failover_test.run_reporting("model_failover_test", clusters,
+                                           body)
 
 
 if __name__ == "__main__":
