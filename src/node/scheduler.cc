@@ -383,6 +383,7 @@ void Scheduler::FormLocked() {
     Status s = van_->Connect(n.id, n.host, n.port, n.local_endpoint);
     if (!s.ok()) LOG(ERROR) << "cannot connect to " << n.DebugString();
     last_beat_ms_[n.address()] = now;
+    unconfirmed_tables_[n.id] = FirstTable{now, false};
   }
   servers_ = IdsOfRole(table_, Role::kServer);
   workers_ = IdsOfRole(table_, Role::kWorker);
@@ -461,6 +462,7 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node,
   join_keys_[n.address()] = key;
   suspects_.erase(n.address());
   last_beat_ms_[n.address()] = clock_->NowMs();
+  unconfirmed_tables_[n.id] = FirstTable{clock_->NowMs(), false};
   // A holder keeps counting only while it still receives the copies of
   // that server's pushes (it is still one of its targets); the newcomer
   // holds nothing yet (its own data included, until the hand-over).
@@ -553,6 +555,7 @@ void Scheduler::AdmitWorkerLocked(const NodeInfo& node,
   }
   suspects_.erase(n.address());
   last_beat_ms_[n.address()] = clock_->NowMs();
+  unconfirmed_tables_[n.id] = FirstTable{clock_->NowMs(), true};
   LOG(WARNING) << DescribeLocked(n.id)
                << (event == WorkerEvent::kBack
                        ? " is back: it resumes its rank"
@@ -722,6 +725,7 @@ void Scheduler::HandleHeartbeat(const Message& msg) {
   const int64_t now = clock_->NowMs();
   // A server that has left beats until it finalizes: echoed, not watched.
   if (!left_.count(msg.meta.sender)) last_beat_ms_[it->second.address()] = now;
+  unconfirmed_tables_.erase(msg.meta.sender);  // It has its table.
   // A beat after the failed reconnect: alive after all.
   auto suspect = suspects_.find(it->second.address());
   if (suspect != suspects_.end() && suspect->second.refused_ms >= 0 &&
@@ -1276,6 +1280,7 @@ void Scheduler::CheckLiveness() {
     WorkerChangeLocked(id, WorkerEvent::kGone);
   }
   if (!expired_holds.empty()) EvaluateBarriersLocked();
+  ResendFirstTablesLocked(now);
   std::vector<std::pair<std::string, int64_t>> expired;
   for (const auto& beat : last_beat_ms_) {
     if (now - beat.second > options_.heartbeat_timeout_ms) {
@@ -1299,6 +1304,30 @@ void Scheduler::CheckLiveness() {
                      std::to_string(now - r.second.closed_ms) +
                      " ms ago and reconnecting was refused; no heartbeat or "
                      "leave since");
+  }
+}
+
+void Scheduler::ResendFirstTablesLocked(int64_t now) {
+  const int resend_ms = options_.MigrationResendMs();
+  for (auto it = unconfirmed_tables_.begin();
+       it != unconfirmed_tables_.end();) {
+    const int id = it->first;
+    FirstTable& first = it->second;
+    if (!table_.count(id) || dead_.count(id) || left_.count(id)) {
+      it = unconfirmed_tables_.erase(it);
+      continue;
+    }
+    if (resend_ms >= 0 && now - first.sent_ms >= resend_ms) {
+      LOG(WARNING) << DescribeLocked(id) << " has not beaten in the "
+                   << now - first.sent_ms
+                   << " ms since its node table was sent: it may have been "
+                      "lost; sending it again (EMBER_MIGRATION_RESEND_MS)";
+      Message m = NodeTableLocked(id);
+      m.meta.join_running = first.join_running;
+      SendLocked(std::move(m));
+      first.sent_ms = now;
+    }
+    ++it;
   }
 }
 

@@ -307,6 +307,9 @@ class Scheduler {
   bool HandoverDoneLocked(int id) REQUIRES(mu_);
   // The NODE_TABLE of the current membership and ring for member `to`.
   Message NodeTableLocked(int to) const REQUIRES(mu_);
+  // Sends again the first node table of each member that has not beaten
+  // since it was sent EMBER_MIGRATION_RESEND_MS ago (unconfirmed_tables_).
+  void ResendFirstTablesLocked(int64_t now) REQUIRES(mu_);
   std::string MissingNodesLocked() const REQUIRES(mu_);
   std::string DescribeLocked(int id) const REQUIRES(mu_);
   // Whether to log the dropped message of `key` now; if so, *since says
@@ -347,6 +350,16 @@ class Scheduler {
       GUARDED_BY(mu_);  // group -> pending rounds
   std::map<std::string, int64_t> last_beat_ms_
       GUARDED_BY(mu_);  // address -> time
+  // Members sent their first node table (at formation, or admitted into
+  // the running job) that have not beaten since: it may have been lost, and
+  // nothing else makes it come again. CheckLiveness sends it again every
+  // EMBER_MIGRATION_RESEND_MS; their first beat ends that
+  // (docs/replication.md, "Lost messages").
+  struct FirstTable {
+    int64_t sent_ms = 0;
+    bool join_running = false;  // as first sent (a worker admitted late)
+  };
+  std::map<int, FirstTable> unconfirmed_tables_ GUARDED_BY(mu_);  // by id
   // Members whose connection closed (OnPeerEvent), by address: when it
   // closed, and when reconnecting first failed after that (-1: not yet).
   struct Suspect {

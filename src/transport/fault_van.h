@@ -88,7 +88,7 @@ struct FaultTarget {
   // nor the copies of their pushes.
   bool migration = false;
   // Never these (sender, recipient) links, each side an id or kAnyNode
-  // (e.g. a newcomer's first NODE_TABLE, which nothing resends).
+  // (e.g. a message that nothing resends).
   std::vector<std::pair<int, int>> spared;
 
   bool Matches(const Meta& meta) const;

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <limits>
 #include <memory>
 #include <string>
@@ -32,11 +34,10 @@ constexpr int kTickMs = 100;    // fake time a quiet tick lets pass
 // Drops (10%), delays (10%) and duplicates (10%) on links that keep their
 // order, of the messages of a membership change only: the servers' state
 // copies and hand-overs (their data messages and acknowledgements) and the
-// control messages of the change. Not the workers' requests (nothing
-// resends those between live peers), nor heartbeats, nor the newcomer's
-// first NODE_TABLE (`newcomer`, if not 0: its start, which nothing
-// resends).
-FaultPlan MigrationDropPlan(int newcomer) {
+// control messages of the change, the newcomer's first NODE_TABLE included.
+// Not the workers' requests (nothing resends those between live peers), nor
+// heartbeats.
+FaultPlan MigrationDropPlan() {
   FaultPlan plan;
   plan.fifo = true;
   plan.drop = 0.1;
@@ -47,7 +48,6 @@ FaultPlan MigrationDropPlan(int newcomer) {
   plan.target.migration = true;
   plan.target.controls = {Control::kNodeTable, Control::kHandoverDone,
                           Control::kReplicaReady, Control::kLeaveRequest};
-  if (newcomer != 0) plan.target.spared = {{Node::kSchedulerId, newcomer}};
   return plan;
 }
 
@@ -81,8 +81,7 @@ TEST_P(LostMigrationTest, EveryChangeCompletesAndNothingIsLostOrDoubled) {
                         [k](Options* o) { Tweak(o, k); });
     InProcCluster& cluster = faulty.cluster();
     auto& servers = faulty.servers();
-    // The newcomer's id: rank 2's (8 + 2 x rank).
-    faulty.InjectWithTicks(MigrationDropPlan(join() ? 12 : 0), kTickMs);
+    faulty.InjectWithTicks(MigrationDropPlan(), kTickMs);
     LogCapture log;
     Postoffice* leaver = join() ? nullptr : cluster.server(1);
     auto change = [&] {
@@ -220,6 +219,43 @@ TEST(LostMigration, AMemberThatLostTheNodeTableIsSentItAgain) {
   const std::vector<Key> keys = SpreadKeys(256);
   PushOnesWhile(faulty.workers(), keys, 3, 0, nullptr);
   ExpectAllKeys(faulty.workers()[0].get(), keys, 3);
+  faulty.Finish();
+}
+
+// A newcomer whose first node table (the answer to its JOIN) is lost never
+// beats: the scheduler sends it the table again, and it joins.
+TEST(LostMigration, ANewcomerWhoseFirstNodeTableIsLostIsSentItAgain) {
+  FaultCluster faulty(1, 2, 1, false, [](Options* o) { Tweak(o, 0); });
+  InProcCluster& cluster = faulty.cluster();
+  LogCapture log;
+  FaultPlan plan;
+  plan.drop = 1;
+  plan.target.kind = FaultTarget::Kind::kControl;
+  plan.target.controls = {Control::kNodeTable};
+  // The newcomer's id: rank 2's (8 + 2 x rank).
+  plan.target.links = {{Node::kSchedulerId, 12}};
+  faulty.Hold(plan);
+  Postoffice* po = cluster.AddServer(true);
+  auto started =
+      std::async(std::launch::async, [po] { return po->StartStatus(0, true); });
+  ASSERT_TRUE(
+      WaitUntil([&] { return faulty.injector().counters().dropped == 1; }));
+  ASSERT_TRUE(faulty.injector().set_plan(FaultPlan()).ok());
+  faulty.InjectWithTicks(FaultPlan(), kTickMs);
+  ASSERT_TRUE(WaitUntil([&] {
+    return started.wait_for(std::chrono::seconds(0)) ==
+           std::future_status::ready;
+  }));
+  Status s = started.get();
+  ASSERT_TRUE(s.ok()) << s;
+  faulty.servers().push_back(std::make_unique<CountingServer>(po));
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("has joined").empty(); }));
+  EXPECT_FALSE(log.Find("since its node table was sent").empty());
+  faulty.Settle();
+  const std::vector<Key> keys = SpreadKeys(256);
+  PushOnesWhile(faulty.workers(), keys, 3, 0, nullptr);
+  ExpectAllKeys(faulty.workers()[0].get(), keys, 3);
+  EXPECT_GT(faulty.servers().back()->own(), 0);
   faulty.Finish();
 }
 
