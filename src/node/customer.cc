@@ -91,39 +91,31 @@ void Customer::OnRingChanged() {
 }
 
 void Customer::Tick() {
-  Event e;
-  e.tick = true;
   {
     MutexLock lock(&mu_);
     if (tick_queued_ || !tick_handler_) return;
     tick_queued_ = true;
-    ++queued_;
   }
-  if (!queue_.Push(std::move(e))) {
+  Event e;
+  e.tick = true;
+  if (!Enqueue(std::move(e))) {
     MutexLock lock(&mu_);
-    --queued_;
     tick_queued_ = false;
-    return;
   }
-  WakeLoop();
 }
 
 void Customer::Watch(int64_t older_than_ms) {
-  Event e;
-  e.watch_ms = older_than_ms;
   {
     MutexLock lock(&mu_);
     if (watch_queued_) return;  // The last one has not run yet.
     watch_queued_ = true;
-    ++queued_;
   }
-  if (!queue_.Push(std::move(e))) {
+  Event e;
+  e.watch_ms = older_than_ms;
+  if (!Enqueue(std::move(e))) {
     MutexLock lock(&mu_);
-    --queued_;
     watch_queued_ = false;
-    return;
   }
-  WakeLoop();
 }
 
 void Customer::LogLongWaits(int64_t older_than_ms) {
