@@ -5,6 +5,7 @@
 #include "node/node.h"
 #include "util/mutex.h"
 #include "util/thread_name.h"
+#include "util/thread_policy.h"
 #include "util/wait_log.h"
 
 namespace ps {
@@ -280,6 +281,7 @@ void Customer::Drain() {
 
 void Customer::Loop() {
   NameThisThread("ember-app" + std::to_string(app_id_));
+  ApplyMessageThreadPolicy();
   {
     MutexLock lock(&mu_);
     idle_cv_.wait(lock.native(), [this]() REQUIRES(mu_) { return !held_; });

@@ -21,6 +21,7 @@
 #include "util/mutex.h"
 #include "util/secret.h"
 #include "util/thread_name.h"
+#include "util/thread_policy.h"
 #include "util/wait_log.h"
 
 namespace ps {
@@ -305,6 +306,7 @@ Status Node::StartVan() {
     if (van_started_) return Status::OK();
   }
   TuneMalloc(options_.malloc_keep_mb);
+  SetMessageThreadPolicy(options_.thread_policy);
   van_->set_spin(std::chrono::microseconds(options_.spin_us));
   VanLimits limits;
   limits.max_frame_bytes = int64_t{options_.max_frame_mb} << 20;

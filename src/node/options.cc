@@ -56,7 +56,8 @@ namespace {
 bool ReadString(const char* env, const char* flag, std::string* value,
                 std::string* source) {
   gflags::CommandLineFlagInfo info;
-  if (gflags::GetCommandLineFlagInfo(flag, &info) && !info.is_default) {
+  if (flag != nullptr && gflags::GetCommandLineFlagInfo(flag, &info) &&
+      !info.is_default) {
     *value = info.current_value;
     *source = std::string("--") + flag;
     return true;
@@ -417,6 +418,21 @@ StatusOr<Options> Options::FromEnvironment() {
                                        parsed.status().message());
       }
       o.placement = *parsed;
+    }
+  }
+  // The scheduler's few control messages gain nothing from batching, and
+  // its answers to joins and heartbeats should preempt.
+  if (o.role == Role::kScheduler) o.thread_policy = ThreadPolicy::kNormal;
+  {
+    std::string policy;
+    std::string source;
+    if (ReadString("EMBER_THREAD_POLICY", nullptr, &policy, &source)) {
+      auto parsed = ParseThreadPolicy(policy);
+      if (!parsed.ok()) {
+        return Status::InvalidArgument(source + ": " +
+                                       parsed.status().message());
+      }
+      o.thread_policy = *parsed;
     }
   }
   // The scheduler receives only control messages: keeping freed memory for

@@ -13,6 +13,7 @@
 #include "node/consistency_config.h"
 #include "partition/key_ring.h"
 #include "ps/status.h"
+#include "util/thread_policy.h"
 
 namespace ps {
 
@@ -170,6 +171,11 @@ struct Options {
   // How the key ring places keys (EMBER_KEY_PLACEMENT: range or spread);
   // only the scheduler's setting matters: it goes out with the ring.
   Placement placement = Placement::kRange;
+
+  // The scheduling policy of the threads that carry messages
+  // (EMBER_THREAD_POLICY: batch, the default, or normal; the scheduler's
+  // default is normal). See util/thread_policy.h.
+  ThreadPolicy thread_policy = ThreadPolicy::kBatch;
 
   // Freed memory malloc keeps for reuse, in MiB (EMBER_MALLOC_KEEP_MB; 0
   // leaves malloc's settings alone). ZeroMQ allocates every received

@@ -19,6 +19,7 @@
 #include "util/mutex.h"
 #include "util/secret.h"
 #include "util/thread_name.h"
+#include "util/thread_policy.h"
 
 namespace ps {
 
@@ -261,6 +262,9 @@ StatusOr<int> ZmqVan::Start(const std::string& host, int port,
                             Handler handler) {
   MutexLock lock(&mu_);
   if (started_) return Status::Internal("van started twice");
+  // The threads started here (ZeroMQ's I/O threads, inside the first
+  // zmq_socket; the receive, ZAP and monitor threads) inherit it.
+  ScopedMessageThreadPolicy thread_policy;
   context_ = zmq_ctx_new();
   if (context_ == nullptr) {
     return Status::Internal("zmq_ctx_new failed: " + ZmqError());

@@ -45,6 +45,7 @@ const char* const kVariables[] = {
     "EMBER_FINALIZE_TIMEOUT_MS",
     "EMBER_KEY_PLACEMENT",
     "EMBER_MALLOC_KEEP_MB",
+    "EMBER_THREAD_POLICY",
     "EMBER_SPIN_US",
     "EMBER_CLUSTER_TOKEN",
     "EMBER_CLUSTER_TOKEN_FILE",
@@ -211,6 +212,29 @@ TEST_F(OptionsTest, TheSchedulerLeavesMallocAloneUnlessTold) {
   EXPECT_EQ(o.value().malloc_keep_mb, 256);
 }
 
+TEST_F(OptionsTest, MessageThreadsAreBatchedExceptOnTheSchedulerUnlessTold) {
+  SetRequired();
+  for (const char* role : {"server", "worker"}) {
+    Set("DMLC_ROLE", role);
+    StatusOr<Options> o = Options::FromEnvironment();
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(o.value().thread_policy, ThreadPolicy::kBatch) << role;
+  }
+  Set("DMLC_ROLE", "scheduler");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().thread_policy, ThreadPolicy::kNormal);
+  Set("EMBER_THREAD_POLICY", "batch");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().thread_policy, ThreadPolicy::kBatch);
+  Set("DMLC_ROLE", "worker");
+  Set("EMBER_THREAD_POLICY", "normal");
+  o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().thread_policy, ThreadPolicy::kNormal);
+}
+
 TEST_F(OptionsTest, ParsesEveryRoleName) {
   SetRequired();
   const std::vector<std::pair<std::string, Role>> roles = {
@@ -304,6 +328,7 @@ TEST_F(OptionsTest, OutOfRangeOptionalIntegersAreInvalidArgument) {
   ExpectEachRejected("EMBER_FINALIZE_TIMEOUT_MS", {"0", "soon"});
   ExpectEachRejected("EMBER_KEY_PLACEMENT", {"", "hash", "Range"});
   ExpectEachRejected("EMBER_MALLOC_KEEP_MB", {"-1", "1048577", "lots"});
+  ExpectEachRejected("EMBER_THREAD_POLICY", {"", "fifo", "Batch"});
   ExpectEachRejected("EMBER_SPIN_US", {"-1", "1000001", "200us"});
   ExpectEachRejected("EMBER_MODEL_TIMEOUT", {"0", "86401"});
   ExpectEachRejected("EMBER_WAIT_LOG_INTERVAL_MS", {"-1", "3600001"});

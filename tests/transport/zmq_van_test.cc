@@ -3,17 +3,22 @@
 // and a message arrives either way.
 #include "transport/zmq_van.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <array>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "util/thread_policy.h"
 
 namespace ps {
 namespace {
@@ -225,6 +230,49 @@ TEST(ZmqVanPeerEvents, AStoppedPeerIsReportedClosedThenRefusingOverTcp) {
 
 TEST(ZmqVanPeerEvents, AStoppedPeerIsReportedClosedThenRefusingLocally) {
   ExpectStopReported(true);
+}
+
+// The threads of this process, by id, with their names.
+std::map<pid_t, std::string> Threads() {
+  std::map<pid_t, std::string> threads;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return threads;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + entry->d_name +
+                       "/comm");
+    std::string name;
+    std::getline(comm, name);
+    threads[static_cast<pid_t>(std::stol(entry->d_name))] = name;
+  }
+  closedir(dir);
+  return threads;
+}
+
+// Under the batch policy every thread a van starts (ZeroMQ's, its receive
+// thread) runs under SCHED_BATCH, and the thread that started it is back
+// under SCHED_OTHER; under the normal policy nothing changes.
+TEST(ZmqVanThreads, RunUnderTheMessageThreadPolicyAndTheCallersDoNot) {
+  for (ThreadPolicy policy : {ThreadPolicy::kBatch, ThreadPolicy::kNormal}) {
+    SCOPED_TRACE(ThreadPolicyName(policy));
+    SetMessageThreadPolicy(policy);
+    const std::map<pid_t, std::string> before = Threads();
+    int started = 0;
+    {
+      Peer peer(false);
+      EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);
+      const int want =
+          policy == ThreadPolicy::kBatch ? SCHED_BATCH : SCHED_OTHER;
+      for (const auto& [tid, name] : Threads()) {
+        if (before.count(tid)) continue;
+        ++started;
+        EXPECT_EQ(sched_getscheduler(tid), want) << name;
+      }
+    }
+    // ZeroMQ's I/O thread and reaper, and the van's receive thread.
+    EXPECT_GE(started, 3);
+  }
+  SetMessageThreadPolicy(ThreadPolicy::kNormal);
 }
 
 }  // namespace
