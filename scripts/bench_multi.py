@@ -38,6 +38,11 @@ of Ember's on/off ratio on this machine (docs/replication.md); and raw
 ZeroMQ in chain replication's pattern (--forward=chain: the successor
 answers), the ceiling of that other scheme.
 
+Part "policy" runs Ember with its message threads under SCHED_BATCH
+(EMBER_THREAD_POLICY=batch, the default) against SCHED_OTHER (normal):
+sparse 1000-key pushes and pulls at 1x1, 2x2 and 4x4, 1 M-key pushes and
+pulls at 2x2 and the 4 KB round trip (docs/performance.md, "Thread policy").
+
 With --pslite DIR, DIR/pslite_api_bench (the same source file, built by the
 user against ps-lite outside this repository; docs/performance.md says how)
 runs beside Ember in every round of the sparse and 1 M-key cases, launched
@@ -51,7 +56,8 @@ table gives each one's push and pull time (the mean over the workers).
 
     /usr/bin/python3 scripts/bench_multi.py [--build build] [--rounds 3]
         [--seconds 2] [--out DIR] [--pslite DIR] [--kvbench PSLITE_BIN,EMBER_BIN]
-        [--only sparse,batch,single,growth,callgrind,kvbench,curve,replicas]
+        [--only sparse,batch,single,growth,callgrind,kvbench,curve,replicas,
+                policy]
 
 Every line of figures is also printed as a machine-readable RESULT line.
 Standard library (and matplotlib for the chart, when installed); runs on
@@ -356,6 +362,26 @@ def curve(runner, rounds):
            None, None, measure=raw)
 
 
+# The message threads' scheduling policy (docs/performance.md, "Thread
+# policy"): EMBER_THREAD_POLICY=batch (on, the default) against normal.
+POLICY_CASES = [("sparse 1000 push", 1, 1, "push", 1000, 8),
+                ("sparse 1000 push", 2, 2, "push", 1000, 8),
+                ("sparse 1000 pull", 2, 2, "pull", 1000, 8),
+                ("sparse 1000 push", 4, 4, "push", 1000, 8),
+                ("sparse 1000 pull", 4, 4, "pull", 1000, 8),
+                ("1M keys push", 2, 2, "push", 1000000, 2),
+                ("1M keys pull", 2, 2, "pull", 1000000, 2),
+                ("4KB round trip", 1, 1, "push", 1024, 1)]
+
+
+def policy(runner, rounds):
+    """Ember's message threads under SCHED_BATCH against SCHED_OTHER."""
+    on_off(runner, rounds, "Thread policy, EMBER_THREAD_POLICY=batch (on) "
+           "against normal (off)", "policy", POLICY_CASES,
+           dict(NO_REPLICAS, EMBER_THREAD_POLICY="batch"),
+           dict(NO_REPLICAS, EMBER_THREAD_POLICY="normal"))
+
+
 # The cost of safety (docs/replication.md): one copy of every server's data
 # (EMBER_REPLICAS=1) against none.
 REPLICA_CASES = [("sparse 1000 push", 2, 2, "push", 1000, 8),
@@ -570,13 +596,13 @@ def main(argv=None):
                     "bench_multi.png (the cases' table and chart)")
     ap.add_argument("--only",
                     default="sparse,batch,single,growth,callgrind,kvbench,"
-                    "curve,replicas")
+                    "curve,replicas,policy")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         ap.error("--rounds must be >= 1 and --seconds > 0")
     parts = set(args.only.split(","))
     unknown = parts - {"sparse", "batch", "single", "growth", "callgrind",
-                       "kvbench", "curve", "replicas"}
+                       "kvbench", "curve", "replicas", "policy"}
     if unknown:
         ap.error("unknown parts: " + ",".join(sorted(unknown)))
     if args.pslite and not os.access(
@@ -621,6 +647,8 @@ def main(argv=None):
             curve(runner, args.rounds)
         if "replicas" in parts:
             replicas(runner, args.rounds)
+        if "policy" in parts:
+            policy(runner, args.rounds)
     except BenchError as e:
         print("bench_multi: " + str(e), file=sys.stderr)
         return 1

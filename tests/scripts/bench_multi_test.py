@@ -187,6 +187,32 @@ class ReplicasTest(unittest.TestCase):
                       measure=measure)
         self.assertEqual(seen, ["dense"] * 4 + [None] * 4)
 
+    def test_policy_runs_ember_under_each_thread_policy(self):
+        class FakeRunner:
+            build = "/b"
+
+            def __init__(self):
+                self.envs = []
+
+            def ps_api(self, program, s, w, mode, keys, window,
+                       env_extra=None, layout=None):
+                self.envs.append(env_extra["EMBER_THREAD_POLICY"])
+                self.replicas = env_extra["EMBER_REPLICAS"]
+                return 2.0 if env_extra["EMBER_THREAD_POLICY"] == "batch" \
+                    else 1.0
+        runner = FakeRunner()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            bm.policy(runner, 2)
+        self.assertEqual(runner.envs,
+                         ["normal", "batch", "batch", "normal"] *
+                         len(bm.POLICY_CASES))
+        self.assertEqual(runner.replicas, "0")
+        lines = [ln for ln in out.getvalue().splitlines()
+                 if ln.startswith("RESULT bench=policy ")]
+        self.assertEqual(len(lines), len(bm.POLICY_CASES))
+        self.assertTrue(all("on_over_off=2.000" in ln for ln in lines))
+
 
 class CallgrindTest(unittest.TestCase):
     def test_each_program_is_counted_at_1_and_4_servers(self):
