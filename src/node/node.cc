@@ -1,6 +1,7 @@
 #include "node/node.h"
 
 #include <glog/logging.h>
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -427,6 +428,7 @@ void Node::HeartbeatLoop() {
         last_watch_ms = now_ms;
         WatchWaits();
       }
+      TrimAfterFlood();
       lock.Lock();
       continue;
     }
@@ -442,6 +444,30 @@ void Node::HeartbeatLoop() {
         hb_check_due_ ? std::min(next_beat, hb_check_at_) : next_beat;
     hb_cv_.wait_until(lock.native(), wake);
   }
+}
+
+uint64_t Node::DroppedMessages() const {
+  return counters_.dropped_unknown_sender.load() +
+         counters_.dropped_no_customer.load() +
+         counters_.dropped_bad_control.load() +
+         counters_.dropped_unauthenticated.load() +
+         van_->counters().rejected_messages.load();
+}
+
+bool Node::TrimAfterFlood() {
+  const uint64_t dropped = DroppedMessages();
+  if (!flood_trim_.Tick(dropped)) return false;
+  const int64_t before = metrics::ResidentBytes();
+  malloc_trim(0);
+  const int64_t after = metrics::ResidentBytes();
+  counters_.dropped_at_last_trim = dropped;
+  counters_.flood_trims++;
+  LOG(INFO) << "a flood of " << flood_trim_.last_flood()
+            << " dropped messages has ended: returned the freed memory it "
+               "left to the system (resident "
+            << (before >> 20) << " MB before, " << (after >> 20)
+            << " MB after)";
+  return true;
 }
 
 Message Node::SchedulerRequestLocked(Control control, int sender) const {

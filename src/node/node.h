@@ -43,6 +43,7 @@
 #include "node/scheduler.h"
 #include "transport/van.h"
 #include "util/clock.h"
+#include "util/flood_trim.h"
 #include "util/log_limiter.h"
 #include "util/mutex.h"
 
@@ -182,6 +183,16 @@ class Node final : private SchedulerHost {
   // (Scheduler::WatchWaits). The heartbeat thread calls it once an
   // interval.
   void WatchWaits();
+  // Once a flood of dropped messages (at least kFloodTrimMessages since the
+  // last trim) has ended, that is a whole beat without a new drop, returns
+  // the freed heap malloc keeps to the kernel (malloc_trim): what ZeroMQ
+  // allocated for the garbage (util/flood_trim.h). The heartbeat thread
+  // calls it every beat. True if it trimmed.
+  bool TrimAfterFlood();
+  // Messages dropped on receipt so far, for every reason (the van's
+  // undecodable ones too).
+  uint64_t DroppedMessages() const;
+  static constexpr uint64_t kFloodTrimMessages = 100;
 
   // --- Restoring copies (docs/replication.md). A server app whose state
   // is copied to other servers registers itself; once every registered app
@@ -498,6 +509,8 @@ class Node final : private SchedulerHost {
 
   // Heartbeat thread.
   std::thread heartbeat_thread_;
+  // Used by TrimAfterFlood only (the heartbeat thread, or a test's).
+  FloodTrim flood_trim_{kFloodTrimMessages};
   Mutex hb_mu_;
   std::condition_variable hb_cv_;
   bool hb_stop_ GUARDED_BY(hb_mu_) = false;

@@ -127,6 +127,10 @@ void Node::CollectMetrics(metrics::Writer* w) const {
                "Messages dropped on receipt, by reason",
                metrics::Label("reason", d.first), d.second);
   }
+  w->Counter("ember_flood_trims_total",
+             "Times this node returned the freed memory a flood of dropped "
+             "messages left to the system",
+             "", counters_.flood_trims.load());
   struct Peer {
     int id;
     uint64_t sent_messages, sent_bytes, received_messages, received_bytes,

@@ -104,6 +104,11 @@ struct NodeCounters {
   // Messages without proof of membership (docs/protocol.md,
   // "Authentication"), and joins without the cluster token.
   std::atomic<uint64_t> dropped_unauthenticated{0};
+  // Times the node returned freed memory to the kernel after a flood of
+  // dropped messages (Node::TrimAfterFlood).
+  std::atomic<uint64_t> flood_trims{0};
+  // The count of dropped messages (all reasons) at the last trim.
+  std::atomic<uint64_t> dropped_at_last_trim{0};
 };
 
 class Scheduler {

@@ -190,6 +190,51 @@ TEST(NodeTest, MessagesFromAProcessThatNeverJoinedAreDropped) {
   cluster.Finalize();
 }
 
+// A flood of messages the node drops is followed, once it has ended, by one
+// trim of the heap it left (the heartbeat thread calls TrimAfterFlood every
+// beat; here the test does).
+TEST(NodeTest, TheHeapIsTrimmedOnceAfterAFloodOfDroppedMessages) {
+  InProcCluster cluster(1, 1);
+  cluster.Start();
+  Node* server = cluster.server(0)->node();
+  InProcVan stranger(cluster.network());
+  ASSERT_TRUE(stranger.Start("stranger", 0, [](Message&&) {}).ok());
+  const std::string address = cluster.AddressOf(server->my_id());
+  const size_t colon = address.rfind(':');
+  ASSERT_TRUE(stranger
+                  .Connect(server->my_id(), address.substr(0, colon),
+                           std::stoi(address.substr(colon + 1)), "")
+                  .ok());
+  auto flood = [&](uint64_t n) {
+    const uint64_t before = server->counters().dropped_unauthenticated;
+    for (uint64_t i = 0; i < n; ++i) {
+      Message m;
+      m.meta.sender = 9;
+      m.meta.recipient = server->my_id();
+      m.meta.request = true;
+      m.meta.push = true;
+      ASSERT_TRUE(stranger.Send(std::move(m)).ok());
+    }
+    ASSERT_TRUE(WaitUntil([&] {
+      return server->counters().dropped_unauthenticated == before + n;
+    }));
+  };
+  EXPECT_FALSE(server->TrimAfterFlood());
+  // Fewer drops than a flood: no trim, however quiet it is after.
+  flood(Node::kFloodTrimMessages / 2);
+  EXPECT_FALSE(server->TrimAfterFlood());
+  EXPECT_FALSE(server->TrimAfterFlood());
+  // Enough for a flood: not while it goes on, once after it.
+  flood(Node::kFloodTrimMessages);
+  EXPECT_FALSE(server->TrimAfterFlood());
+  EXPECT_TRUE(server->TrimAfterFlood());
+  EXPECT_FALSE(server->TrimAfterFlood());
+  EXPECT_EQ(server->counters().flood_trims, 1u);
+  EXPECT_EQ(cluster.worker(0)->node()->counters().flood_trims, 0u);
+  stranger.Stop();
+  cluster.Finalize();
+}
+
 // With a cluster token, a node that does not present it is refused with a
 // reason before it can take a place; the cluster forms with those that do.
 TEST(NodeTest, JoinWithoutTheClusterTokenIsRefused) {
