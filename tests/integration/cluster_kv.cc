@@ -8,6 +8,7 @@
 #include <malloc.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -26,10 +27,11 @@ DEFINE_string(attack, "",
               "--scheduler=HOST:PORT --nodes=ID@HOST:PORT,... appended "
               "(forge: a process that never joined)");
 DEFINE_int32(max_rss_growth_mb, 0,
-             "fail if the memory this node still holds at the end (resident "
-             "memory once malloc has returned the freed heap it keeps) grew "
-             "by more (0: no check); every node reports what it dropped and "
-             "its memory");
+             "fail if this node's resident memory at the end grew by more, "
+             "once the node has returned the heap a flood left (it does so "
+             "itself a beat after the flood: this waits for that), or once "
+             "malloc has returned the freed heap it keeps (0: no check); "
+             "every node reports what it dropped and its memory");
 DEFINE_int32(max_peak_growth_mb, 0,
              "fail if this node's peak resident memory grew by more (0: no "
              "check)");
@@ -224,8 +226,29 @@ int main(int argc, char* argv[]) {
   const long rss_start_kb = ResidentKb();
   int rc = ps::IsWorker() ? RunWorker() : 0;
   if (rc != 0) return rc;
-  // After the final barrier every attack is over (worker 0 waits for its
-  // end before it pulls).
+  ps::Node* node = ps::Postoffice::Get()->node();
+  if (FLAGS_max_rss_growth_mb > 0) {
+    // After this barrier every attack is over (worker 0 waits for its end
+    // before it pulls). A node that was flooded returns the heap the flood
+    // left by itself, a heartbeat after the flood ended (Node::
+    // TrimAfterFlood): wait for that, for at most 10 s.
+    ps::Postoffice::Get()->Barrier(
+        0, ps::kScheduler + ps::kServerGroup + ps::kWorkerGroup);
+    const uint64_t dropped = node->DroppedMessages();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (dropped - node->counters().dropped_at_last_trim >=
+               ps::Node::kFloodTrimMessages &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (dropped - node->counters().dropped_at_last_trim >=
+        ps::Node::kFloodTrimMessages) {
+      return Fail("this node dropped " + std::to_string(dropped) +
+                  " messages and did not return the heap they left within "
+                  "10 s");
+    }
+  }
   ps::Finalize(0, true);
   const long growth_mb = (ResidentKb() - rss_start_kb) / 1024;
   const long peak_mb = (StatusKb("VmHWM") - rss_start_kb) / 1024;
@@ -233,7 +256,6 @@ int main(int argc, char* argv[]) {
   // (EMBER_MALLOC_KEEP_MB): what the node still holds.
   malloc_trim(0);
   const long held_mb = (ResidentKb() - rss_start_kb) / 1024;
-  ps::Node* node = ps::Postoffice::Get()->node();
   LOG(INFO) << "cluster_kv: dropped "
             << node->counters().dropped_unauthenticated
             << " unauthenticated and " << node->counters().dropped_bad_control
@@ -241,7 +263,13 @@ int main(int argc, char* argv[]) {
             << node->van()->counters().rejected_messages
             << " undecodable ones; resident memory grew by " << growth_mb
             << " MB (peak " << peak_mb << " MB above the start; " << held_mb
-            << " MB once malloc returned its freed heap)";
+            << " MB once malloc returned its freed heap; the node returned "
+            << node->counters().flood_trims << " flood(s)' heap itself)";
+  if (FLAGS_max_rss_growth_mb > 0 && growth_mb > FLAGS_max_rss_growth_mb) {
+    return Fail("resident memory grew by " + std::to_string(growth_mb) +
+                " MB, more than --max_rss_growth_mb=" +
+                std::to_string(FLAGS_max_rss_growth_mb));
+  }
   if (FLAGS_max_rss_growth_mb > 0 && held_mb > FLAGS_max_rss_growth_mb) {
     return Fail("this node still holds " + std::to_string(held_mb) +
                 " MB more than at the start, more than --max_rss_growth_mb=" +

@@ -9,9 +9,11 @@ control  forged ABORT, NODE_TABLE, NODE_FAILED, heartbeats, LEAVE, barrier
          it was sent, logs it, and the job finishes with exact sums.
 token    the same with EMBER_CLUSTER_TOKEN set: the scheduler also refuses the
          join for its missing token, and says so.
-garbage  10 s of random frames at every node's port: each node keeps
-         nothing of it (its resident memory once malloc has returned the freed
-         heap it keeps for reuse grows by at most 20 MB), its peak stays under
+garbage  10 s of random frames at every node's port: each node returns the
+         heap the flood left by itself, a heartbeat after it ended, so that
+         its resident memory at the end grows by at most 20 MB (and by at most
+         20 MB once malloc has returned all the freed heap it keeps for
+         reuse); its peak stays under
          256 MB (the largest buffer a node keeps for unsolicited data, the
          messages held before its node table), each logs at most 100 lines
          about it, and the job finishes with exact sums (cluster_kv checks the
