@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "node/node.h"
@@ -13,6 +16,8 @@
 #include "ps/model.h"
 #include "testutil/bitwise.h"
 #include "testutil/inproc_cluster.h"
+#include "testutil/log_capture.h"
+#include "transport/fault_van.h"
 #include "util/file.h"
 
 namespace ps {
@@ -149,6 +154,147 @@ TEST(ModelFailoverTest, BspParametersAreBitwiseThoseOfTheUndisturbedRun) {
   EXPECT_TRUE(killed.load.ok()) << killed.load;
   EXPECT_EQ(killed.reloaded_rows, killed.rows);
   EXPECT_EQ(killed.reloaded_dense, killed.dense);
+}
+
+// Two workers train on their own threads under bsp (pull, push, clock, as
+// cluster_model does) while server 1 dies, the copies are restored, and
+// server 2 dies at a moment drawn from `seed`: the last server holds
+// everything, and the parameters are bitwise those of the undisturbed run.
+// With `delays`, data messages are held back at random (each link keeps its
+// order), which stretches the copy and the failovers over more traffic.
+std::vector<float> TrainConcurrently(bool kill, int iterations, unsigned seed,
+                                     bool delays) {
+  LogCapture log;
+  FaultPlan plan;
+  plan.delay = 0.3;
+  plan.fifo = true;
+  plan.max_delay = 6;
+  FaultInjector injector(seed + 1, plan);
+  InProcCluster cluster(
+      3, 2, [](Options* o) { o->replicas = 1; }, delays ? &injector : nullptr);
+  // Held messages are released as others pass, or here: a link that holds
+  // the last message of a wait moves on.
+  std::atomic<bool> stepping{delays};
+  std::thread stepper([&] {
+    while (stepping.load()) {
+      injector.Step();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  cluster.Start();
+  std::vector<std::unique_ptr<ModelServer>> servers;
+  Postoffice* by_rank[3] = {nullptr, nullptr, nullptr};
+  for (int i = 0; i < 3; ++i) {
+    Postoffice* po = cluster.server(i);
+    by_rank[po->node()->my_rank()] = po;
+    servers.push_back(std::make_unique<ModelServer>(po));
+  }
+  std::vector<std::unique_ptr<ModelClient>> clients;
+  for (int w = 0; w < 2; ++w) {
+    clients.push_back(std::make_unique<ModelClient>(cluster.worker(w)));
+  }
+  std::vector<float> initial(kDense);
+  for (int64_t i = 0; i < kDense; ++i) initial[i] = 0.001f * (i % 17);
+  for (auto& c : clients) {
+    EXPECT_TRUE(c->RegisterTable(
+                     {"emb", kDim, "normal(0,0.1)", "adagrad(lr=0.1)", "bsp"})
+                    .ok());
+    EXPECT_TRUE(
+        c->RegisterDense({"dense", {kDense}, "adam(lr=0.01)", "bsp"}, initial)
+            .ok());
+  }
+  const std::vector<uint64_t> all_ids = Ids();
+  std::atomic<int> done[2] = {{0}, {0}};
+  std::atomic<bool> failed{false};
+  auto train = [&](int w) {
+    for (int it = 0; it < iterations; ++it) {
+      // A different two thirds of the table each iteration; gradients that
+      // depend on what was pulled.
+      std::vector<uint64_t> ids;
+      for (size_t i = 0; i < all_ids.size(); ++i) {
+        if ((i + it + w) % 3 != 0) ids.push_back(all_ids[i]);
+      }
+      std::vector<float> rows, dense;
+      Status s = clients[w]->PullRows("emb", ids, &rows);
+      if (s.ok()) s = clients[w]->PullDense("dense", &dense);
+      if (s.ok()) {
+        std::vector<float> g = Grads(w, it, ids.size() * kDim);
+        for (size_t i = 0; i < g.size(); ++i) g[i] += 0.5f * rows[i];
+        std::vector<float> dg = Grads(w, it, kDense);
+        for (size_t i = 0; i < dg.size(); i += 7) dg[i] += dense[i];
+        s = clients[w]->Push({{"dense", dg}}, {{"emb", ids, g}});
+      }
+      if (s.ok()) s = clients[w]->Clock();
+      if (!s.ok()) {
+        ADD_FAILURE() << "worker " << w << " at iteration " << it << ": " << s;
+        failed.store(true);
+        return;
+      }
+      done[w].store(it + 1);
+    }
+  };
+  std::thread t0(train, 0), t1(train, 1);
+  auto reached = [&](int it) {
+    return WaitUntil(
+        [&] { return failed.load() || (done[0] >= it && done[1] >= it); });
+  };
+  if (kill) {
+    EXPECT_TRUE(reached(iterations / 4));
+    cluster.KillByHeartbeat(by_rank[1]);
+    EXPECT_TRUE(
+        WaitUntil([&] { return log.Find("copies restored").size() == 2; }));
+    EXPECT_TRUE(reached(iterations / 2));
+    // Somewhere within the next iteration or so.
+    std::this_thread::sleep_for(std::chrono::microseconds(seed % 4000));
+    cluster.KillByHeartbeat(by_rank[2]);
+  }
+  std::vector<float> out;
+  if (failed.load()) {
+    // A worker gave up: the other may wait for it for good. The test has
+    // failed; the deaths of every server end the run (its data is lost).
+    for (Postoffice* po : by_rank) {
+      if (!cluster.killed(po)) cluster.KillByHeartbeat(po);
+    }
+  }
+  t0.join();
+  t1.join();
+  if (!failed.load()) {
+    std::vector<float> dense;
+    Status s = clients[0]->PullRows("emb", all_ids, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    s = clients[0]->PullDense("dense", &dense);
+    EXPECT_TRUE(s.ok()) << s;
+    out.insert(out.end(), dense.begin(), dense.end());
+  }
+  clients.clear();
+  servers.clear();
+  stepping.store(false);
+  stepper.join();
+  return out;
+}
+
+// EMBER_TEST_REPEAT sets the number of killed runs (default 10, half of them
+// with delays); each draws its second death's moment anew. Run long, it
+// found that a clock notice sent to a server that failed over after the
+// worker read the ring failed KVWorker::Clock; that race is rare (twice in
+// some 4,000 runs), so the default 10 runs seldom meet it.
+TEST(ModelFailoverTest, TwoDeathsWhileWorkersTrainChangeNothingUnderBsp) {
+  const int iterations = 24;
+  const std::vector<float> calm =
+      TrainConcurrently(false, iterations, 0, false);
+  ASSERT_EQ(calm.size(), static_cast<size_t>(kIds * kDim + kDense));
+  const char* env = getenv("EMBER_TEST_REPEAT");
+  const int repeat = env ? atoi(env) : 10;
+  for (int i = 0; i < repeat; ++i) {
+    const unsigned seed = 7919u * static_cast<unsigned>(i) + 13;
+    const std::vector<float> killed =
+        TrainConcurrently(true, iterations, seed, i % 2 == 1);
+    ExpectBitwiseEqual(killed, calm, "the parameters");
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "at run " << i << " (seed " << seed << ")";
+      break;
+    }
+  }
 }
 
 }  // namespace
