@@ -390,6 +390,7 @@ class KVServerCore::Impl {
       }
       return;
     }
+    if (HoldForCopy(msg)) return;
     if (msg.meta.commit_notice) {
       NoteCommits(msg.meta);
       return;
@@ -884,6 +885,7 @@ class KVServerCore::Impl {
   // Server `dead` failed over: the copies it owed will never be
   // acknowledged (the scheduler knows its copies are gone).
   void OnFailover(int dead) {
+    ReleaseCopyHold(dead, "the copying server died");
     std::vector<int64_t> owed_by_dead;
     {
       MutexLock lock(&mu_);
@@ -1343,6 +1345,11 @@ class KVServerCore::Impl {
                      << ") lost a message: asking for it again";
       }
       SendAck(msg.meta, Status::OK(), step == Step::kGap && end);
+      // A sending with a gap is sent whole again, and replaces what this
+      // one left: nothing to wait for meanwhile.
+      if (step == Step::kGap && end && !handover) {
+        ReleaseCopyHold(msg.meta.sender, "it lost a message");
+      }
       return;
     }
     if (ignore) {
@@ -1411,6 +1418,50 @@ class KVServerCore::Impl {
     }
     SendAck(msg.meta, s);
     if (s.ok() && msg.meta.state_copy == 4) OnHandoverEnd(whose);
+    if (!handover && msg.meta.state_copy == 3 && s.ok()) {
+      // A bsp copy begins: the pending round it carries (the model layer's)
+      // and the deferred pushes that complete it arrive apart, and a
+      // request of another node handled between them could end the round
+      // here half made (a pull flushes a bsp table's round), applying one
+      // worker's gradients apart from another's. The copying server sends
+      // it all at once: other nodes' requests wait for its end.
+      MutexLock lock(&mu_);
+      copy_from_.store(msg.meta.sender, std::memory_order_relaxed);
+      copy_since_ms_ = app_->node()->clock()->NowMs();
+    } else if (!handover && msg.meta.state_copy == 2) {
+      ReleaseCopyHold(msg.meta.sender, nullptr);
+    }
+  }
+
+  // Holds `msg`, a request of a node other than the one whose bsp copy is
+  // arriving, until that copy's end (LoadCopy).
+  bool HoldForCopy(const Message& msg) {
+    const int from = copy_from_.load(std::memory_order_relaxed);
+    if (from == 0 || msg.meta.sender == from) return false;
+    Message held;  // Shares msg's frames.
+    held.meta = msg.meta;
+    held.data = msg.data;
+    MutexLock lock(&mu_);
+    copy_held_.push_back(std::move(held));
+    return true;
+  }
+
+  // The bsp copy from `from` has ended (or will not end: `why` says why):
+  // the requests held meanwhile are handled, in order.
+  void ReleaseCopyHold(int from, const char* why) {
+    std::vector<Message> held;
+    {
+      MutexLock lock(&mu_);
+      if (copy_from_.load(std::memory_order_relaxed) != from) return;
+      copy_from_.store(0, std::memory_order_relaxed);
+      held.swap(copy_held_);
+    }
+    if (why != nullptr) {
+      LOG(WARNING) << "server app " << app_->app_id() << ": the copy from node "
+                   << from << " did not end (" << why << "): serving the "
+                   << held.size() << " request(s) held for it";
+    }
+    for (Message& m : held) Process(m);
   }
 
   // --- Joining (docs/replication.md, "Joining").
@@ -1688,8 +1739,23 @@ class KVServerCore::Impl {
   // unacknowledged for EMBER_MIGRATION_RESEND_MS.
   void ResendUnacknowledged() {
     const int resend_ms = app_->node()->options().MigrationResendMs();
-    if (resend_ms < 0) return;
     const int64_t now = app_->node()->clock()->NowMs();
+    const int from = copy_from_.load(std::memory_order_relaxed);
+    if (from != 0) {
+      // A sender that stopped without dying, or whose end was lost, sends
+      // its copy again after resend_ms: held twice that long, the requests
+      // go on (a copy's later sending replaces what this one left).
+      int64_t since = 0;
+      {
+        MutexLock lock(&mu_);
+        since = copy_since_ms_;
+      }
+      const int64_t bound = 2 * static_cast<int64_t>(std::max(resend_ms, 1000));
+      if (now - since >= bound) {
+        ReleaseCopyHold(from, "its end did not come in time");
+      }
+    }
+    if (resend_ms < 0) return;
     std::vector<int64_t> due;
     {
       MutexLock lock(&mu_);
@@ -2083,6 +2149,13 @@ class KVServerCore::Impl {
   std::shared_ptr<const KeyRing> join_prev_ring_ GUARDED_BY(mu_);
   std::shared_ptr<const KeyRing> join_ring_ GUARDED_BY(mu_);
   std::vector<Message> held_ GUARDED_BY(mu_);
+  // bsp: the server whose copy of its data is arriving (its pending pushes
+  // taken, its end not yet; 0: none), since when (the node's clock), and
+  // the requests of other nodes held meanwhile (HoldForCopy). copy_from_
+  // is written on the customer thread only and read there without mu_.
+  std::atomic<int> copy_from_{0};
+  int64_t copy_since_ms_ GUARDED_BY(mu_) = 0;
+  std::vector<Message> copy_held_ GUARDED_BY(mu_);
   // config_ is bsp (read on the data path without mu_).
   std::atomic<bool> bsp_{false};
   std::atomic<bool> holding_{false};  // !awaiting_.empty(), without a lock
