@@ -344,6 +344,78 @@ TEST(LeaveFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
   });
 }
 
+// A worker's push and pull to a server that leaves reach it only after it
+// has left (held on their link; in a real job such a request arrives as
+// the leaver stops, and its refusal is lost): the leaver's farewell, which
+// follows its last answer, makes the worker take the parts as refused and
+// re-route them by the new ring. With `ring_late` the worker's new ring is
+// held too: the parts wait for it, and so does the part of a push the
+// worker slices by its old ring after the farewell. Without copies (no
+// dedup table) and with one; every key ends exact.
+void FarewellReroutes(int replicas, bool ring_late) {
+  SCOPED_TRACE("replicas=" + std::to_string(replicas) +
+               (ring_late ? ", the ring late" : ""));
+  FaultCluster faulty(1, 3, 1, /*bsp=*/false,
+                      [replicas](Options* o) { o->replicas = replicas; });
+  TestWorker& kv = *faulty.workers()[0];
+  Postoffice* worker = faulty.cluster().worker(0);
+  Postoffice* leaver = faulty.cluster().server(1);
+  const int leaver_id = leaver->node()->my_id();
+  const int worker_id = worker->node()->my_id();
+  const std::vector<Key> keys = SpreadKeys(1024);
+  const std::vector<float> ones(keys.size(), 1.0f);
+  ASSERT_TRUE(kv.WaitBounded(kv.Push(keys, ones)).ok());
+  FaultPlan hold;
+  hold.fifo = true;
+  hold.delay = 1;
+  hold.max_delay = std::numeric_limits<int>::max();
+  hold.target.kind = FaultTarget::Kind::kAll;
+  hold.target.links = {{worker_id, leaver_id}};
+  if (ring_late) hold.target.links.push_back({Node::kSchedulerId, worker_id});
+  faulty.Hold(hold);
+  LogCapture log;
+  const int push = kv.Push(keys, ones);
+  std::vector<float> pulled;
+  const int pull = kv.Pull(keys, &pulled);
+  ASSERT_TRUE(leaver->node()->RequestLeave("test"));
+  ASSERT_TRUE(WaitUntil([&] {
+    return worker->node()->farewell_epoch(leaver_id) == 2;
+  })) << "no farewell";
+  int late_push = -1;
+  if (ring_late) {
+    EXPECT_EQ(worker->node()->ring_epoch(), 1u);
+    // Sliced by ring 1, the leaver's part not sent: it waits for ring 2.
+    late_push = kv.Push(keys, ones);
+    faulty.Settle();  // The ring comes; the held requests reach the leaver.
+  }
+  ASSERT_TRUE(kv.WaitBounded(push).ok());
+  ASSERT_TRUE(kv.WaitBounded(pull).ok());
+  if (ring_late) {
+    ASSERT_TRUE(kv.WaitBounded(late_push).ok());
+  }
+  // The pull comes after the push, and before the late one (which a
+  // re-routed part of it may follow).
+  for (float v : pulled) ASSERT_TRUE(v >= 1 && v <= (ring_late ? 3 : 2)) << v;
+  // The leaver refuses what reaches it late: applied nowhere twice.
+  faulty.Settle();
+  const float want = ring_late ? 3 : 2;
+  std::vector<float> out;
+  ASSERT_TRUE(kv.WaitBounded(kv.Pull(keys, &out)).ok());
+  size_t wrong = 0;
+  for (float v : out) wrong += v != want;
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_FALSE(log.Find("has left the running cluster (ring epoch 2)").empty());
+  faulty.Finish();
+}
+
+TEST(LeaveFarewell, PartsTheLeaverNeverAnsweredAreRerouted) {
+  for (int replicas : {0, 1}) FarewellReroutes(replicas, false);
+}
+
+TEST(LeaveFarewell, PartsWaitForTheRingThatComesAfterTheFarewell) {
+  for (int replicas : {0, 1}) FarewellReroutes(replicas, true);
+}
+
 // The scheduler refuses a leave that cannot be made, says why in its log
 // and the leaver's, and the job goes on untouched: the last server, a
 // leave that would leave too few servers for EMBER_REPLICAS copies, and a
