@@ -64,6 +64,11 @@ import sys
 import tempfile
 import time
 
+# Every wait of this test (and of model_failover_test.py, which uses its
+# Cluster) grows by this factor, --limit too: a sanitizer build runs a job 3
+# to 5 times slower (tests/integration/CMakeLists.txt sets it).
+TIME_SCALE = float(os.environ.get("EMBER_TEST_TIME_SCALE", "1"))
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser()
@@ -151,7 +156,7 @@ class Cluster:
         extra.update(self.scheduler_env)
         self.spawn("scheduler", [self.args.scheduler],
                    self.env("scheduler", extra))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * TIME_SCALE
         while not (os.path.exists(port_file) and os.path.getsize(port_file)):
             if time.monotonic() > deadline:
                 raise self.fail("the scheduler did not publish its port")
@@ -187,7 +192,7 @@ class Cluster:
         return max(seen) if seen else -1
 
     def wait_progress(self, at_least, seconds):
-        deadline = time.monotonic() + seconds
+        deadline = time.monotonic() + seconds * TIME_SCALE
         while time.monotonic() < deadline:
             done = 0
             for w in range(self.args.workers):
@@ -205,14 +210,14 @@ class Cluster:
         raise self.fail("the workers did not reach %d" % at_least)
 
     def wait_all(self, names, seconds):
-        deadline = time.monotonic() + seconds
+        deadline = time.monotonic() + seconds * TIME_SCALE
         for name in names:
             left = deadline - time.monotonic()
             try:
                 self.procs[name].wait(timeout=max(left, 0.01))
             except subprocess.TimeoutExpired:
                 raise self.fail("%s still runs %.0f s after the kill"
-                                % (name, seconds))
+                                % (name, seconds * TIME_SCALE))
 
     def stop(self):
         for p in self.procs.values():
@@ -287,7 +292,7 @@ def run_join(args, cluster):
         cluster.procs[victim].wait()
         victims.append(victim)
         print("failover_test: killed %s" % victim)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30 * TIME_SCALE
         while "takes over the data of" not in cluster.log("scheduler"):
             if time.monotonic() > deadline:
                 raise Failure("no failover within 30 s")
@@ -399,7 +404,7 @@ def run_scheduler_pause(args, cluster):
 
 
 def wait_log(cluster, name, needle, seconds):
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + seconds * TIME_SCALE
     while needle not in cluster.log(name):
         if time.monotonic() > deadline:
             raise Failure("no %r in the log of %s within %d s"
@@ -493,7 +498,7 @@ def run(args, cluster):
         # Each survivor whose copies were on the victim, or whose data grew
         # by the victim's, copies its state: with k = 1 every survivor.
         want = args.servers - 1
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 * TIME_SCALE
         while cluster.log("scheduler").count("copies restored") < want:
             if time.monotonic() > deadline:
                 raise Failure("copies not restored within 60 s")
