@@ -820,12 +820,10 @@ class KVServerCore::Impl {
         LOG(WARNING) << "acknowledgement to node " << done.reply_to
                      << " lost: " << st;
       }
-      MaybeHandedOver();
       return;
     }
     SendTo(cmd, push, pull, done.reply_to, done.reply_ts, done.reply_customer,
            res, error, done.resend_for, ts);
-    MaybeHandedOver();
   }
 
   // Acknowledges a duplicate copy at once, or a message of a state copy or
@@ -882,7 +880,6 @@ class KVServerCore::Impl {
     }
     SendTo(done.cmd, done.push, done.pull, done.reply_to, done.reply_ts,
            done.reply_customer, done.res, done.error, done.resend_for, ts);
-    MaybeHandedOver();
   }
 
   // Server `dead` failed over: the copies it owed will never be
@@ -1871,7 +1868,6 @@ class KVServerCore::Impl {
       SendTo(r.cmd, r.push, r.pull, local.reply_to, local.reply_ts,
              local.reply_customer, RawKVs(), s, local.resend_for, r.timestamp,
              ring.epoch());
-      MaybeHandedOver();
       return;
     }
     SendTo(r.cmd, r.push, r.pull, r.sender, r.timestamp, r.customer_id,
@@ -1995,16 +1991,17 @@ class KVServerCore::Impl {
           const int64_t ts = HandOver(prev, ring, to);
           if (ts != 0) started.push_back(ts);
         }
+        bool none = false;
         {
           MutexLock lock(&mu_);
-          leaving_.store(true, std::memory_order_relaxed);
           for (int64_t ts : started) {
             copies_[ts].leave = true;
             leave_pending_.insert(copies_[ts].target);
           }
+          none = leave_pending_.empty();
         }
         // Nothing could be sent (logged): nothing to wait for.
-        MaybeHandedOver();
+        if (none) app_->node()->LeaveHandedOver(app_->app_id());
       } else if (std::find(owners.begin(), owners.end(), me) != owners.end()) {
         MutexLock lock(&mu_);
         awaiting_.insert(leaver);
@@ -2027,24 +2024,6 @@ class KVServerCore::Impl {
     LOG(INFO) << "server app " << app_->app_id()
               << ": every new owner has acknowledged the keys this server "
                  "handed over";
-    MaybeHandedOver();
-  }
-
-  // A leaving server's app is done once every new owner has acknowledged
-  // its hand-over and every push it applied is answered (some wait for
-  // their copies' acknowledgements, locals_): the node's farewell to the
-  // workers must follow every such answer (Node::LeftLocked).
-  void MaybeHandedOver() {
-    if (!leaving_.load(std::memory_order_relaxed)) return;
-    {
-      MutexLock lock(&mu_);
-      if (leave_reported_ || !leave_pending_.empty()) return;
-      // Copies of other servers' pushes answer servers, not workers.
-      for (const auto& l : locals_) {
-        if (l.second.replica_of == 0) return;
-      }
-      leave_reported_ = true;
-    }
     app_->node()->LeaveHandedOver(app_->app_id());
   }
 
@@ -2187,10 +2166,6 @@ class KVServerCore::Impl {
   std::atomic<uint64_t> ring_seen_{0};
   std::vector<Message> ahead_ GUARDED_BY(mu_);
   std::set<int> leave_pending_ GUARDED_BY(mu_);
-  // This server leaves (its hand-over started), and has told its node that
-  // this app is done (MaybeHandedOver).
-  std::atomic<bool> leaving_{false};
-  bool leave_reported_ GUARDED_BY(mu_) = false;
   std::shared_ptr<const KeyRing> targets_ring_ GUARDED_BY(mu_);
   int targets_me_ GUARDED_BY(mu_) = 0;
   std::vector<int> targets_ GUARDED_BY(mu_);

@@ -284,17 +284,8 @@ class KVWorkerCore::Impl {
   // Child request `ts` (`child`, out of pending_) is complete: its answer
   // becomes its parent's answer for the part it carried.
   void DeliverToParent(int64_t ts, Pending* child);
-  // The node's ring changed, or a server said farewell: re-routes the
-  // parts that waited for the ring, and takes the parts servers that have
-  // left did not answer as refused (OnFarewells).
+  // The node's ring changed: re-routes the parts that waited for it.
   void OnRingChanged();
-  // The parts owed by servers that said farewell (Node::farewells()) were
-  // not applied there: each is taken as refused for keys moved by the ring
-  // the server left under, and re-routed once this node has that ring.
-  void OnFarewells();
-  // The refusal a farewell of server `id`, who left under ring `epoch`,
-  // stands for.
-  static Meta FarewellRefusal(int id, uint64_t epoch);
   // The watch handler: logs the refused parts that still wait for a ring.
   void LogMovedWaits(int64_t older_than_ms);
   // Fails request `ts` with `status`, drops what it kept, and fails its
@@ -749,11 +740,6 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
     Status st = app_->node()->Send(std::move(msg));
     if (st.ok()) continue;
-    // The server said farewell after this node read its ring: as refused.
-    if (const uint64_t gone = app_->node()->farewell_epoch(s.first)) {
-      OnMoved(ts, s.first, FarewellRefusal(s.first, gone));
-      continue;
-    }
     if (replicated) {
       // The server may have died and failed over since the ring was read.
       std::shared_ptr<const KeyRing> now = app_->node()->key_ring();
@@ -1213,49 +1199,6 @@ void KVWorkerCore::Impl::OnRingChanged() {
   }
   std::sort(ready.begin(), ready.end());  // Oldest first.
   for (const auto& r : ready) Reroute(r.first, r.second);
-  OnFarewells();
-}
-
-Meta KVWorkerCore::Impl::FarewellRefusal(int id, uint64_t epoch) {
-  Meta refusal;
-  refusal.sender = id;
-  refusal.moved_epoch = epoch;
-  refusal.status_code = static_cast<int>(Status::Code::kUnavailable);
-  refusal.status_message = "node " + std::to_string(id) +
-                           " has left the running cluster (ring epoch " +
-                           std::to_string(epoch) + ") without answering";
-  return refusal;
-}
-
-void KVWorkerCore::Impl::OnFarewells() {
-  for (const auto& gone : app_->node()->farewells()) {
-    const int id = gone.first;
-    const Meta refusal = FarewellRefusal(id, gone.second);
-    std::vector<int64_t> ticks;
-    std::vector<std::pair<int64_t, int>> parts;  // (request, its peer)
-    {
-      MutexLock lock(&mu_);
-      for (int64_t ts : tracker()->OwedBy(id)) {
-        if (pending_.count(ts)) {
-          parts.emplace_back(ts, id);
-        } else {
-          ticks.push_back(ts);  // A clock notice: the others had theirs.
-        }
-      }
-      // Parts resent to it for a dead server, owed under that server's id.
-      for (const auto& p : pending_) {
-        const std::vector<int>& to = p.second.resent;
-        for (size_t slot = 0; slot < to.size(); ++slot) {
-          if (to[slot] == id)
-            parts.emplace_back(p.first, (*p.second.ids)[slot]);
-        }
-      }
-    }
-    for (int64_t ts : ticks) tracker()->OnResponse(ts, id, Status::OK());
-    // OnMoved ignores a part refused already, and fails a resent push
-    // (its dead server may have applied it).
-    for (const auto& part : parts) OnMoved(part.first, part.second, refusal);
-  }
 }
 
 void KVWorkerCore::Impl::LogMovedWaits(int64_t older_than_ms) {
@@ -1458,10 +1401,8 @@ void KVWorkerCore::Impl::SendClockNotices(int64_t ts, int64_t clock,
     // The server may have died and failed over since the ring was read: its
     // heir was on that ring too and has its own notice (as OnFailover
     // counts a notice the dead server owed).
-    // So does a server that has left since (OnFarewells).
     std::shared_ptr<const KeyRing> now = app_->node()->key_ring();
-    if ((ring && now && now != ring && now->IndexOf(id) < 0) ||
-        app_->node()->farewell_epoch(id) != 0) {
+    if (ring && now && now != ring && now->IndexOf(id) < 0) {
       tracker()->OnResponse(ts, id, Status::OK());
       continue;
     }

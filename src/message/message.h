@@ -47,12 +47,6 @@ enum class Control : int {
   // role, rank, address, ring, the barrier it waits in); docs/replication.md,
   // "Scheduler restart".
   kRejoin = 12,
-  // server -> workers: this server has left the running cluster (`epoch`:
-  // the ring it left under, which lacks it). It follows, on each link,
-  // every answer to a request it applied: a request of the receiver's that
-  // it has not answered was not applied, and is re-routed by that ring
-  // (docs/replication.md, "Leaving").
-  kFarewell = 13,
 };
 
 // kWorkerChange's `worker_event`.

@@ -862,10 +862,6 @@ Status Node::Send(Message&& msg) {
   if (dead_.count(recipient)) {
     return Status::Unavailable(DescribeLocked(recipient) + " is dead");
   }
-  if (msg.meta.control == Control::kNone && farewells_.count(recipient)) {
-    return Status::Unavailable(DescribeLocked(recipient) +
-                               " has left the running cluster");
-  }
   if (table_ready_ && !table_.count(recipient)) {
     return Status::InvalidArgument("unknown recipient node " +
                                    std::to_string(recipient));
@@ -1044,9 +1040,6 @@ void Node::OnMessage(Message&& msg, bool from_van) {
         HandleLeaveRefused(meta.reason);
         return;
       }
-      break;
-    case Control::kFarewell:
-      if (options_.role == Role::kWorker && HandleFarewell(meta)) return;
       break;
   }
   counters_.dropped_bad_control++;
@@ -1556,40 +1549,6 @@ Status Node::InstallRingForTest(std::shared_ptr<const KeyRing> ring) {
   return Status::OK();
 }
 
-bool Node::HandleFarewell(const Meta& meta) {
-  MutexLock lock(&mu_);
-  const int id = meta.sender;
-  // Only a server of the table (which lists a leaver that has left).
-  auto it = table_.find(id);
-  if (it == table_.end() || it->second.role != Role::kServer ||
-      meta.epoch == 0 || dead_.count(id)) {
-    return false;
-  }
-  uint64_t& epoch = farewells_[id];
-  if (epoch >= meta.epoch) return true;  // A duplicate.
-  epoch = meta.epoch;
-  LOG(INFO) << DescribeLocked(id) << " has left the running cluster (ring "
-            << "epoch " << meta.epoch << "): what it has not answered is "
-            << "re-routed by that ring";
-  // Each customer re-routes on its thread, after the answers that came
-  // before the farewell (Customer::OnRingChanged; KVWorker's ring handler
-  // reads farewells()). Under mu_ so no customer is destroyed meanwhile;
-  // this never blocks.
-  for (const auto& c : customers_) c.second->OnRingChanged();
-  return true;
-}
-
-std::map<int, uint64_t> Node::farewells() const {
-  MutexLock lock(&mu_);
-  return farewells_;
-}
-
-uint64_t Node::farewell_epoch(int id) const {
-  MutexLock lock(&mu_);
-  auto it = farewells_.find(id);
-  return it == farewells_.end() ? 0 : it->second;
-}
-
 void Node::OnMemberLeft(int id) {
   MutexLock lock(&mu_);
   left_.insert(id);
@@ -1839,20 +1798,6 @@ void Node::LeftLocked() {
   LOG(WARNING) << "this server has left the running cluster: every new "
                   "owner has acknowledged its ranges; Finalize ends without "
                   "the others";
-  // Each worker hears it on the link of this server's answers, after every
-  // answer to a push or pull this server applied: what it has not had
-  // answered was not applied here, and it re-routes that by the new ring. A
-  // request that reaches this server later is refused, and the refusal may
-  // be lost as the server stops (docs/replication.md, "Leaving").
-  for (int id : workers_) {
-    if (dead_.count(id) || !table_.count(id)) continue;
-    Message bye;
-    bye.meta.control = Control::kFarewell;
-    bye.meta.recipient = id;
-    bye.meta.sender = logical_.begin()->second;
-    bye.meta.epoch = ring_ ? ring_->epoch() : 0;
-    SendLocked(std::move(bye));
-  }
   // Its barriers wait for nobody now.
   for (auto& w : barrier_waits_) w.second = {true, Status::OK()};
   cv_.notify_all();

@@ -232,15 +232,7 @@ class Node final : private SchedulerHost {
   bool handing_over() const EXCLUDES(mu_);
   // This server has left the cluster (its hand-over is acknowledged).
   bool has_left() const EXCLUDES(mu_);
-  // Called by a state app once every new owner has acknowledged its
-  // hand-over and every push it applied is answered. Once all have, the
-  // node has left and says farewell (kFarewell) to every worker.
   void LeaveHandedOver(int app_id) EXCLUDES(mu_);
-  // Servers that said farewell (they have left the running cluster), with
-  // the ring epoch each left under; empty on a server.
-  std::map<int, uint64_t> farewells() const EXCLUDES(mu_);
-  // The epoch server `id` left under, or 0 if it has not said farewell.
-  uint64_t farewell_epoch(int id) const EXCLUDES(mu_);
 
   // Data messages held for apps this node has not created (yet).
   size_t held_messages() const;
@@ -317,8 +309,6 @@ class Node final : private SchedulerHost {
   void StartLeavingLocked() REQUIRES(mu_);
   // The scheduler refused to let this server leave.
   void HandleLeaveRefused(const std::string& reason) EXCLUDES(mu_);
-  // kFarewell from a server that has left; false if not from a server.
-  bool HandleFarewell(const Meta& meta) EXCLUDES(mu_);
   // Every state app's hand-over is acknowledged: tells the scheduler,
   // releases this server's barriers.
   void LeftLocked() REQUIRES(mu_);
@@ -425,8 +415,6 @@ class Node final : private SchedulerHost {
   std::atomic<int> ring_servers_{0};     // ring_'s, written under mu_
   std::set<int> dead_ GUARDED_BY(mu_);
   std::set<int> left_ GUARDED_BY(mu_);
-  // Servers that said farewell (kFarewell), with the epoch they left under.
-  std::map<int, uint64_t> farewells_ GUARDED_BY(mu_);
   // Restoring copies: the apps that copy state, and which have copied it
   // to (holder, ring epoch).
   std::set<int> state_apps_ GUARDED_BY(mu_);
