@@ -418,9 +418,7 @@ class KVServerCore::Impl {
         !msg.meta.clock_tick) {
       // A server that joined: its own requests wait for its ranges' state.
       // (Only the customer thread reads or writes holding_.)
-      Message held;  // Shares msg's frames.
-      held.meta = msg.meta;
-      held.data = msg.data;
+      Message held = SharingFrames(msg);
       MutexLock lock(&mu_);
       held_.push_back(std::move(held));
       return;
@@ -1438,12 +1436,18 @@ class KVServerCore::Impl {
   bool HoldForCopy(const Message& msg) {
     const int from = copy_from_.load(std::memory_order_relaxed);
     if (from == 0 || msg.meta.sender == from) return false;
-    Message held;  // Shares msg's frames.
-    held.meta = msg.meta;
-    held.data = msg.data;
+    Message held = SharingFrames(msg);
     MutexLock lock(&mu_);
     copy_held_.push_back(std::move(held));
     return true;
+  }
+
+  // A message that shares `msg`'s frames, to be held and handled later.
+  static Message SharingFrames(const Message& msg) {
+    Message shared;
+    shared.meta = msg.meta;
+    shared.data = msg.data;
+    return shared;
   }
 
   // The bsp copy from `from` has ended (or will not end: `why` says why):
@@ -1948,9 +1952,7 @@ class KVServerCore::Impl {
         msg.meta.epoch <= ring_seen_.load(std::memory_order_relaxed)) {
       return false;
     }
-    Message held;  // Shares msg's frames.
-    held.meta = msg.meta;
-    held.data = msg.data;
+    Message held = SharingFrames(msg);
     MutexLock lock(&mu_);
     ahead_.push_back(std::move(held));
     return true;
