@@ -1023,8 +1023,22 @@ class KVServerCore::Impl {
       if (bsp) {
         for (RawRequest& r : controller_->DeferredPushes()) {
           const int whose = r.replica_of != 0 ? r.replica_of : me;
-          // Copies of other live servers' data are theirs to copy.
-          if (whose != me && ring->IndexOf(whose) >= 0) continue;
+          if (whose != me) {
+            // Copies of other live servers' data are theirs to copy.
+            if (ring->IndexOf(whose) >= 0) continue;
+            // A server off the ring: one that died, whose keys this server
+            // took over as its heir, or one that left, which handed its
+            // keys to their new owners itself. Only a copy of keys this
+            // server owns now is its data: one of a leaver's keys that
+            // moved to the target would reach it twice (its own, from the
+            // leaver's hand-over, and this copy) and be applied twice.
+            // One of keys that moved here came in the leaver's hand-over
+            // and replaced this copy (LoadPending).
+            const bool mine = std::any_of(
+                r.kvs.keys.begin(), r.kvs.keys.end(),
+                [&ring, me](Key k) { return ring->Owner(k) == me; });
+            if (!mine) continue;
+          }
           deferred.push_back(std::move(r));
         }
         counts = controller_->AppliedCounts(

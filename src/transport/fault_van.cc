@@ -33,6 +33,7 @@ bool FaultTarget::Matches(const Meta& meta) const {
     return false;
   }
   if (data && migration && meta.copy_attempt == 0) return false;
+  if (commit_notices && !(data && meta.commit_notice)) return false;
   for (const auto& link : spared) {
     if ((link.first == kAnyNode || link.first == meta.sender) &&
         (link.second == kAnyNode || link.second == meta.recipient)) {
@@ -94,6 +95,7 @@ std::string FaultPlan::DebugString() const {
   }
   for (Control c : target.controls) out << " control=" << ControlName(c);
   if (target.migration) out << " migration";
+  if (target.commit_notices) out << " commit_notices";
   for (const auto& link : target.spared) {
     out << " spared=" << link.first << "->" << link.second;
   }

@@ -87,6 +87,10 @@ struct FaultTarget {
   // acknowledgements (Meta::copy_attempt != 0); not the workers' requests,
   // nor the copies of their pushes.
   bool migration = false;
+  // Only the commit notices of workers' pushes (Meta::commit_notice, with
+  // kind kData or kAll): a test holds them to keep pushes uncommitted, so
+  // pending, on the servers (bsp).
+  bool commit_notices = false;
   // Never these (sender, recipient) links, each side an id or kAnyNode
   // (e.g. a message that nothing resends).
   std::vector<std::pair<int, int>> spared;
