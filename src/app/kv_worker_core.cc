@@ -576,6 +576,8 @@ int64_t KVWorkerCore::Impl::Submit(bool push, bool pull, int cmd, int priority,
   const int64_t ts = tracker()->NewRequest();
   CountRequest(push, pull, kvs.keys.size());
   Status s = CheckShape(push, kvs);
+  // Until what is sliced by this ring is sent (Node::RingUse).
+  Node::RingUse ring_use(app_->node());
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   if (s.ok() && !ring) {
     s = Status::Aborted("the node has no key ring (call ps::Start first)");
@@ -618,7 +620,9 @@ int64_t KVWorkerCore::Impl::SubmitSliced(
   CountRequest(push, pull, kvs.keys.size());
   Status s = Validate(push, kvs);
   // Read once: slice i goes to this ring's server i, and the request
-  // carries this ring's epoch.
+  // carries this ring's epoch; held until what is sliced by it is sent
+  // (Node::RingUse).
+  Node::RingUse ring_use(app_->node());
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   if (s.ok() && !ring) {
     s = Status::Aborted("the node has no key ring (call ps::Start first)");
@@ -788,6 +792,7 @@ bool KVWorkerCore::Impl::ResendLocked(
 }
 
 void KVWorkerCore::Impl::OnFailover(int dead, const Status& status) {
+  Node::RingUse ring_use(app_->node());  // Until the resends are sent.
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   std::vector<Message> resends;
   std::vector<int64_t> failed;
@@ -1062,6 +1067,7 @@ RawKVs KVWorkerCore::Impl::CutPart(const Pending& p, size_t slot) const {
 }
 
 void KVWorkerCore::Impl::Reroute(int64_t ts, size_t slot) {
+  Node::RingUse ring_use(app_->node());
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   Pending c;
   int64_t child = -1;
@@ -1382,7 +1388,9 @@ int64_t KVWorkerCore::Impl::Clock() {
 
 void KVWorkerCore::Impl::SendClockNotices(int64_t ts, int64_t clock,
                                           bool query) {
-  // The servers on the ring: those that failed over are gone.
+  // The servers on the ring: those that failed over are gone. Held until
+  // the notices are sent (Node::RingUse).
+  Node::RingUse ring_use(app_->node());
   std::shared_ptr<const KeyRing> ring = app_->node()->key_ring();
   std::vector<int> ids = ring ? ring->server_ids() : app_->node()->server_ids();
   tracker()->Expect(ts, ids);

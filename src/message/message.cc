@@ -24,12 +24,12 @@ const char* RoleName(Role role) {
 }
 
 const char* ControlName(Control control) {
-  // In the order of the enum's values, 0 to 12.
+  // In the order of the enum's values, 0 to 13.
   static const char* const kNames[] = {
       "none",          "join",          "node_table",    "barrier",
       "heartbeat",     "node_failed",   "abort",         "leave",
       "replica_ready", "handover_done", "leave_request", "worker_change",
-      "rejoin"};
+      "rejoin",        "switched"};
   return NameOf(control, kNames);
 }
 
@@ -255,7 +255,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   if (p.has_control()) {
     const pb::ControlPb& c = p.control();
     if (c.cmd() < static_cast<int>(Control::kNone) ||
-        c.cmd() > static_cast<int>(Control::kRejoin)) {
+        c.cmd() > static_cast<int>(Control::kSwitched)) {
       return Status::Corruption("unknown control command " +
                                 std::to_string(c.cmd()));
     }

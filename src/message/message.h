@@ -47,6 +47,13 @@ enum class Control : int {
   // role, rank, address, ring, the barrier it waits in); docs/replication.md,
   // "Scheduler restart".
   kRejoin = 12,
+  // worker -> a server that leaves: this worker has taken a ring without
+  // it (`epoch`). It follows, on that link, every request the worker
+  // sliced by an older ring (its last word there); the leaver reports its
+  // hand-over done only once every live worker's has come, so it answers
+  // (or refuses) each of them before it stops (docs/replication.md,
+  // "Leaving").
+  kSwitched = 13,
 };
 
 // kWorkerChange's `worker_event`.

@@ -534,6 +534,7 @@ void Node::ResendMigration() {
               << resend_ms << " ms (EMBER_MIGRATION_RESEND_MS): asking again";
     SendLocked(SchedulerRequestLocked(Control::kLeaveRequest));
   }
+  MaybeLeftLocked();  // Its wait for the workers' switch is bounded.
   // Under mu_, so no customer is destroyed meanwhile; Tick only queues.
   for (const auto& c : customers_) {
     if (state_apps_.count(c.first.first)) c.second->Tick();
@@ -1041,6 +1042,9 @@ void Node::OnMessage(Message&& msg, bool from_van) {
         return;
       }
       break;
+    case Control::kSwitched:
+      if (options_.role == Role::kServer && HandleSwitched(meta)) return;
+      break;
   }
   counters_.dropped_bad_control++;
   std::string since;
@@ -1418,6 +1422,7 @@ void Node::HandleNodeFailed(int id, const std::string& reason,
       dead_.insert(id);
       status =
           Status::Unavailable(DescribeLocked(id) + " died (" + reason + ")");
+      MaybeLeftLocked();  // A leaver waits for no dead worker.
     }
     LOG(ERROR) << status.message();
     bool fail_all = status.code() == Status::Code::kAborted ||
@@ -1510,6 +1515,30 @@ void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
       notes.push_back(
           {id, WorkerEvent::kNone, 0,
            dead_.count(id) ? ServerEvent::kFailed : ServerEvent::kLeft, n});
+    }
+  }
+  if (options_.role == Role::kWorker && ring_ && ring) {
+    // A live server the new ring drops is leaving: it hears of this
+    // worker's switch after every request sliced by the older ring
+    // (RingUse).
+    bool due = false;
+    for (int id : ring_->server_ids()) {
+      if (ring->IndexOf(id) >= 0 || dead_.count(id)) continue;
+      uint64_t& epoch = switched_due_[id];
+      epoch = std::max(epoch, ring->epoch());
+      due = true;
+    }
+    if (due) {
+      bool now = false;
+      {
+        MutexLock use(&use_mu_);
+        // The uses that began before this switch: of a generation below
+        // the new one.
+        switch_generation_ = ++use_generation_;
+        now = uses_.empty() || uses_.begin()->first >= switch_generation_;
+        if (now) switch_generation_ = 0;
+      }
+      if (now) SendSwitchedLocked();
     }
   }
   ring_ = std::move(ring);
@@ -1721,6 +1750,7 @@ std::vector<Message> Node::ApplyWorkerChangeLocked(const NodeInfo& worker,
   for (int w : workers_) {
     if (!dead_.count(w) && !left_.count(w)) ++live;
   }
+  MaybeLeftLocked();  // A leaver waits for no worker that is gone.
   LOG(INFO) << DescribeLocked(id) << " " << WorkerEventName(event) << "; "
             << live << " workers";
   // Under mu_ so no customer is destroyed meanwhile; this never blocks.
@@ -1777,6 +1807,15 @@ void Node::StartLeavingLocked() {
   LOG(WARNING) << "leaving the running cluster: handing this server's "
                   "ranges over to their new owners under "
                << ring_->DebugString();
+  leave_epoch_ = ring_->epoch();
+  leave_workers_.clear();
+  for (int w : workers_) {
+    if (!dead_.count(w) && !left_.count(w) && !away_.count(w)) {
+      leave_workers_.insert(w);
+    }
+  }
+  leave_handed_ms_ = 0;
+  leave_wait_logged_ = false;
   // Without apps that hold state there is nothing to hand over.
   if (state_apps_.empty()) LeftLocked();
 }
@@ -1789,7 +1828,101 @@ void Node::LeaveHandedOver(int app_id) {
                      state_apps_.begin(), state_apps_.end())) {
     return;
   }
+  if (leave_handed_ms_ == 0)
+    leave_handed_ms_ = std::max<int64_t>(clock_->NowMs(), 1);
+  MaybeLeftLocked();
+}
+
+void Node::MaybeLeftLocked() {
+  if (leave_ != LeaveState::kHandingOver || leave_handed_ms_ == 0) return;
+  std::vector<int> waiting;
+  for (int w : leave_workers_) {
+    if (dead_.count(w) || left_.count(w) || away_.count(w)) continue;
+    auto it = switched_.find(w);
+    if (it == switched_.end() || it->second < leave_epoch_) {
+      waiting.push_back(w);
+    }
+  }
+  if (!waiting.empty()) {
+    std::string names;
+    for (int w : waiting) {
+      names += (names.empty() ? "" : ", ") + DescribeLocked(w);
+    }
+    const int64_t bound =
+        std::max<int64_t>(4 * int64_t{options_.MigrationResendMs()},
+                          options_.heartbeat_timeout_ms);
+    if (clock_->NowMs() - leave_handed_ms_ < bound) {
+      if (!leave_wait_logged_) {
+        leave_wait_logged_ = true;
+        LOG(INFO) << "every new owner has acknowledged this server's ranges; "
+                     "waiting for "
+                  << names
+                  << " to take the ring without it (every request it sliced "
+                     "by the older ring comes first, and is answered)";
+      }
+      return;
+    }
+    LOG(WARNING) << "leaving without word from " << names
+                 << " that it took the ring without this server (" << bound
+                 << " ms): a request it sliced by the older ring that "
+                    "arrives later is lost, and its sender waits";
+  }
   LeftLocked();
+}
+
+bool Node::HandleSwitched(const Meta& meta) {
+  MutexLock lock(&mu_);
+  auto it = table_.find(meta.sender);
+  if (it == table_.end() || it->second.role != Role::kWorker ||
+      meta.epoch == 0) {
+    return false;
+  }
+  uint64_t& epoch = switched_[meta.sender];
+  epoch = std::max(epoch, meta.epoch);
+  MaybeLeftLocked();
+  return true;
+}
+
+void Node::SendSwitchedLocked() {
+  const int me = logical_.empty() ? 0 : logical_.begin()->second;
+  for (const auto& due : switched_due_) {
+    if (dead_.count(due.first) || IsLocalLocked(due.first)) continue;
+    Message m;
+    m.meta.control = Control::kSwitched;
+    m.meta.sender = me;
+    m.meta.recipient = due.first;
+    m.meta.epoch = due.second;
+    SendLocked(std::move(m));
+  }
+  switched_due_.clear();
+}
+
+Node::RingUse::RingUse(Node* node) : node_(node) {
+  MutexLock use(&node_->use_mu_);
+  generation_ = node_->use_generation_;
+  ++node_->uses_[generation_];
+}
+
+Node::RingUse::~RingUse() {
+  bool check = false;
+  {
+    MutexLock use(&node_->use_mu_);
+    auto it = node_->uses_.find(generation_);
+    if (--it->second == 0) node_->uses_.erase(it);
+    check = node_->switch_generation_ != 0;
+  }
+  if (!check) return;
+  // Again under mu_ (then use_mu_, as SetRingLocked takes them), so the
+  // notices due and the generation they wait on are of the same switches.
+  MutexLock lock(&node_->mu_);
+  bool due = false;
+  {
+    MutexLock use(&node_->use_mu_);
+    const uint64_t g = node_->switch_generation_;
+    due = g != 0 && (node_->uses_.empty() || node_->uses_.begin()->first >= g);
+    if (due) node_->switch_generation_ = 0;
+  }
+  if (due) node_->SendSwitchedLocked();
 }
 
 void Node::LeftLocked() {

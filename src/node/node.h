@@ -234,6 +234,26 @@ class Node final : private SchedulerHost {
   bool has_left() const EXCLUDES(mu_);
   void LeaveHandedOver(int app_id) EXCLUDES(mu_);
 
+  // Held by a worker's app while it reads the ring and sends what it
+  // sliced by it (requests, clock notices). When a ring drops a live
+  // server (it leaves), the worker tells that server so (kSwitched) once
+  // every RingUse that began before the switch has ended: on that link
+  // the notice follows every request sliced by the older ring. The leaver
+  // reports its hand-over done only once every live worker's notice has
+  // come, so it answers or refuses each such request before it stops
+  // (docs/replication.md, "Leaving").
+  class RingUse {
+   public:
+    explicit RingUse(Node* node);
+    ~RingUse();
+    RingUse(const RingUse&) = delete;
+    RingUse& operator=(const RingUse&) = delete;
+
+   private:
+    Node* const node_;
+    uint64_t generation_ = 0;
+  };
+
   // Data messages held for apps this node has not created (yet).
   size_t held_messages() const;
 
@@ -312,6 +332,15 @@ class Node final : private SchedulerHost {
   // Every state app's hand-over is acknowledged: tells the scheduler,
   // releases this server's barriers.
   void LeftLocked() REQUIRES(mu_);
+  // A leaver whose state apps are all handed over has left once every
+  // live worker of its leave has taken the ring without it (kSwitched),
+  // or when EMBER_MIGRATION_RESEND_MS x 4 (at least the heartbeat timeout)
+  // has passed without it (logged).
+  void MaybeLeftLocked() REQUIRES(mu_);
+  // kSwitched from a worker. False if the message is not one to take.
+  bool HandleSwitched(const Meta& meta) EXCLUDES(mu_);
+  // Worker: sends the kSwitched notices due (switched_due_).
+  void SendSwitchedLocked() REQUIRES(mu_);
   void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
   // The table's ids by role, and the table is ready.
   void TableReadyLocked() REQUIRES(mu_);
@@ -438,6 +467,24 @@ class Node final : private SchedulerHost {
   // EMBER_MIGRATION_RESEND_MS without an answer (ResendMigration).
   int64_t leave_asked_ms_ GUARDED_BY(mu_) = 0;
   std::set<int> leave_handed_ GUARDED_BY(mu_);
+  // The ring epoch this server leaves under, the live workers then, and
+  // when every state app's hand-over was acknowledged (0: not yet).
+  uint64_t leave_epoch_ GUARDED_BY(mu_) = 0;
+  std::set<int> leave_workers_ GUARDED_BY(mu_);
+  int64_t leave_handed_ms_ GUARDED_BY(mu_) = 0;
+  bool leave_wait_logged_ GUARDED_BY(mu_) = false;
+  // On a server: the newest ring epoch each worker said it switched to.
+  std::map<int, uint64_t> switched_ GUARDED_BY(mu_);
+  // On a worker: the kSwitched notices to send (server -> epoch) once no
+  // RingUse of a generation below switch_generation_ is left.
+  std::map<int, uint64_t> switched_due_ GUARDED_BY(mu_);
+  // RingUse's generations (a ring switch that drops a live server starts
+  // a new one) and how many are in use of each.
+  Mutex use_mu_ ACQUIRED_AFTER(mu_);
+  uint64_t use_generation_ GUARDED_BY(use_mu_) = 0;
+  std::map<uint64_t, int> uses_ GUARDED_BY(use_mu_);
+  // The generation the due notices wait on (0: none wait).
+  uint64_t switch_generation_ GUARDED_BY(use_mu_) = 0;
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_
       GUARDED_BY(mu_);  // by customer id

@@ -344,6 +344,63 @@ TEST(LeaveFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
   });
 }
 
+// A worker's push, pull and clock notice to a server that leaves are held
+// on their link until its hand-over is acknowledged (in a real job they
+// reach a leaver as it stops, and its refusal is lost: the worker waits
+// for ever). The worker's notice that it took the ring without the leaver
+// (SWITCHED) follows them on that link, and the leaver has left only once
+// it has come: so it refuses each of them first, and the worker re-routes
+// them by the new ring. Without copies and with one; every key ends exact.
+void LeaverAwaitsTheWorkersSwitch(int replicas) {
+  SCOPED_TRACE("replicas=" + std::to_string(replicas));
+  FaultCluster faulty(1, 3, 1, /*bsp=*/false,
+                      [replicas](Options* o) { o->replicas = replicas; });
+  TestWorker& kv = *faulty.workers()[0];
+  Postoffice* worker = faulty.cluster().worker(0);
+  Postoffice* leaver = faulty.cluster().server(1);
+  const int leaver_id = leaver->node()->my_id();
+  const int worker_id = worker->node()->my_id();
+  const std::vector<Key> keys = SpreadKeys(1024);
+  const std::vector<float> ones(keys.size(), 1.0f);
+  ASSERT_TRUE(kv.WaitBounded(kv.Push(keys, ones)).ok());
+  FaultPlan hold;  // Everything the worker sends the leaver, in order.
+  hold.fifo = true;
+  hold.delay = 1;
+  hold.max_delay = std::numeric_limits<int>::max();
+  hold.target.kind = FaultTarget::Kind::kAll;
+  hold.target.links = {{worker_id, leaver_id}};
+  faulty.Hold(hold);
+  LogCapture log;
+  const int push = kv.Push(keys, ones);
+  std::vector<float> pulled;
+  const int pull = kv.Pull(keys, &pulled);
+  ASSERT_TRUE(leaver->node()->RequestLeave("test"));
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find(
+                   "every new owner has acknowledged this server's ranges; "
+                   "waiting for worker 0")
+                .empty();
+  })) << "the leaver did not wait for the worker's switch";
+  EXPECT_EQ(worker->node()->ring_epoch(), 2u);
+  EXPECT_FALSE(leaver->node()->has_left());
+  EXPECT_GT(faulty.injector().held(), 0u);
+  faulty.Settle();  // The requests, then the switch, reach the leaver.
+  ASSERT_TRUE(kv.WaitBounded(push).ok());
+  ASSERT_TRUE(kv.WaitBounded(pull).ok());
+  ASSERT_TRUE(WaitUntil([&] { return leaver->node()->has_left(); }));
+  for (float v : pulled) ASSERT_TRUE(v >= 1 && v <= 2) << v;
+  std::vector<float> out;
+  ASSERT_TRUE(kv.WaitBounded(kv.Pull(keys, &out)).ok());
+  size_t wrong = 0;
+  for (float v : out) wrong += v != 2;
+  EXPECT_EQ(wrong, 0u);
+  faulty.Finish();
+}
+
+TEST(LeaveSwitch, TheLeaverAnswersWhatTheWorkersSlicedByTheOlderRing) {
+  for (int replicas : {0, 1}) LeaverAwaitsTheWorkersSwitch(replicas);
+}
+
 // The scheduler refuses a leave that cannot be made, says why in its log
 // and the leaver's, and the job goes on untouched: the last server, a
 // leave that would leave too few servers for EMBER_REPLICAS copies, and a

@@ -179,7 +179,7 @@ TEST(MessageCodecTest, RoundTripsEveryControlField) {
 
 TEST(MessageCodecTest, RoundTripsEveryControlCommand) {
   for (int c = static_cast<int>(Control::kJoin);
-       c <= static_cast<int>(Control::kRejoin); ++c) {
+       c <= static_cast<int>(Control::kSwitched); ++c) {
     SCOPED_TRACE(ControlName(static_cast<Control>(c)));
     Meta in;
     in.control = static_cast<Control>(c);
@@ -319,8 +319,8 @@ TEST(MessageCodecTest, RoundTripsRejoin) {
   EXPECT_STREQ(ControlName(Control::kRejoin), "rejoin");
   EXPECT_EQ(Decode(Encode([] {
               Meta m;
-              m.control =
-                  static_cast<Control>(static_cast<int>(Control::kRejoin) + 1);
+              m.control = static_cast<Control>(
+                  static_cast<int>(Control::kSwitched) + 1);
               return m;
             }()))
                 .code(),
@@ -328,7 +328,7 @@ TEST(MessageCodecTest, RoundTripsRejoin) {
 }
 
 TEST(MessageCodecTest, RejectsUnknownControlCommand) {
-  for (int cmd : {static_cast<int>(Control::kRejoin) + 1, 99, -1,
+  for (int cmd : {static_cast<int>(Control::kSwitched) + 1, 99, -1,
                   std::numeric_limits<int>::min()}) {
     Meta in;
     in.control = static_cast<Control>(cmd);
@@ -1006,7 +1006,8 @@ TEST(NamesTest, EveryRoleAndControlHasItsNameAndOthersAreUnknown) {
   EXPECT_STREQ(ControlName(Control::kLeaveRequest), "leave_request");
   EXPECT_STREQ(ControlName(Control::kWorkerChange), "worker_change");
   EXPECT_STREQ(ControlName(Control::kRejoin), "rejoin");
-  EXPECT_STREQ(ControlName(static_cast<Control>(13)), "unknown");
+  EXPECT_STREQ(ControlName(Control::kSwitched), "switched");
+  EXPECT_STREQ(ControlName(static_cast<Control>(14)), "unknown");
 }
 
 }  // namespace
