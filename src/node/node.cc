@@ -1517,23 +1517,31 @@ void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
            dead_.count(id) ? ServerEvent::kFailed : ServerEvent::kLeft, n});
     }
   }
-  if (options_.role == Role::kWorker && ring_ && ring) {
+  std::shared_ptr<const KeyRing> old = ring_;
+  ring_ = std::move(ring);
+  ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
+  ring_replicas_.store(ring_ ? ring_->replicas() : 0,
+                       std::memory_order_release);
+  ring_servers_.store(ring_ ? ring_->num_servers() : 0,
+                      std::memory_order_release);
+  if (options_.role == Role::kWorker && old && ring_) {
     // A live server the new ring drops is leaving: it hears of this
     // worker's switch after every request sliced by the older ring
     // (RingUse).
     bool due = false;
-    for (int id : ring_->server_ids()) {
-      if (ring->IndexOf(id) >= 0 || dead_.count(id)) continue;
+    for (int id : old->server_ids()) {
+      if (ring_->IndexOf(id) >= 0 || dead_.count(id)) continue;
       uint64_t& epoch = switched_due_[id];
-      epoch = std::max(epoch, ring->epoch());
+      epoch = std::max(epoch, ring_->epoch());
       due = true;
     }
     if (due) {
       bool now = false;
       {
         MutexLock use(&use_mu_);
-        // The uses that began before this switch: of a generation below
-        // the new one.
+        // The uses that began before this switch (they may have read the
+        // older ring): of a generation below the new one. Later ones read
+        // this ring.
         switch_generation_ = ++use_generation_;
         now = uses_.empty() || uses_.begin()->first >= switch_generation_;
         if (now) switch_generation_ = 0;
@@ -1541,12 +1549,6 @@ void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
       if (now) SendSwitchedLocked();
     }
   }
-  ring_ = std::move(ring);
-  ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
-  ring_replicas_.store(ring_ ? ring_->replicas() : 0,
-                       std::memory_order_release);
-  ring_servers_.store(ring_ ? ring_->num_servers() : 0,
-                      std::memory_order_release);
   if (!notes.empty()) {
     // After the ring: a callback sees num_servers() of the new one.
     MutexLock cb(&cb_mu_);

@@ -300,21 +300,19 @@ std::shared_ptr<const KeyRing> NextRing(Node* node) {
   return std::make_shared<const KeyRing>(std::move(ring.value()));
 }
 
-// A newcomer asks each server for its catalog under the ring it joined
-// under; a server answers only once it has that ring, so the answer holds
+// `changed` ends as `calm` did, and its checkpoint saved and loaded.
+void ExpectSameAndSaved(const Parameters& calm, const Parameters& changed) {
+  ExpectSameParameters(calm, changed);
+  EXPECT_TRUE(changed.save.ok()) << changed.save;
+  EXPECT_TRUE(changed.load.ok()) << changed.load;
+}
 
 // The same under bsp for every table (the hand-over carries each
 // consistency controller's pending rounds, docs/replication.md).
 TEST(ModelMembershipTest, UnderBspAServerJoinsAndOneLeaves) {
   const Parameters calm = Train(Change::kNone, "bsp");
-  const Parameters joined = Train(Change::kJoin, "bsp");
-  ExpectSameParameters(calm, joined);
-  EXPECT_TRUE(joined.save.ok()) << joined.save;
-  EXPECT_TRUE(joined.load.ok()) << joined.load;
-  const Parameters left = Train(Change::kLeave, "bsp");
-  ExpectSameParameters(calm, left);
-  EXPECT_TRUE(left.save.ok()) << left.save;
-  EXPECT_TRUE(left.load.ok()) << left.load;
+  ExpectSameAndSaved(calm, Train(Change::kJoin, "bsp"));
+  ExpectSameAndSaved(calm, Train(Change::kLeave, "bsp"));
 }
 
 // A leave in the middle of a bsp round. The leaver hands its pending
@@ -323,13 +321,12 @@ TEST(ModelMembershipTest, UnderBspAServerJoinsAndOneLeaves) {
 // they are applied there twice (one dense chunk, 16384 values off, in 1 of
 // 5 runs of the test above, which leaves at any moment).
 TEST(ModelMembershipTest, UnderBspAServerLeavesWithARoundPending) {
-  const Parameters calm = Train(Change::kNone, "bsp");
-  const Parameters left = Train(Change::kLeaveInRound, "bsp");
-  ExpectSameParameters(calm, left);
-  EXPECT_TRUE(left.save.ok()) << left.save;
-  EXPECT_TRUE(left.load.ok()) << left.load;
+  ExpectSameAndSaved(Train(Change::kNone, "bsp"),
+                     Train(Change::kLeaveInRound, "bsp"));
 }
 
+// A newcomer asks each server for its catalog under the ring it joined
+// under; a server answers only once it has that ring, so the answer holds
 // every table registered there before it switched.
 TEST(ModelMembershipTest, ACatalogWaitsForTheRingItIsAskedUnder) {
   InProcCluster cluster(2, 1);
