@@ -1846,22 +1846,22 @@ void Node::MaybeLeftLocked() {
     }
   }
   if (!waiting.empty()) {
+    const int64_t bound =
+        std::max<int64_t>(4 * int64_t{options_.MigrationResendMs()},
+                          options_.heartbeat_timeout_ms);
+    const bool wait = clock_->NowMs() - leave_handed_ms_ < bound;
+    if (wait && leave_wait_logged_) return;
     std::string names;
     for (int w : waiting) {
       names += (names.empty() ? "" : ", ") + DescribeLocked(w);
     }
-    const int64_t bound =
-        std::max<int64_t>(4 * int64_t{options_.MigrationResendMs()},
-                          options_.heartbeat_timeout_ms);
-    if (clock_->NowMs() - leave_handed_ms_ < bound) {
-      if (!leave_wait_logged_) {
-        leave_wait_logged_ = true;
-        LOG(INFO) << "every new owner has acknowledged this server's ranges; "
-                     "waiting for "
-                  << names
-                  << " to take the ring without it (every request it sliced "
-                     "by the older ring comes first, and is answered)";
-      }
+    if (wait) {
+      leave_wait_logged_ = true;
+      LOG(INFO) << "every new owner has acknowledged this server's ranges; "
+                   "waiting for "
+                << names
+                << " to take the ring without it (every request it sliced "
+                   "by the older ring comes first, and is answered)";
       return;
     }
     LOG(WARNING) << "leaving without word from " << names

@@ -344,7 +344,7 @@ TEST(LeaveFaults, UnderBspDelayedAndDuplicatedMessagesInLinkOrder) {
   });
 }
 
-// A worker's push, pull and clock notice to a server that leaves are held
+// A worker's push and pull to a server that leaves are held
 // on their link until its hand-over is acknowledged (in a real job they
 // reach a leaver as it stops, and its refusal is lost: the worker waits
 // for ever). The worker's notice that it took the ring without the leaver
