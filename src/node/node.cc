@@ -1536,17 +1536,17 @@ void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
       due = true;
     }
     if (due) {
-      bool now = false;
-      {
-        MutexLock use(&use_mu_);
-        // The uses that began before this switch (they may have read the
-        // older ring): of a generation below the new one. Later ones read
-        // this ring.
-        switch_generation_ = ++use_generation_;
-        now = uses_.empty() || uses_.begin()->first >= switch_generation_;
-        if (now) switch_generation_ = 0;
+      // The uses that began before this switch (they may have read the
+      // older ring) are of the older generation; later ones read this
+      // ring. Two switches in a row wait for every use.
+      switch_all_ = switch_pending_.load();
+      use_generation_.fetch_add(1);
+      switch_pending_.store(true);
+      if (SwitchDrainedLocked()) {
+        switch_pending_.store(false);
+        switch_all_ = false;
+        SendSwitchedLocked();
       }
-      if (now) SendSwitchedLocked();
     }
   }
   if (!notes.empty()) {
@@ -1899,32 +1899,42 @@ void Node::SendSwitchedLocked() {
   switched_due_.clear();
 }
 
-Node::RingUse::RingUse(Node* node) : node_(node) {
-  MutexLock use(&node_->use_mu_);
-  generation_ = node_->use_generation_;
-  ++node_->uses_[generation_];
+bool Node::SwitchDrainedLocked() const {
+  if (switch_all_) return uses_[0].load() == 0 && uses_[1].load() == 0;
+  return uses_[(use_generation_.load() - 1) & 1].load() == 0;
 }
 
-Node::RingUse::~RingUse() {
-  bool check = false;
-  {
-    MutexLock use(&node_->use_mu_);
-    auto it = node_->uses_.find(generation_);
-    if (--it->second == 0) node_->uses_.erase(it);
-    check = node_->switch_generation_ != 0;
+void Node::MaybeSendSwitched() {
+  MutexLock lock(&mu_);
+  if (!switch_pending_.load() || !SwitchDrainedLocked()) return;
+  switch_pending_.store(false);
+  switch_all_ = false;
+  SendSwitchedLocked();
+}
+
+// Sequentially consistent throughout: if a switch finds a use's count
+// still 0, the use reads the ring after the switch stored it (under mu_);
+// if the use ends after the switch looked, it sees the notices pending and
+// sends them. A use counts itself in the generation it read only if no
+// switch came in between: otherwise, with two switches before it ends, it
+// would be counted in the parity of a generation no switch waits for while
+// it holds the first switch's ring.
+Node::RingUse::RingUse(Node* node) : node_(node) {
+  while (true) {
+    generation_ = node_->use_generation_.load();
+    node_->uses_[generation_ & 1].fetch_add(1);
+    if (node_->use_generation_.load() == generation_) return;
+    Release();
   }
-  if (!check) return;
-  // Again under mu_ (then use_mu_, as SetRingLocked takes them), so the
-  // notices due and the generation they wait on are of the same switches.
-  MutexLock lock(&node_->mu_);
-  bool due = false;
-  {
-    MutexLock use(&node_->use_mu_);
-    const uint64_t g = node_->switch_generation_;
-    due = g != 0 && (node_->uses_.empty() || node_->uses_.begin()->first >= g);
-    if (due) node_->switch_generation_ = 0;
+}
+
+Node::RingUse::~RingUse() { Release(); }
+
+void Node::RingUse::Release() {
+  if (node_->uses_[generation_ & 1].fetch_sub(1) == 1 &&
+      node_->switch_pending_.load()) {
+    node_->MaybeSendSwitched();
   }
-  if (due) node_->SendSwitchedLocked();
 }
 
 void Node::LeftLocked() {

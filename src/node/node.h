@@ -250,6 +250,9 @@ class Node final : private SchedulerHost {
     RingUse& operator=(const RingUse&) = delete;
 
    private:
+    // Ends the use; sends the notices it was the last to hold up.
+    void Release();
+
     Node* const node_;
     uint64_t generation_ = 0;
   };
@@ -341,6 +344,10 @@ class Node final : private SchedulerHost {
   bool HandleSwitched(const Meta& meta) EXCLUDES(mu_);
   // Worker: sends the kSwitched notices due (switched_due_).
   void SendSwitchedLocked() REQUIRES(mu_);
+  // Worker: whether the uses the pending notices wait for have ended.
+  bool SwitchDrainedLocked() const REQUIRES(mu_);
+  // Worker: sends the pending notices if their uses have ended.
+  void MaybeSendSwitched() EXCLUDES(mu_);
   void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
   // The table's ids by role, and the table is ready.
   void TableReadyLocked() REQUIRES(mu_);
@@ -475,16 +482,17 @@ class Node final : private SchedulerHost {
   bool leave_wait_logged_ GUARDED_BY(mu_) = false;
   // On a server: the newest ring epoch each worker said it switched to.
   std::map<int, uint64_t> switched_ GUARDED_BY(mu_);
-  // On a worker: the kSwitched notices to send (server -> epoch) once no
-  // RingUse of a generation below switch_generation_ is left.
+  // On a worker: the kSwitched notices to send (server -> epoch) once the
+  // RingUses that began before the switch have ended.
   std::map<int, uint64_t> switched_due_ GUARDED_BY(mu_);
-  // RingUse's generations (a ring switch that drops a live server starts
-  // a new one) and how many are in use of each.
-  Mutex use_mu_ ACQUIRED_AFTER(mu_);
-  uint64_t use_generation_ GUARDED_BY(use_mu_) = 0;
-  std::map<uint64_t, int> uses_ GUARDED_BY(use_mu_);
-  // The generation the due notices wait on (0: none wait).
-  uint64_t switch_generation_ GUARDED_BY(use_mu_) = 0;
+  // RingUse's generation (a ring switch that drops a live server starts a
+  // new one) and how many uses are under way, by its parity; whether
+  // notices wait, and (after a second switch came while they waited) for
+  // the uses of both parities. Lock-free on the data path.
+  std::atomic<uint64_t> use_generation_{0};
+  std::atomic<int64_t> uses_[2] = {};
+  std::atomic<bool> switch_pending_{false};
+  bool switch_all_ GUARDED_BY(mu_) = false;
   Status abort_status_ GUARDED_BY(mu_);
   std::map<int, std::pair<bool, Status>> barrier_waits_
       GUARDED_BY(mu_);  // by customer id
