@@ -57,6 +57,12 @@ class SArray {
     }
   }
 
+  // Shares the `size` elements at `data`, kept alive by `data` (for instance
+  // a std::shared_ptr that aliases the owner of a larger buffer). An Ember
+  // addition.
+  SArray(std::shared_ptr<V> data, size_t size)
+      : size_(size), capacity_(size), ptr_(std::move(data)) {}
+
   // Copies the contents of `vec`.
   explicit SArray(const std::vector<V>& vec) {
     CopyFrom(vec.data(), vec.size());

@@ -35,6 +35,8 @@ bool FindKeyRun(const SArray<Key>& keys, KeyOrder order, KeyRun* run) {
 void AddKVFrames(const RawKVs& kvs, Message* msg, bool keys_as_requested,
                  KeyOrder order) {
   if (kvs.keys.empty()) return;
+  // One allocation for the frames' vector, not one per frame added.
+  msg->data.reserve(msg->data.size() + (kvs.lens.empty() ? 2 : 3));
   KeyRun run;
   if (keys_as_requested) {
     msg->meta.keys_as_requested = true;

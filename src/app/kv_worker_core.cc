@@ -462,22 +462,32 @@ void KVWorkerCore::Impl::BuildSlices(
   if (!plan.per_key) {
     // One message per server: its segment as views, or its segments
     // copied one after the other when it has several.
-    std::vector<RawKVs*> out(num_servers, nullptr);
     for (size_t srv = 0; srv < num_servers; ++srv) {
       if (plan.counts[srv] == 0) continue;
       slices->emplace_back(static_cast<int>(srv), RawKVs());
     }
-    for (auto& slice : *slices) out[slice.first] = &slice.second;
-    std::vector<size_t> key_at(num_servers, 0), val_at(num_servers, 0);
+    // Where each server's copies are filled up to; sized only if a server
+    // has several segments (after a membership change).
+    std::vector<size_t> key_at, val_at;
     for (size_t g = 0; g < plan.segments.size(); ++g) {
       const KeySegment& seg = plan.segments[g];
       const size_t srv = static_cast<size_t>(seg.server);
-      RawKVs& o = *out[srv];
+      // The slices are in the servers' order.
+      RawKVs& o =
+          std::lower_bound(slices->begin(), slices->end(), seg.server,
+                           [](const std::pair<int, RawKVs>& slice, int server) {
+                             return slice.first < server;
+                           })
+              ->second;
       if (plan.segments_of[srv] == 1) {
         o.keys = kvs.keys.segment(seg.begin, seg.end);
         if (has_vals) o.vals = kvs.vals.segment(seg_vals[g], seg_vals[g + 1]);
         if (has_lens) o.lens = kvs.lens.segment(seg.begin, seg.end);
         continue;
+      }
+      if (key_at.empty()) {
+        key_at.assign(num_servers, 0);
+        val_at.assign(num_servers, 0);
       }
       if (o.keys.empty()) {
         // Its first segment: size the arrays for all of them.

@@ -1,5 +1,6 @@
 #include "message/message.h"
 
+#include <optional>
 #include <sstream>
 
 #include "meta.pb.h"
@@ -171,11 +172,29 @@ inline bool NotDefault(T v) {
   return v != T{};
 }
 
+// Headers of at most this many bytes are coded in a protobuf message kept by
+// the thread and reused, so that a data message's header allocates nothing
+// (its repeated field of frame sizes keeps its capacity); larger ones, and
+// control messages, in one of their own, so that no thread keeps a large
+// header's memory.
+constexpr size_t kReusedHeaderBytes = 1024;
+
+// The thread's reused header; as the last use left it.
+pb::MetaPb& ReusedHeader() {
+  thread_local pb::MetaPb header;
+  return header;
+}
+
 }  // namespace
 
 void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
                 std::string* out) {
-  pb::MetaPb p;
+  const bool small =
+      meta.control == Control::kNone &&
+      meta.body.size() + meta.status_message.size() <= kReusedHeaderBytes / 2;
+  std::optional<pb::MetaPb> own;
+  pb::MetaPb& p = small ? ReusedHeader() : own.emplace();
+  if (small) p.Clear();
 #define PS_SET_FIELD(field) \
   if (NotDefault(meta.field)) p.set_##field(meta.field);
   PS_META_SAME_FIELDS(PS_SET_FIELD)
@@ -220,7 +239,9 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
 
 Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
                   std::vector<uint64_t>* frame_bytes) {
-  pb::MetaPb p;
+  std::optional<pb::MetaPb> own;
+  // ParseFromArray clears it first.
+  pb::MetaPb& p = size <= kReusedHeaderBytes ? ReusedHeader() : own.emplace();
   if (size > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !p.ParseFromArray(bytes, static_cast<int>(size))) {
     return Status::Corruption("undecodable message header of " +

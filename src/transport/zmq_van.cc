@@ -7,11 +7,13 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,25 +67,81 @@ void FreeSArray(void* /*data*/, void* hint) {
   delete static_cast<SArray<char>*>(hint);
 }
 
-// Wraps a received frame as an SArray without copying when possible.
-SArray<char> TakeFrame(zmq_msg_t* frame) {
-  size_t size = zmq_msg_size(frame);
-  char* data = static_cast<char*>(zmq_msg_data(frame));
-  if (size < kZeroCopyMinBytes || reinterpret_cast<uintptr_t>(data) % 8 != 0) {
-    SArray<char> copy;
-    copy.CopyFrom(data, size);
-    zmq_msg_close(frame);
-    return copy;
+// Whether a received frame is shared rather than copied.
+bool ShareFrame(zmq_msg_t* frame) {
+  return zmq_msg_size(frame) >= kZeroCopyMinBytes &&
+         reinterpret_cast<uintptr_t>(zmq_msg_data(frame)) % 8 == 0;
+}
+
+// The bytes a copied frame takes in ReceivedFrames::copies: 8-aligned, and
+// never none, so that even an empty frame's data is not null.
+size_t CopySpace(size_t size) { return std::max<size_t>(8, (size + 7) & ~7); }
+
+// Holds the data frames of one received message, which the message's
+// SArrays point into: up to kMaxShared frames shared (ZeroMQ's buffers) and
+// one buffer for the copies of the small or misaligned ones. So a message
+// costs one or two allocations, not two per frame. Each of a message's
+// frames keeps the others alive.
+struct ReceivedFrames {
+  static constexpr size_t kMaxShared = 4;
+  zmq_msg_t shared[kMaxShared];
+  size_t num_shared = 0;
+  std::unique_ptr<char[]> copies;
+
+  ReceivedFrames() = default;
+  ReceivedFrames(const ReceivedFrames&) = delete;
+  ReceivedFrames& operator=(const ReceivedFrames&) = delete;
+  ~ReceivedFrames() {
+    for (size_t i = 0; i < num_shared; ++i) zmq_msg_close(&shared[i]);
   }
-  auto* owned = new zmq_msg_t;
-  zmq_msg_init(owned);
-  zmq_msg_move(owned, frame);
-  SArray<char> array;
-  array.reset(static_cast<char*>(zmq_msg_data(owned)), size, [owned](char*) {
-    zmq_msg_close(owned);
-    delete owned;
-  });
-  return array;
+};
+
+// Wraps frames [first, end) as SArrays appended to `out`, closing them:
+// copied if small or misaligned, else shared.
+void TakeFrames(std::vector<zmq_msg_t>* frames, size_t first,
+                std::vector<SArray<char>>* out) {
+  if (first >= frames->size()) return;
+  size_t copy_bytes = 0;
+  for (size_t i = first; i < frames->size(); ++i) {
+    if (!ShareFrame(&(*frames)[i])) {
+      copy_bytes += CopySpace(zmq_msg_size(&(*frames)[i]));
+    }
+  }
+  auto holder = std::make_shared<ReceivedFrames>();
+  if (copy_bytes > 0) holder->copies.reset(new char[copy_bytes]);
+  size_t copied = 0;
+  for (size_t i = first; i < frames->size(); ++i) {
+    zmq_msg_t* frame = &(*frames)[i];
+    const size_t size = zmq_msg_size(frame);
+    if (!ShareFrame(frame)) {
+      char* to = holder->copies.get() + copied;
+      std::memcpy(to, zmq_msg_data(frame), size);
+      copied += CopySpace(size);
+      zmq_msg_close(frame);
+      out->emplace_back(std::shared_ptr<char>(holder, to), size);
+      continue;
+    }
+    zmq_msg_t* owned;
+    if (holder->num_shared < ReceivedFrames::kMaxShared) {
+      owned = &holder->shared[holder->num_shared++];
+      zmq_msg_init(owned);
+      zmq_msg_move(owned, frame);
+      out->emplace_back(std::shared_ptr<char>(
+                            holder, static_cast<char*>(zmq_msg_data(owned))),
+                        size);
+      continue;
+    }
+    // More shared frames than the holder has room for: held on its own.
+    owned = new zmq_msg_t;
+    zmq_msg_init(owned);
+    zmq_msg_move(owned, frame);
+    SArray<char> array;
+    array.reset(static_cast<char*>(zmq_msg_data(owned)), size, [owned](char*) {
+      zmq_msg_close(owned);
+      delete owned;
+    });
+    out->push_back(std::move(array));
+  }
 }
 
 // An IPv6 literal ("::1", "fe80::1%eth0"); names and IPv4 have no ':'.
@@ -585,11 +643,11 @@ void ZmqVan::ReceiveAll() {
     Status s = DecodeMeta(static_cast<const char*>(zmq_msg_data(&frames[0])),
                           zmq_msg_size(&frames[0]), &msg.meta, &frame_bytes);
     zmq_msg_close(&frames[0]);
-    msg.data.reserve(frames.size() - 1);
     for (size_t i = 1; i < frames.size(); ++i) {
       total += zmq_msg_size(&frames[i]);
-      msg.data.push_back(TakeFrame(&frames[i]));
     }
+    msg.data.reserve(frames.size() - 1);
+    TakeFrames(&frames, 1, &msg.data);
     if (s.ok()) s = CheckFrames(frame_bytes, msg.data);
     if (!s.ok()) {
       counters_.rejected_messages++;

@@ -71,6 +71,22 @@ TEST(SArrayTest, SharedVectorLivesWhileAnyCopyExists) {
   EXPECT_TRUE(watch.expired());
 }
 
+TEST(SArrayTest, AnAliasingPointerSharesPartOfItsOwnersBuffer) {
+  std::weak_ptr<std::vector<int>> watch;
+  SArray<int> part;
+  {
+    auto owner = std::make_shared<std::vector<int>>(std::vector<int>{1, 2, 3});
+    watch = owner;
+    part = SArray<int>(std::shared_ptr<int>(owner, owner->data() + 1), 2);
+  }
+  EXPECT_FALSE(watch.expired());
+  ASSERT_EQ(part.size(), 2u);
+  EXPECT_EQ(part[0], 2);
+  EXPECT_EQ(part[1], 3);
+  part.clear();
+  EXPECT_TRUE(watch.expired());
+}
+
 TEST(SArrayTest, MoveFromVectorTakesBufferWithoutCopying) {
   std::vector<int> vec = {7, 8, 9};
   const int* original = vec.data();
