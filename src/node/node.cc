@@ -1542,11 +1542,7 @@ void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
       switch_all_ = switch_pending_.load();
       use_generation_.fetch_add(1);
       switch_pending_.store(true);
-      if (SwitchDrainedLocked()) {
-        switch_pending_.store(false);
-        switch_all_ = false;
-        SendSwitchedLocked();
-      }
+      SendSwitchedIfDrainedLocked();
     }
   }
   if (!notes.empty()) {
@@ -1904,12 +1900,16 @@ bool Node::SwitchDrainedLocked() const {
   return uses_[(use_generation_.load() - 1) & 1].load() == 0;
 }
 
-void Node::MaybeSendSwitched() {
-  MutexLock lock(&mu_);
+void Node::SendSwitchedIfDrainedLocked() {
   if (!switch_pending_.load() || !SwitchDrainedLocked()) return;
   switch_pending_.store(false);
   switch_all_ = false;
   SendSwitchedLocked();
+}
+
+void Node::MaybeSendSwitched() {
+  MutexLock lock(&mu_);
+  SendSwitchedIfDrainedLocked();
 }
 
 // Sequentially consistent throughout: if a switch finds a use's count

@@ -347,6 +347,7 @@ class Node final : private SchedulerHost {
   // Worker: whether the uses the pending notices wait for have ended.
   bool SwitchDrainedLocked() const REQUIRES(mu_);
   // Worker: sends the pending notices if their uses have ended.
+  void SendSwitchedIfDrainedLocked() REQUIRES(mu_);
   void MaybeSendSwitched() EXCLUDES(mu_);
   void ApplyNodeTableLocked(const Message& msg) REQUIRES(mu_);
   // The table's ids by role, and the table is ready.

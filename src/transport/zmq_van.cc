@@ -97,16 +97,18 @@ struct ReceivedFrames {
 };
 
 // Wraps frames [first, end) as SArrays appended to `out`, closing them:
-// copied if small or misaligned, else shared.
-void TakeFrames(std::vector<zmq_msg_t>* frames, size_t first,
-                std::vector<SArray<char>>* out) {
-  if (first >= frames->size()) return;
+// copied if small or misaligned, else shared. Returns their bytes.
+size_t TakeFrames(std::vector<zmq_msg_t>* frames, size_t first,
+                  std::vector<SArray<char>>* out) {
+  if (first >= frames->size()) return 0;
+  size_t bytes = 0;
   size_t copy_bytes = 0;
   for (size_t i = first; i < frames->size(); ++i) {
-    if (!ShareFrame(&(*frames)[i])) {
-      copy_bytes += CopySpace(zmq_msg_size(&(*frames)[i]));
-    }
+    const size_t size = zmq_msg_size(&(*frames)[i]);
+    bytes += size;
+    if (!ShareFrame(&(*frames)[i])) copy_bytes += CopySpace(size);
   }
+  out->reserve(out->size() + frames->size() - first);
   auto holder = std::make_shared<ReceivedFrames>();
   if (copy_bytes > 0) holder->copies.reset(new char[copy_bytes]);
   size_t copied = 0;
@@ -142,6 +144,7 @@ void TakeFrames(std::vector<zmq_msg_t>* frames, size_t first,
     });
     out->push_back(std::move(array));
   }
+  return bytes;
 }
 
 // An IPv6 literal ("::1", "fe80::1%eth0"); names and IPv4 have no ':'.
@@ -643,11 +646,7 @@ void ZmqVan::ReceiveAll() {
     Status s = DecodeMeta(static_cast<const char*>(zmq_msg_data(&frames[0])),
                           zmq_msg_size(&frames[0]), &msg.meta, &frame_bytes);
     zmq_msg_close(&frames[0]);
-    for (size_t i = 1; i < frames.size(); ++i) {
-      total += zmq_msg_size(&frames[i]);
-    }
-    msg.data.reserve(frames.size() - 1);
-    TakeFrames(&frames, 1, &msg.data);
+    total += TakeFrames(&frames, 1, &msg.data);
     if (s.ok()) s = CheckFrames(frame_bytes, msg.data);
     if (!s.ok()) {
       counters_.rejected_messages++;
