@@ -216,12 +216,11 @@ def run_prometheus(launch, scheduler, bench, status_tool):
             job.wait(DEADLINE_S)
             return 77
 
-        def scraped():
-            r = query('ember_requests_total{role="server",op="push"} > 0')
-            ok = query("up == 1")
-            return r and len(r) == 2 and ok and len(ok) == 5
-        wait_for("scrape of every node by prometheus with pushes counted",
-                 scraped, job, 30)
+        # Prometheus scrapes each target at its own moment, so one query
+        # can see a server's pushes counted and a worker's series from a
+        # scrape before its first request. So every check is asked again
+        # until all of them hold at once, or the deadline names the one that
+        # did not.
         checks = {
             'sum(ember_request_keys_total{role="worker",op="push"})': None,
             'ember_server_push_apply_seconds_count': 2,
@@ -229,30 +228,47 @@ def run_prometheus(launch, scheduler, bench, status_tool):
             'ember_ring_epoch': 5,
             'ember_resident_memory_bytes': 5,
             'ember_bytes_received_total{role="server"}': 2,
+            'ember_requests_total{role="server",op="push"}': 2,
+            'up == 1': 5,
         }
-        for q, count in checks.items():
-            r = query(q)
-            if not r or (count is not None and len(r) != count):
-                fail("prometheus query %s gave %s" % (q, r), job, prom_output())
-            if any(float(s["value"][1]) <= 0 for s in r):
-                fail("prometheus query %s has a zero: %s" % (q, r), job,
-                     prom_output())
-        servers = query('ember_cluster_servers{role="scheduler"}')
-        if float(servers[0]["value"][1]) != 2:
-            fail("the scheduler counts %s servers" % servers, job)
-        # Per peer: each worker sent to each server, labelled with the
-        # peer's role and rank; each server heard from both workers.
-        for q, pairs in (
-                ('ember_peer_bytes_sent_total{role="worker",'
-                 'peer_role="server"} > 0', ("rank", "peer_rank")),
-                ('ember_peer_messages_received_total{role="server",'
-                 'peer_role="worker"} > 0', ("rank", "peer_rank"))):
-            r = query(q)
-            seen = sorted((s["metric"][pairs[0]], s["metric"][pairs[1]])
-                          for s in (r or []))
-            if seen != [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]:
-                fail("prometheus query %s gave %s" % (q, r), job,
-                     prom_output())
+        last = ["nothing queried yet"]
+
+        def series_problem():
+            for q, count in checks.items():
+                r = query(q)
+                if not r or (count is not None and len(r) != count):
+                    return "prometheus query %s gave %s" % (q, r)
+                if any(float(s["value"][1]) <= 0 for s in r):
+                    return "prometheus query %s has a zero: %s" % (q, r)
+            servers = query('ember_cluster_servers{role="scheduler"}')
+            if float(servers[0]["value"][1]) != 2:
+                return "the scheduler counts %s servers" % servers
+            # Per peer: each worker sent to each server, labelled with the
+            # peer's role and rank; each server heard from both workers.
+            for q, pairs in (
+                    ('ember_peer_bytes_sent_total{role="worker",'
+                     'peer_role="server"} > 0', ("rank", "peer_rank")),
+                    ('ember_peer_messages_received_total{role="server",'
+                     'peer_role="worker"} > 0', ("rank", "peer_rank"))):
+                r = query(q)
+                seen = sorted((s["metric"][pairs[0]], s["metric"][pairs[1]])
+                              for s in (r or []))
+                if seen != [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]:
+                    return "prometheus query %s gave %s" % (q, r)
+            return None
+
+        def every_series():
+            last[0] = series_problem()
+            return last[0] is None
+
+        deadline = time.monotonic() + 30
+        while not every_series():
+            if time.monotonic() > deadline:
+                fail(last[0] + " (for 30 s)", job, prom_output())
+            if job.proc.poll() is not None:
+                fail("the job ended before prometheus had every series: " +
+                     last[0], job, prom_output())
+            time.sleep(0.2)
         print("metrics_test: prometheus has every node's series")
         worst = [0.0]
         for role, url in sorted(urls.items()):
