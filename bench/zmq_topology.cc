@@ -43,6 +43,14 @@
 // are not forwarded, as in Ember. Each server counts the copies it
 // forwarded, the acknowledgements it received and the copies it received;
 // the run fails unless they agree, and the RESULT line gives the copies.
+// --forward=batch is --forward=ack with batched copies: while a server's
+// copies are unacknowledged, the pushes it receives wait, and go on to the
+// successor together in one message (one acknowledgement for all) when the
+// acknowledgement comes; copy_messages in the RESULT line counts those
+// messages. --copy_keys=false leaves the keys frame out of every copy and
+// --request_keys=false sends an 8-byte keys frame in each request: what the
+// paper's key caching (the receiver knowing a request's keys already) could
+// save at most (docs/replication.md, "Measured: batched copies").
 //
 // Output, one line:
 //   RESULT baseline=zmq_topology servers=2 clients=2 keys=1000 mode=push
@@ -86,7 +94,15 @@ DEFINE_int32(io_threads, 1, "ZMQ_IO_THREADS of every process");
 DEFINE_string(forward, "none",
               "none; ack: each server forwards every push to its successor "
               "server and answers after the successor's acknowledgement; "
+              "batch: as ack, but the pushes that come while a copy is "
+              "unacknowledged wait and go on together in one message; "
               "chain: the successor answers the client");
+DEFINE_bool(copy_keys, true,
+            "false: a forwarded copy leaves out its keys frame, as if the "
+            "successor knew the keys already (the paper's key caching)");
+DEFINE_bool(request_keys, true,
+            "false: a request's keys frame is 8 bytes, as if the server knew "
+            "the keys already (the paper's key caching)");
 
 namespace {
 
@@ -137,6 +153,7 @@ struct ForwardStats {
   uint64_t forwarded;  // copies sent to the successor
   uint64_t acked;      // acknowledgements received from it
   uint64_t received;   // copies received from the predecessor
+  uint64_t messages;   // messages that carried the copies sent
 };
 
 // A small frame (a header, often on the caller's stack) is copied; a large
@@ -267,7 +284,38 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
   const bool pull = FLAGS_mode == "pull";
   std::vector<char> values(ShareOf(index) * FLAGS_bytes_per_key + 1);
   std::vector<zmq_msg_t> frames;
-  ForwardStats stats{index, 0, 0, 0};
+  ForwardStats stats{index, 0, 0, 0, 0};
+  // --forward=batch: the pushes waiting for the copies in flight, and the
+  // headers of those in flight (answered when their batch is acknowledged).
+  const bool batch = FLAGS_forward == "batch";
+  struct Held {
+    Header header;
+    zmq_msg_t keys, values;
+  };
+  std::vector<Held> waiting;
+  std::vector<Header> in_flight;
+  auto send_batch = [&]() {
+    Header b{};
+    b.kind = kCopy;
+    b.from = static_cast<uint8_t>(index);
+    b.slot = static_cast<uint32_t>(waiting.size());
+    SendFrame(to_successor, &b, sizeof(b), true);
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      Held& held = waiting[i];
+      const bool last = i + 1 == waiting.size();
+      SendFrame(to_successor, &held.header, sizeof(held.header), true);
+      if (FLAGS_copy_keys) {
+        zmq_msg_send(&held.keys, to_successor, ZMQ_SNDMORE);
+      } else {
+        zmq_msg_close(&held.keys);
+      }
+      zmq_msg_send(&held.values, to_successor, last ? 0 : ZMQ_SNDMORE);
+      in_flight.push_back(held.header);
+    }
+    stats.forwarded += waiting.size();
+    ++stats.messages;
+    waiting.clear();
+  };
   int goodbyes = 0;
   while (true) {
     int n = RecvAll(router, &frames);
@@ -284,6 +332,25 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
     }
     Header h;
     std::memcpy(&h, zmq_msg_data(&frames[1]), sizeof(h));
+    if (h.kind == kCopy && batch) {
+      // A batch of the predecessor's pushes (h.slot of them): one
+      // acknowledgement for all.
+      stats.received += h.slot;
+      h.kind = kCopyAck;
+      h.from = static_cast<uint8_t>(index);
+      SendFrame(to_predecessor, &h, sizeof(h), false);
+      continue;
+    }
+    if (h.kind == kCopyAck && batch) {
+      stats.acked += h.slot;
+      for (Header& a : in_flight) {
+        a.kind = kRequest;
+        SendFrame(to_client[a.client], &a, sizeof(a), false);
+      }
+      in_flight.clear();
+      if (!waiting.empty()) send_batch();
+      continue;
+    }
     if (h.kind == kCopy) {
       // A copy of the predecessor's push: acknowledged with a header, to
       // the predecessor or (chain) as the answer to the client.
@@ -306,6 +373,19 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
       continue;
     }
     if (n < 3) continue;  // a request has keys
+    if (batch && !pull && n == 4) {
+      // Held until the copies in flight are acknowledged, then sent on with
+      // every other push that came meanwhile, in one message.
+      waiting.emplace_back();
+      Held& held = waiting.back();
+      held.header = h;
+      zmq_msg_init(&held.keys);
+      zmq_msg_init(&held.values);
+      zmq_msg_move(&held.keys, &frames[2]);
+      zmq_msg_move(&held.values, &frames[3]);
+      if (in_flight.empty()) send_batch();
+      continue;
+    }
     if (forward && !pull && n >= 4) {
       // The request's own frames go on to the successor without a copy
       // (zmq_msg_send takes them); the answer waits for its ack.
@@ -313,13 +393,15 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
       copy.kind = kCopy;
       copy.from = static_cast<uint8_t>(index);
       SendFrame(to_successor, &copy, sizeof(copy), true);
-      for (int i = 2; i < n; ++i) {
+      ++stats.messages;
+      for (int i = FLAGS_copy_keys ? 2 : 3; i < n; ++i) {
         zmq_msg_send(&frames[i], to_successor, i + 1 < n ? ZMQ_SNDMORE : 0);
       }
       ++stats.forwarded;
       continue;
     }
-    const size_t keys = zmq_msg_size(&frames[2]) / 8;
+    const size_t keys =
+        FLAGS_request_keys ? zmq_msg_size(&frames[2]) / 8 : ShareOf(index);
     const size_t answer = pull ? keys * FLAGS_bytes_per_key : 0;
     void* out = same ? router : to_client[h.client];
     if (same) {
@@ -378,7 +460,8 @@ void RunClient(int index, const std::vector<int>& server_ports,
       h.slot = static_cast<uint32_t>(slot);
       h.request = next;
       SendFrame(dealers[s], &h, sizeof(h), true);
-      SendFrame(dealers[s], keys.data() + first, n * 8, !pull);
+      SendFrame(dealers[s], keys.data() + first, FLAGS_request_keys ? n * 8 : 8,
+                !pull);
       if (!pull) {
         SendFrame(dealers[s], values.data() + first * FLAGS_bytes_per_key,
                   n * FLAGS_bytes_per_key, false);
@@ -464,8 +547,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (FLAGS_forward != "none" && FLAGS_forward != "ack" &&
-      FLAGS_forward != "chain") {
-    std::fprintf(stderr, "zmq_topology: --forward is none, ack or chain\n");
+      FLAGS_forward != "chain" && FLAGS_forward != "batch") {
+    std::fprintf(stderr,
+                 "zmq_topology: --forward is none, ack, batch or chain\n");
     return 1;
   }
   const bool forward = FLAGS_forward != "none";
@@ -474,6 +558,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "zmq_topology: --forward needs 2 to 255 servers and "
                  "--replies=separate\n");
+    return 1;
+  }
+  if (FLAGS_forward == "batch" && FLAGS_max_frame > 0) {
+    std::fprintf(stderr, "zmq_topology: --forward=batch needs --max_frame=0\n");
     return 1;
   }
   if (FLAGS_curve && zmq_curve_keypair(g_public, g_secret) != 0) {
@@ -534,7 +622,7 @@ int main(int argc, char** argv) {
   }
   for (pid_t p : clients) waitpid(p, nullptr, 0);
   // Forwarding: every copy forwarded was received and (ack) acknowledged.
-  uint64_t copies = 0;
+  uint64_t copies = 0, copy_messages = 0;
   bool copies_agree = true;
   if (forward) {
     uint64_t received = 0;
@@ -542,7 +630,7 @@ int main(int argc, char** argv) {
       ForwardStats st;
       if (read(stats[0], &st, sizeof(st)) != sizeof(st)) return 1;
       // Under chain the successor answers the client: no acknowledgements.
-      if (st.acked != (FLAGS_forward == "ack" ? st.forwarded : 0)) {
+      if (st.acked != (FLAGS_forward != "chain" ? st.forwarded : 0)) {
         std::fprintf(stderr,
                      "zmq_topology: server %d forwarded %llu copies, %llu "
                      "acknowledged\n",
@@ -551,6 +639,7 @@ int main(int argc, char** argv) {
         copies_agree = false;
       }
       copies += st.forwarded;
+      copy_messages += st.messages;
       received += st.received;
     }
     if (received != copies || (copies == 0 && FLAGS_mode == "push")) {
@@ -567,11 +656,14 @@ int main(int argc, char** argv) {
   std::printf(
       "RESULT baseline=zmq_topology servers=%d clients=%d keys=%lld mode=%s "
       "window=%d req_s=%.1f keys_s=%.0f replies=%s transport=%s curve=%d "
-      "io_threads=%d forward=%s copies=%llu\n",
+      "io_threads=%d forward=%s copies=%llu copy_messages=%llu copy_keys=%d "
+      "request_keys=%d\n",
       FLAGS_servers, FLAGS_clients, static_cast<long long>(FLAGS_keys),
       FLAGS_mode.c_str(), FLAGS_window, total, total * FLAGS_keys,
       FLAGS_replies.c_str(), FLAGS_transport.c_str(), FLAGS_curve ? 1 : 0,
       FLAGS_io_threads, FLAGS_forward.c_str(),
-      static_cast<unsigned long long>(copies));
+      static_cast<unsigned long long>(copies),
+      static_cast<unsigned long long>(copy_messages), FLAGS_copy_keys ? 1 : 0,
+      FLAGS_request_keys ? 1 : 0);
   return copies_agree ? 0 : 1;
 }
