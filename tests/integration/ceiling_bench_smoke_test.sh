@@ -3,9 +3,11 @@
 # (docs/performance.md, docs/replication.md) still run and print what
 # scripts/bench_multi.py reads: zmq_topology with --curve (and with two I/O
 # threads) moves requests and says so, refuses --io_threads=0;
-# zmq_topology --forward=ack and =chain forward every push to the next
+# zmq_topology --forward=ack, =chain and =batch (with and without keys in
+# the copies, and requests without keys) forward every push to the next
 # server (it exits non-zero unless every copy forwarded was received, and
-# acknowledged under ack), refuses to forward with one server; cipher_bench
+# acknowledged under ack and batch), refuses to forward with one server or
+# to batch frames it splits; cipher_bench
 # prints a rate for every cipher. No figure is judged.
 # usage: ceiling_bench_smoke_test.sh ZMQ_TOPOLOGY [CIPHER_BENCH]
 set -u
@@ -43,17 +45,37 @@ else
   echo "ceiling_bench_smoke_test: ok: --io_threads=0 refused"
 fi
 
-for forward in ack chain; do
+for variant in ack chain batch "batch --copy_keys=false" \
+  "ack --request_keys=false"; do
+  set -- $variant
+  forward=$1
+  shift
   if ! timeout -k 5 60 "$zmq_topology" --servers=2 --clients=2 --keys=1000 \
     --window=4 --seconds=0.2 --warmup_seconds=0.05 --transport=ipc \
-    --forward=$forward >"$out" 2>&1; then
-    fail "zmq_topology --forward=$forward exited with an error"
-  elif ! grep -qE "^RESULT baseline=zmq_topology .* req_s=[1-9][0-9.]* .* forward=$forward copies=[1-9][0-9]*$" "$out"; then
-    fail "zmq_topology --forward=$forward: no RESULT line with req_s > 0 and copies > 0"
+    --forward=$forward "$@" >"$out" 2>&1; then
+    fail "zmq_topology --forward=$variant exited with an error"
+  elif ! grep -qE "^RESULT baseline=zmq_topology .* req_s=[1-9][0-9.]* .* forward=$forward copies=[1-9][0-9]* copy_messages=[1-9][0-9]* " "$out"; then
+    fail "zmq_topology --forward=$variant: no RESULT line with req_s > 0 and copies > 0"
   else
-    echo "ceiling_bench_smoke_test: ok: zmq_topology --forward=$forward"
+    line=$(grep "^RESULT baseline=zmq_topology" "$out")
+    copies=$(echo "$line" | sed -E 's/.* copies=([0-9]+) .*/\1/')
+    messages=$(echo "$line" | sed -E 's/.* copy_messages=([0-9]+) .*/\1/')
+    # One message a copy, except that batch sends several in one.
+    if [ "$forward" = batch ] && [ "$messages" -gt "$copies" ]; then
+      fail "zmq_topology --forward=$variant: $messages messages for $copies copies"
+    elif [ "$forward" != batch ] && [ "$messages" -ne "$copies" ]; then
+      fail "zmq_topology --forward=$variant: $messages messages for $copies copies"
+    else
+      echo "ceiling_bench_smoke_test: ok: zmq_topology --forward=$variant"
+    fi
   fi
 done
+
+if timeout -k 5 30 "$zmq_topology" --forward=batch --max_frame=1000 >"$out" 2>&1; then
+  fail "zmq_topology accepted --forward=batch with --max_frame"
+else
+  echo "ceiling_bench_smoke_test: ok: --forward=batch with --max_frame refused"
+fi
 
 if timeout -k 5 30 "$zmq_topology" --servers=1 --forward=ack >"$out" 2>&1; then
   fail "zmq_topology accepted --forward=ack with one server"
