@@ -20,7 +20,7 @@
 set -eu
 packages=(build-essential cmake pkg-config libzmq3-dev cppzmq-dev
   libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgflags-dev
-  libgtest-dev libcpp-httplib-dev python3 python3-yaml
+  libgtest-dev libcpp-httplib-dev libxxhash-dev python3 python3-yaml
   python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest
   python3-torch python3-tqdm libopenblas0-pthread)
 # Installed without their recommendations (openssh-server's would bring

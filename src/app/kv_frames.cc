@@ -1,5 +1,9 @@
 #include "app/kv_frames.h"
 
+// Header-only: the hash is inlined, no library to link.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +55,44 @@ void AddKVFrames(const RawKVs& kvs, Message* msg, bool keys_as_requested,
   }
   msg->AddData(kvs.vals);
   if (!kvs.lens.empty()) msg->AddData(kvs.lens);
+}
+
+KeySignature SignKeys(const SArray<Key>& keys) {
+  const XXH128_hash_t h = XXH3_128bits(keys.data(), keys.size() * sizeof(Key));
+  KeySignature sig;
+  sig.low = h.low64;
+  sig.high = h.high64;
+  sig.count = keys.size();
+  return sig;
+}
+
+void AddSignedKVFrames(const RawKVs& kvs, const KeySignature& sig,
+                       Message* msg) {
+  msg->data.reserve(msg->data.size() + (kvs.lens.empty() ? 2 : 3));
+  const uint64_t words[3] = {sig.low, sig.high, sig.count};
+  SArray<char> frame;
+  frame.CopyFrom(reinterpret_cast<const char*>(words), sizeof(words));
+  msg->meta.key_cache = kKeyCacheSigned;
+  msg->AddData(frame);
+  msg->AddData(kvs.vals);
+  if (!kvs.lens.empty()) msg->AddData(kvs.lens);
+}
+
+Status ParseKeySignature(const SArray<char>& frame, KeySignature* sig) {
+  if (frame.size() != kKeySignatureBytes) {
+    return Status::Corruption(
+        "a key signature frame of " + std::to_string(frame.size()) +
+        " bytes; expected " + std::to_string(kKeySignatureBytes));
+  }
+  uint64_t words[3];
+  std::memcpy(words, frame.data(), sizeof(words));
+  if (words[2] == 0) {
+    return Status::Corruption("a key signature of no keys");
+  }
+  sig->low = words[0];
+  sig->high = words[1];
+  sig->count = words[2];
+  return Status::OK();
 }
 
 namespace {
@@ -197,6 +239,17 @@ SArray<Key> MaterializeRun(const KeyRun& run) {
 Status ParseKVFrames(const Message& msg, size_t value_bytes,
                      const KVLimits& limits, RawKVs* kvs) {
   const auto& d = msg.data;
+  // A signature is resolved by the server before this (KeyCache); a
+  // request asking to keep its keys has them.
+  if (msg.meta.key_cache != kKeyCacheNone &&
+      (msg.meta.key_cache != kKeyCacheKeep || !msg.meta.request ||
+       msg.meta.key_run || msg.meta.keys_as_requested || d.empty())) {
+    return Status::Corruption(
+        "key_cache " + std::to_string(msg.meta.key_cache) +
+        (msg.meta.key_cache == kKeyCacheSigned
+             ? " (a signature of keys) where the keys were expected"
+             : " is not a request with its keys"));
+  }
   if (msg.meta.keys_as_requested) {
     if (msg.meta.key_run) {
       return Status::Corruption(

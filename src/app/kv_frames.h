@@ -48,6 +48,43 @@ void AddKVFrames(const RawKVs& kvs, Message* msg,
                  bool keys_as_requested = false,
                  KeyOrder order = KeyOrder::kUnknown);
 
+// Key caching (docs/protocol.md, "Key caching"): a worker that sends the
+// same keys to a server again sends their signature instead, once the
+// server was asked to keep them. Meta::key_cache says which of these a
+// message is.
+enum KeyCacheMode : int {
+  kKeyCacheNone = 0,
+  kKeyCacheKeep = 1,     // a request with its keys: keep them
+  kKeyCacheSigned = 2,   // a request whose keys frame is a signature
+  kKeyCacheUnknown = 3,  // a refusal: the server holds no such keys
+  kKeyCacheOff = 4,      // a refusal: the server keeps no keys at all
+};
+
+// Which keys: the two halves of their 128-bit XXH3 hash (over the keys'
+// bytes) and their count. It travels as a frame of kKeySignatureBytes, the
+// three words in host byte order.
+struct KeySignature {
+  uint64_t low = 0;
+  uint64_t high = 0;
+  uint64_t count = 0;
+  bool operator==(const KeySignature& o) const {
+    return low == o.low && high == o.high && count == o.count;
+  }
+};
+constexpr size_t kKeySignatureBytes = 3 * sizeof(uint64_t);
+
+KeySignature SignKeys(const SArray<Key>& keys);
+
+// Appends kvs's frames to `msg` with `sig` in place of the keys, and sets
+// msg->meta.key_cache to kKeyCacheSigned.
+void AddSignedKVFrames(const RawKVs& kvs, const KeySignature& sig,
+                       Message* msg);
+
+// Reads a signature frame: kCorruption unless it is kKeySignatureBytes
+// long with a count of at least 1.
+[[nodiscard]] Status ParseKeySignature(const SArray<char>& frame,
+                                       KeySignature* sig);
+
 // A receiver's limits (docs/protocol.md, "Limits"), which bound what a run
 // frame may stand for: no more keys than a request may have, nor than a
 // keys frame could carry.

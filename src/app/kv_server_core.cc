@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "app/app_impl.h"
+#include "app/key_cache.h"
 #include "app/kv_frames.h"
 #include "consistency/controller.h"
 #include "metrics/metrics.h"
@@ -36,7 +37,9 @@ class KVServerCore::Impl {
       : app_(app),
         value_bytes_(value_bytes),
         handler_(std::move(handler)),
-        config_(app->node()->options().consistency) {
+        config_(app->node()->options().consistency),
+        key_cache_(static_cast<size_t>(app->node()->options().key_cache_mb)
+                   << 20) {
     bsp_.store(config_.mode == ConsistencyConfig::Mode::kBsp,
                std::memory_order_relaxed);
     InitMetrics();
@@ -179,6 +182,11 @@ class KVServerCore::Impl {
         {&duplicates_, "ember_duplicate_pushes_total",
          "Pushes received again (resent after failover, or delivered twice) "
          "and answered without being applied"},
+        {&key_cache_hits_, "ember_key_cache_hits_total",
+         "Requests whose keys came as a signature of keys kept here"},
+        {&key_cache_misses_, "ember_key_cache_misses_total",
+         "Requests refused for a signature of keys not kept here (the "
+         "worker sends them again with their keys)"},
     };
     for (const auto& c : counter_table) {
       *c.counter = r->GetCounter(c.name, c.help, app);
@@ -205,6 +213,9 @@ class KVServerCore::Impl {
       w->Gauge("ember_consistency_live_workers",
                "Live workers the consistency controller counts", app,
                s.live_workers);
+      w->Gauge("ember_key_cache_bytes",
+               "Bytes of keys kept for workers that repeat key sets", app,
+               static_cast<double>(key_cache_.bytes()));
       w->Gauge("ember_dedup_entries",
                "Pushes the dedup table remembers (those whose worker may "
                "still resend them)",
@@ -249,7 +260,8 @@ class KVServerCore::Impl {
   // a refusal for keys that moved (CheckOwned).
   void SendTo(int cmd, bool push, bool pull, int sender, int64_t timestamp,
               int customer_id, const RawKVs& res, const Status& error,
-              int resend_for, int64_t handle_ts, uint64_t moved_epoch = 0) {
+              int resend_for, int64_t handle_ts, uint64_t moved_epoch = 0,
+              int key_cache = kKeyCacheNone) {
     bool keys_as_requested = false;
     if (pull && !push) {
       MutexLock lock(&mu_);
@@ -278,6 +290,7 @@ class KVServerCore::Impl {
       msg.meta.status_code = static_cast<int>(error.code());
       msg.meta.status_message = error.message();
       msg.meta.moved_epoch = moved_epoch;
+      msg.meta.key_cache = key_cache;
     } else {
       AddKVFrames(res, &msg, keys_as_requested);
     }
@@ -436,6 +449,7 @@ class KVServerCore::Impl {
       controller()->OnClock(msg.meta.sender, msg.meta.clock);
       return;
     }
+    if (msg.meta.key_cache == kKeyCacheSigned && !ResolveKeys(&msg)) return;
     RawRequest req;
     CopyOrigin(msg.meta, &req);
     if (msg.meta.replica_of != 0) {
@@ -492,6 +506,9 @@ class KVServerCore::Impl {
                moved_epoch);
       }
       return;
+    }
+    if (msg.meta.key_cache == kKeyCacheKeep && msg.meta.replica_of == 0) {
+      key_cache_.Keep(msg.meta.sender, req.kvs.keys);
     }
     if (!Replicate(msg.meta, &req)) return;
     if (req.pull && !req.push && !req.kvs.keys.empty()) {
@@ -578,6 +595,39 @@ class KVServerCore::Impl {
           " does): refused, not applied");
     }
     return Status::OK();
+  }
+
+  // Key caching (docs/protocol.md, "Key caching"): a request whose keys
+  // frame is a signature gets the keys kept under it in its place, and true.
+  // Not kept here (or no keys kept at all): the request is refused, saying
+  // so, and false; the worker sends the part again with its keys. A
+  // malformed signature is left for ParseKVFrames to refuse.
+  bool ResolveKeys(Message* msg) {
+    KeySignature sig;
+    if (msg->meta.replica_of != 0 || msg->data.empty() ||
+        !ParseKeySignature(msg->data[0], &sig).ok()) {
+      return true;
+    }
+    SArray<Key> keys;
+    if (key_cache_.max_bytes() > 0)
+      keys = key_cache_.Find(msg->meta.sender, sig);
+    if (!keys.empty()) {
+      key_cache_hits_->Add();
+      msg->data[0] = SArray<char>(keys);
+      msg->meta.key_cache = kKeyCacheNone;
+      return true;
+    }
+    key_cache_misses_->Add();
+    const bool off = key_cache_.max_bytes() == 0;
+    SendTo(msg->meta.cmd, msg->meta.push, msg->meta.pull, msg->meta.sender,
+           msg->meta.timestamp, msg->meta.customer_id, RawKVs(),
+           Status::Unavailable(off ? "this server keeps no keys "
+                                     "(EMBER_KEY_CACHE_MB=0)"
+                                   : "no keys kept under the request's "
+                                     "signature"),
+           msg->meta.resend_for, msg->meta.timestamp, 0,
+           off ? kKeyCacheOff : kKeyCacheUnknown);
+    return false;
   }
 
   // --- Replication (docs/replication.md).
@@ -2186,6 +2236,11 @@ class KVServerCore::Impl {
   int targets_me_ GUARDED_BY(mu_) = 0;
   std::vector<int> targets_ GUARDED_BY(mu_);
   metrics::Counter* duplicates_ = nullptr;
+  metrics::Counter* key_cache_hits_ = nullptr;
+  metrics::Counter* key_cache_misses_ = nullptr;
+  // The key sets workers asked this app to keep (docs/protocol.md, "Key
+  // caching").
+  KeyCache key_cache_;
   metrics::Counter* copies_sent_ = nullptr;
   metrics::Counter* copies_applied_ = nullptr;
 

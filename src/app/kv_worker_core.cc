@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "app/app_impl.h"
+#include "app/key_cache.h"
 #include "app/kv_frames.h"
 #include "metrics/metrics.h"
 #include "partition/key_ring.h"
@@ -83,7 +84,9 @@ inline void CopyValue(char* dst, const char* src, size_t bytes) {
 class KVWorkerCore::Impl {
  public:
   Impl(AppImpl* app, size_t value_bytes)
-      : app_(app), value_bytes_(value_bytes) {
+      : app_(app),
+        value_bytes_(value_bytes),
+        key_cache_on_(app->node()->options().key_cache_mb > 0) {
     InitMetrics();
     app_->set_kv_handler(
         [this](Message& msg) { return Process(msg); },
@@ -99,6 +102,7 @@ class KVWorkerCore::Impl {
     // thread.
     app_->set_inline_predicate([this](const Meta& meta) {
       return !meta.request && !meta.simple_app && meta.moved_epoch == 0 &&
+             meta.key_cache == kKeyCacheNone &&
              callbacks_.load(std::memory_order_acquire) == 0;
     });
   }
@@ -132,6 +136,16 @@ class KVWorkerCore::Impl {
         "Request parts a server refused because their keys had moved (a "
         "newer ring), re-sliced by the new ring and sent to their owners",
         app);
+    signed_parts_ = r->GetCounter(
+        "ember_key_cache_signed_total",
+        "Request parts whose keys went as a signature of keys the server "
+        "was asked to keep (key caching)",
+        app);
+    keys_refused_ = r->GetCounter(
+        "ember_key_cache_refused_total",
+        "Request parts sent again with their keys after the server refused "
+        "their signature",
+        app);
     collector_ = r->AddCollector([this, customer](metrics::Writer* w) {
       w->Gauge("ember_worker_clock",
                "Iterations this worker has ended (KVWorker::Clock)", customer,
@@ -159,6 +173,8 @@ class KVWorkerCore::Impl {
   metrics::Counter* keys_[3] = {};
   metrics::Counter* resent_ = nullptr;
   metrics::Counter* rerouted_ = nullptr;
+  metrics::Counter* signed_parts_ = nullptr;
+  metrics::Counter* keys_refused_ = nullptr;
   int collector_ = 0;
 
   // These return the 64-bit timestamp; the facade hands out its API int.
@@ -209,6 +225,10 @@ class KVWorkerCore::Impl {
     std::vector<RawKVs> kept;  // By server index; empty without replicas.
     // By server index: the server the part was resent to (0: not resent).
     std::vector<int> resent;
+    // Key caching: by server index, a part whose keys went as a signature,
+    // to send again with its keys if the server refuses it; empty if none
+    // did.
+    std::vector<RawKVs> signed_parts;
     bool push = false;
     int cmd = 0;
     int priority = 0;
@@ -278,6 +298,10 @@ class KVWorkerCore::Impl {
   // (if it has reached the refusing server's epoch) and sends it as a
   // child request.
   void Reroute(int64_t ts, size_t slot);
+  // A server refused the signature of the keys of request `ts`'s part for
+  // it (meta.key_cache): the part goes again with its keys. False if that
+  // part did not go as a signature (the refusal then fails the request).
+  bool OnKeysRefused(int64_t ts, int peer, const Meta& meta);
   // The keys (and a push's values and lens) of `p`'s server index `slot`,
   // cut from the caller's arrays.
   RawKVs CutPart(const Pending& p, size_t slot) const;
@@ -303,6 +327,10 @@ class KVWorkerCore::Impl {
 
   AppImpl* const app_;
   const size_t value_bytes_;
+  // Key caching (docs/protocol.md, "Key caching"): whether this worker
+  // sends signatures of the key sets it repeats, and what it sent whom.
+  const bool key_cache_on_;
+  KeyCacheHints key_hints_;
 
   std::atomic<int64_t> clock_{0};  // Iterations ended (Clock calls).
   std::atomic<int> callbacks_{0};  // Requests whose callback is pending.
@@ -730,6 +758,29 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
       if (slot < ids.size()) p.kept[slot] = s.second;
     }
   }
+  // Key caching: how each slice's keys go (docs/protocol.md, "Key
+  // caching"). Not a key run (24 bytes already), nor a few keys.
+  std::vector<std::pair<KeyCacheHints::Send, KeySignature>> how;
+  if (key_cache_on_) {
+    how.resize(slices.size(), {KeyCacheHints::Send::kKeys, KeySignature()});
+    const std::vector<int>& ids = *p.ids;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const RawKVs& kvs = slices[i].second;
+      KeyRun run;
+      if (kvs.keys.size() < kMinSignedKeys ||
+          FindKeyRun(kvs.keys, order, &run)) {
+        continue;
+      }
+      how[i].second = SignKeys(kvs.keys);
+      how[i].first = key_hints_.Decide(slices[i].first, how[i].second);
+      if (how[i].first != KeyCacheHints::Send::kSigned) continue;
+      const size_t slot =
+          std::find(ids.begin(), ids.end(), slices[i].first) - ids.begin();
+      if (slot >= ids.size()) continue;
+      if (p.signed_parts.empty()) p.signed_parts.resize(ids.size());
+      p.signed_parts[slot] = kvs;
+    }
+  }
   int64_t pushed_below = 0;
   {
     MutexLock lock(&mu_);
@@ -742,7 +793,8 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
   }
   tracker()->Expect(ts, recipients);
   const int64_t done_below = replicated ? tracker()->OldestOpen() : 0;
-  for (auto& s : slices) {
+  for (size_t i = 0; i < slices.size(); ++i) {
+    auto& s = slices[i];
     Message msg = NewRequest(ts, s.first, clock);
     msg.meta.push = push;
     msg.meta.pull = pull;
@@ -751,7 +803,17 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     msg.meta.epoch = epoch;
     msg.meta.done_below = done_below;
     msg.meta.pushed_below = pushed_below;
-    AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
+    const KeyCacheHints::Send send =
+        how.empty() ? KeyCacheHints::Send::kKeys : how[i].first;
+    if (send == KeyCacheHints::Send::kSigned) {
+      AddSignedKVFrames(s.second, how[i].second, &msg);
+      signed_parts_->Add();
+    } else {
+      AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
+      if (send == KeyCacheHints::Send::kKeep) {
+        msg.meta.key_cache = kKeyCacheKeep;
+      }
+    }
     Status st = app_->node()->Send(std::move(msg));
     if (st.ok()) continue;
     if (replicated) {
@@ -894,8 +956,13 @@ bool KVWorkerCore::Impl::Process(Message& msg) {
     return true;
   }
   if (msg.meta.status_code != 0) {
-    // A part refused because its keys moved is re-routed; any other error
-    // fails the request when the customer records it.
+    // A part refused because its keys moved is re-routed, one refused for
+    // its keys' signature goes again with its keys; any other error fails
+    // the request when the customer records it.
+    if (msg.meta.key_cache == kKeyCacheUnknown ||
+        msg.meta.key_cache == kKeyCacheOff) {
+      return !OnKeysRefused(ts, sender, msg.meta);
+    }
     return msg.meta.moved_epoch == 0 || !OnMoved(ts, sender, msg.meta);
   }
   RawKVs raw;
@@ -1028,6 +1095,43 @@ bool KVWorkerCore::Impl::OnMoved(int64_t ts, int peer, const Meta& meta) {
               << " (it has epoch " << app_->node()->ring_epoch() << ")";
   }
   if (now) Reroute(ts, slot);
+  return true;
+}
+
+bool KVWorkerCore::Impl::OnKeysRefused(int64_t ts, int peer, const Meta& meta) {
+  Message msg;
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(ts);
+    if (it == pending_.end()) return false;
+    Pending& p = it->second;
+    const std::vector<int>& ids = *p.ids;
+    const size_t slot = std::find(ids.begin(), ids.end(), peer) - ids.begin();
+    if (slot >= p.signed_parts.size() || p.signed_parts[slot].keys.empty()) {
+      return false;  // Its keys went as they are: a malformed refusal.
+    }
+    RawKVs part = std::move(p.signed_parts[slot]);
+    p.signed_parts[slot] = RawKVs();
+    const bool off = meta.key_cache == kKeyCacheOff;
+    if (off) {
+      key_hints_.Disable(peer);
+    } else {
+      key_hints_.Refused(peer, SignKeys(part.keys));
+    }
+    msg = NewRequest(ts, peer, p.clock);
+    msg.meta.push = p.push;
+    msg.meta.pull = p.pull;
+    msg.meta.cmd = p.cmd;
+    msg.meta.priority = p.priority;
+    msg.meta.epoch = p.epoch;
+    msg.meta.done_below = p.kept.empty() ? 0 : tracker()->OldestOpen();
+    msg.meta.pushed_below = PushedBelowLocked();
+    AddKVFrames(part, &msg);
+    if (!off) msg.meta.key_cache = kKeyCacheKeep;
+  }
+  keys_refused_->Add();
+  Status st = app_->node()->Send(std::move(msg));
+  if (!st.ok()) FailRequest(ts, st);
   return true;
 }
 

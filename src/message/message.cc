@@ -76,6 +76,7 @@ std::string Meta::DebugString() const {
          << origin_customer << "/" << origin_timestamp;
     }
     if (resend_for != 0) os << " resend_for=" << resend_for;
+    if (key_cache != 0) os << " key_cache=" << key_cache;
     if (state_copy != 0) os << " state_copy=" << state_copy;
     if (copy_attempt != 0) {
       os << " copy=" << copy_attempt << "/" << copy_seq
@@ -160,7 +161,7 @@ Status FromPb(const pb::NodePb& p, NodeInfo* n) {
   X(origin_customer) X(origin_timestamp) X(resend_for) X(done_below)        \
   X(state_copy) X(moved_epoch) X(key_run) X(clock_query) X(handed_from)    \
   X(pushed_below) X(commit_notice) X(wants_commit) X(committed)             \
-  X(copy_attempt) X(copy_seq) X(copy_incomplete)
+  X(copy_attempt) X(copy_seq) X(copy_incomplete) X(key_cache)
 // clang-format on
 
 // Whether a field differs from proto3's default, which is not sent anyway:

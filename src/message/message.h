@@ -168,6 +168,8 @@ struct Meta {
   // An answer refusing a request sliced by an older ring (some of its keys
   // moved since): the server's ring epoch; 0 otherwise.
   uint64_t moved_epoch = 0;
+  // Key caching (app/kv_frames.h, KeyCacheMode); 0: none.
+  int key_cache = 0;
 
   // Non-ok only in a response whose request failed on the receiver.
   int status_code = 0;

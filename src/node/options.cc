@@ -446,6 +446,8 @@ StatusOr<Options> Options::FromEnvironment() {
                              std::numeric_limits<int>::max(),
                              &o.max_keys_per_request));
   PS_RETURN_IF_ERROR(
+      ReadInt("EMBER_KEY_CACHE_MB", nullptr, 0, 1 << 16, &o.key_cache_mb));
+  PS_RETURN_IF_ERROR(
       ReadInt("EMBER_RECEIVE_QUEUE", nullptr, 0, 1 << 24, &o.receive_queue));
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_SPIN_US", "ember_spin_us", 0, 1000000, &o.spin_us));

@@ -154,6 +154,11 @@ struct Options {
   // Most keys in one key-value request: workers refuse to send more, servers
   // refuse to handle more (EMBER_MAX_KEYS_PER_REQUEST).
   int max_keys_per_request = 1 << 28;
+  // Key caching (docs/protocol.md, "Key caching"), in MiB: what a server
+  // keeps of the key sets workers repeat, for each of its key-value apps; a
+  // worker with 0 sends every key, a server with 0 keeps none
+  // (EMBER_KEY_CACHE_MB).
+  int key_cache_mb = 64;
   // Messages received from one peer connection and not yet taken by the
   // node: beyond it ZeroMQ stops reading that connection, so a fast sender
   // waits instead of growing this process (EMBER_RECEIVE_QUEUE; 0: no

@@ -537,6 +537,117 @@ TEST_F(KVAppTest, KeysInEqualStepsTravelAsRunsAndArriveWhole) {
   }
 }
 
+// Key caching (docs/protocol.md, "Key caching"): a key set sent again goes
+// as a signature once the server was asked to keep it, and arrives whole.
+TEST_F(KVAppTest, RepeatedKeySetsGoAsSignaturesAndArriveWhole) {
+  Form(2, 1);
+  std::vector<std::vector<Key>> seen(2);
+  std::vector<KVServerDefaultHandle<float>> stores(2);
+  for (int i = 0; i < 2; ++i) {
+    servers_[i]->set_request_handle([&seen, &stores, i](const KVMeta& m,
+                                                        const KVPairs<float>& d,
+                                                        KVServer<float>* s) {
+      seen[i].assign(d.keys.begin(), d.keys.end());
+      stores[i](m, d, s);
+    });
+  }
+  const std::vector<Key> keys = RandomKeys(4000, 7);
+  std::vector<float> vals(keys.size());
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i % 97);
+  auto bytes = [&](int rank) {
+    return cluster_->server(rank)
+        ->node()
+        ->van()
+        ->counters()
+        .received_bytes.load();
+  };
+  KVWorker<float>* kv = Worker(0);
+  const int rounds = 5;
+  for (int round = 0; round < rounds; ++round) {
+    const uint64_t before0 = bytes(0), before1 = bytes(1);
+    ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, vals)).ok());
+    size_t got_keys = 0;
+    for (int r = 0; r < 2; ++r) {
+      got_keys += seen[r].size();
+      EXPECT_TRUE(std::is_sorted(seen[r].begin(), seen[r].end()));
+    }
+    std::vector<Key> all(seen[0]);
+    all.insert(all.end(), seen[1].begin(), seen[1].end());
+    ASSERT_EQ(all, keys) << "round " << round;
+    const uint64_t sent = (bytes(0) - before0) + (bytes(1) - before1);
+    if (round < 2) {
+      // Seen once, then asked to keep: the keys travel.
+      EXPECT_GE(sent, keys.size() * (sizeof(Key) + sizeof(float)));
+    } else {
+      EXPECT_GE(sent, keys.size() * sizeof(float));
+      EXPECT_LT(sent, keys.size() * sizeof(float) + 600)
+          << "round " << round << ": the keys travelled again";
+    }
+  }
+  std::vector<float> out;
+  for (int round = 0; round < 3; ++round) {
+    out.clear();
+    ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
+    ASSERT_EQ(out.size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(out[i], rounds * vals[i]) << i;
+    }
+  }
+}
+
+// A signature the server no longer holds (it dropped the set for newer
+// ones) is refused, and the worker sends the part again with its keys:
+// every push counts once.
+TEST_F(KVAppTest, ASignatureTheServerDroppedIsSentAgainWithItsKeys) {
+  Form(1, 1, [](Options* o) { o->key_cache_mb = 1; });
+  KVWorker<float>* kv = Worker(0);
+  const std::vector<Key> first = RandomKeys(1000, 1);
+  const std::vector<float> ones(first.size(), 1.f);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(kv->WaitStatus(kv->Push(first, ones)).ok());
+  }
+  // 1 MiB holds 131 sets of 1000 keys: 200 others, each pushed twice (kept
+  // on the second), push `first` out.
+  for (uint64_t seed = 100; seed < 300; ++seed) {
+    const std::vector<Key> other = RandomKeys(1000, seed);
+    const std::vector<float> zero(other.size(), 0.f);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(kv->WaitStatus(kv->Push(other, zero)).ok());
+    }
+  }
+  auto received = [&]() {
+    return cluster_->server(0)->node()->van()->counters().received_bytes.load();
+  };
+  const uint64_t before = received();
+  ASSERT_TRUE(kv->WaitStatus(kv->Push(first, ones)).ok());
+  EXPECT_GE(received() - before, first.size() * sizeof(Key))
+      << "the part did not go again with its keys";
+  const uint64_t again = received();
+  ASSERT_TRUE(kv->WaitStatus(kv->Push(first, ones)).ok());
+  EXPECT_LT(received() - again, first.size() * sizeof(float) + 300)
+      << "kept again after the refusal, it goes as a signature";
+  std::vector<float> out;
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull(first, &out)).ok());
+  for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(out[i], 5.f) << i;
+}
+
+// A server that keeps no keys (EMBER_KEY_CACHE_MB=0) refuses a signature
+// once, saying so; the worker then sends it keys.
+TEST_F(KVAppTest, AServerThatKeepsNoKeysGetsKeysAfterOneRefusal) {
+  Form(2, 1, [](Options* o) {
+    if (o->role == Role::kServer) o->key_cache_mb = 0;
+  });
+  KVWorker<float>* kv = Worker(0);
+  const std::vector<Key> keys = RandomKeys(2000, 3);
+  const std::vector<float> ones(keys.size(), 1.f);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, ones)).ok()) << i;
+  }
+  std::vector<float> out;
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(out[i], 6.f) << i;
+}
+
 TEST_F(KVAppTest, MismatchedValueShapeIsRefusedWhole) {
   Form(1, 1);
   KVWorker<float>* kv = Worker(0);
