@@ -1570,14 +1570,33 @@ class KVServerCore::Impl {
     if (ring) ring_seen_.store(ring->epoch(), std::memory_order_relaxed);
     const int me = app_->node()->my_id();
     std::shared_ptr<const KeyRing> prev;
-    bool waiting = false;
     {
       MutexLock lock(&mu_);
       prev = handover_ring_;
       handover_ring_ = ring;
-      waiting = !awaiting_.empty();
     }
     if (!prev || !ring || prev == ring) return;
+    // Every ring installed since the last one handled, in turn: a failover
+    // and a join close behind it are two changes (the heir hands the dead
+    // server's keys over as its own), not one from a ring in which another
+    // server owned them.
+    std::vector<std::shared_ptr<const KeyRing>> steps =
+        app_->node()->RingsAfter(prev->epoch(), ring->epoch());
+    if (steps.empty()) steps.push_back(ring);
+    for (const auto& step : steps) {
+      HandleRingStep(prev, step, me);
+      prev = step;
+    }
+  }
+
+  // One ring change, from `prev` to `ring` (HandleRingChange).
+  void HandleRingStep(const std::shared_ptr<const KeyRing>& prev,
+                      const std::shared_ptr<const KeyRing>& ring, int me) {
+    bool waiting = false;
+    {
+      MutexLock lock(&mu_);
+      waiting = !awaiting_.empty();
+    }
     std::vector<int> newcomers;
     for (int id : ring->server_ids()) {
       if (prev->IndexOf(id) < 0) newcomers.push_back(id);

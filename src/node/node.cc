@@ -1519,6 +1519,10 @@ void Node::SetRingLocked(std::shared_ptr<const KeyRing> ring) {
   }
   std::shared_ptr<const KeyRing> old = ring_;
   ring_ = std::move(ring);
+  if (ring_) {
+    ring_history_.push_back(ring_);
+    if (ring_history_.size() > kRingHistory) ring_history_.pop_front();
+  }
   ring_epoch_.store(ring_ ? ring_->epoch() : 0, std::memory_order_release);
   ring_replicas_.store(ring_ ? ring_->replicas() : 0,
                        std::memory_order_release);
@@ -1977,6 +1981,22 @@ std::vector<int> Node::server_ids() const {
 std::shared_ptr<const KeyRing> Node::key_ring() const {
   MutexLock lock(&mu_);
   return ring_;
+}
+
+std::vector<std::shared_ptr<const KeyRing>> Node::RingsAfter(
+    uint64_t after, uint64_t until) const {
+  MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<const KeyRing>> rings;
+  uint64_t last = after;
+  for (const auto& r : ring_history_) {
+    if (r->epoch() <= after || r->epoch() > until) continue;
+    // Epochs count up by one: a gap is a ring no longer kept.
+    if (r->epoch() != last + 1) return {};
+    rings.push_back(r);
+    last = r->epoch();
+  }
+  if (last != until) return {};
+  return rings;
 }
 
 bool Node::IsAlive(int id) const {

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -141,6 +142,15 @@ class Node final : private SchedulerHost {
   // The key ring of the current epoch (null before the node table came).
   // Immutable: callers keep the pointer for as long as they route by it.
   std::shared_ptr<const KeyRing> key_ring() const;
+  // The rings this node installed after epoch `after`, oldest first, up to
+  // and including `until` (the last kRingHistory rings are kept). A
+  // component that handles ring changes on a thread of its own may find
+  // several installed since it last looked: it steps through each, so that
+  // a failover and a join that follow each other closely are handled as
+  // two changes, not as one. Empty if a ring in between is no longer kept.
+  std::vector<std::shared_ptr<const KeyRing>> RingsAfter(uint64_t after,
+                                                         uint64_t until) const;
+  static constexpr size_t kRingHistory = 16;
   // The epoch of key_ring() (0 before the node table came), without a lock.
   uint64_t ring_epoch() const {
     return ring_epoch_.load(std::memory_order_acquire);
@@ -447,6 +457,8 @@ class Node final : private SchedulerHost {
   std::vector<int> servers_ GUARDED_BY(mu_);  // ids by rank
   std::vector<int> workers_ GUARDED_BY(mu_);  // ids by rank
   std::shared_ptr<const KeyRing> ring_ GUARDED_BY(mu_);
+  // The last kRingHistory rings installed, ring_ last (RingsAfter).
+  std::deque<std::shared_ptr<const KeyRing>> ring_history_ GUARDED_BY(mu_);
   std::atomic<uint64_t> ring_epoch_{0};  // ring_'s, written under mu_
   std::atomic<int> ring_replicas_{0};    // ring_'s, written under mu_
   std::atomic<int> ring_servers_{0};     // ring_'s, written under mu_

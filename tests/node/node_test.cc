@@ -40,6 +40,46 @@ TEST(NodeTest, ClusterFormsWithRanksFromLaunchHints) {
   cluster.Finalize();
 }
 
+// A component that looks at the ring late (a server app's customer
+// thread) steps through every ring installed since it last looked.
+TEST(NodeTest, RingsAfterGivesEachRingInstalledSinceAnEpoch) {
+  InProcCluster cluster(2, 1);
+  cluster.Start();
+  Node* node = cluster.worker(0)->node();
+  const std::vector<int> ids = node->key_ring()->server_ids();
+  for (uint64_t epoch = 2; epoch <= 4; ++epoch) {
+    auto ring = KeyRing::EvenSplit(ids, epoch);
+    ASSERT_TRUE(ring.ok());
+    ASSERT_TRUE(node->InstallRingForTest(
+                        std::make_shared<const KeyRing>(std::move(*ring)))
+                    .ok());
+  }
+  auto epochs = [&](uint64_t after, uint64_t until) {
+    std::vector<uint64_t> got;
+    for (const auto& r : node->RingsAfter(after, until)) {
+      got.push_back(r->epoch());
+    }
+    return got;
+  };
+  EXPECT_EQ(epochs(1, 4), (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_EQ(epochs(2, 3), (std::vector<uint64_t>{3}));
+  EXPECT_EQ(epochs(0, 2), (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(epochs(4, 4).empty());
+  EXPECT_TRUE(epochs(3, 5).empty()) << "epoch 5 was never installed";
+  // Past the history's length the oldest rings are gone: a gap, no steps.
+  for (uint64_t epoch = 5; epoch < 5 + Node::kRingHistory; ++epoch) {
+    auto ring = KeyRing::EvenSplit(ids, epoch);
+    ASSERT_TRUE(ring.ok());
+    ASSERT_TRUE(node->InstallRingForTest(
+                        std::make_shared<const KeyRing>(std::move(*ring)))
+                    .ok());
+  }
+  const uint64_t last = 4 + Node::kRingHistory;
+  EXPECT_TRUE(epochs(1, last).empty());
+  EXPECT_EQ(epochs(last - 2, last), (std::vector<uint64_t>{last - 1, last}));
+  cluster.Finalize();
+}
+
 TEST(NodeTest, BarrierWaitsForEveryMemberOfItsGroup) {
   InProcCluster cluster(1, 2);
   cluster.Start();
