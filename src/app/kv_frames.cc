@@ -39,13 +39,24 @@ bool FindKeyRun(const SArray<Key>& keys, KeyOrder order, KeyRun* run) {
 void AddKVFrames(const RawKVs& kvs, Message* msg, bool keys_as_requested,
                  KeyOrder order) {
   if (kvs.keys.empty()) return;
+  if (keys_as_requested) {
+    msg->data.reserve(msg->data.size() + (kvs.lens.empty() ? 1 : 2));
+    msg->meta.keys_as_requested = true;
+    msg->AddData(kvs.vals);
+    if (!kvs.lens.empty()) msg->AddData(kvs.lens);
+    return;
+  }
+  KeyRun run;
+  const bool is_run = FindKeyRun(kvs.keys, order, &run);
+  AddKVFramesWithRun(kvs, is_run ? &run : nullptr, msg);
+}
+
+void AddKVFramesWithRun(const RawKVs& kvs, const KeyRun* run, Message* msg) {
+  if (kvs.keys.empty()) return;
   // One allocation for the frames' vector, not one per frame added.
   msg->data.reserve(msg->data.size() + (kvs.lens.empty() ? 2 : 3));
-  KeyRun run;
-  if (keys_as_requested) {
-    msg->meta.keys_as_requested = true;
-  } else if (FindKeyRun(kvs.keys, order, &run)) {
-    const uint64_t words[3] = {run.first, run.count, run.step};
+  if (run) {
+    const uint64_t words[3] = {run->first, run->count, run->step};
     SArray<char> frame;
     frame.CopyFrom(reinterpret_cast<const char*>(words), sizeof(words));
     msg->meta.key_run = true;

@@ -48,6 +48,10 @@ void AddKVFrames(const RawKVs& kvs, Message* msg,
                  bool keys_as_requested = false,
                  KeyOrder order = KeyOrder::kUnknown);
 
+// AddKVFrames for a request whose caller looked for a run already
+// (FindKeyRun): `run` if the keys are one, null if they are not.
+void AddKVFramesWithRun(const RawKVs& kvs, const KeyRun* run, Message* msg);
+
 // Key caching (docs/protocol.md, "Key caching"): a worker that sends the
 // same keys to a server again sends their signature instead, once the
 // server was asked to keep them. Meta::key_cache says which of these a

@@ -608,9 +608,7 @@ class KVServerCore::Impl {
         !ParseKeySignature(msg->data[0], &sig).ok()) {
       return true;
     }
-    SArray<Key> keys;
-    if (key_cache_.max_bytes() > 0)
-      keys = key_cache_.Find(msg->meta.sender, sig);
+    const SArray<Key> keys = key_cache_.Find(msg->meta.sender, sig);
     if (!keys.empty()) {
       key_cache_hits_->Add();
       msg->data[0] = SArray<char>(keys);

@@ -759,21 +759,26 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     }
   }
   // Key caching: how each slice's keys go (docs/protocol.md, "Key
-  // caching"). Not a key run (24 bytes already), nor a few keys.
-  std::vector<std::pair<KeyCacheHints::Send, KeySignature>> how;
+  // caching"). Not a key run (24 bytes already; the run found here is the
+  // one sent), nor a few keys.
+  struct How {
+    KeyCacheHints::Send send = KeyCacheHints::Send::kKeys;
+    KeySignature sig;
+    bool is_run = false;
+    KeyRun run;
+  };
+  std::vector<How> how;
   if (key_cache_on_) {
-    how.resize(slices.size(), {KeyCacheHints::Send::kKeys, KeySignature()});
+    how.resize(slices.size());
     const std::vector<int>& ids = *p.ids;
     for (size_t i = 0; i < slices.size(); ++i) {
       const RawKVs& kvs = slices[i].second;
-      KeyRun run;
-      if (kvs.keys.size() < kMinSignedKeys ||
-          FindKeyRun(kvs.keys, order, &run)) {
-        continue;
-      }
-      how[i].second = SignKeys(kvs.keys);
-      how[i].first = key_hints_.Decide(slices[i].first, how[i].second);
-      if (how[i].first != KeyCacheHints::Send::kSigned) continue;
+      How& h = how[i];
+      h.is_run = FindKeyRun(kvs.keys, order, &h.run);
+      if (h.is_run || kvs.keys.size() < kMinSignedKeys) continue;
+      h.sig = SignKeys(kvs.keys);
+      h.send = key_hints_.Decide(slices[i].first, h.sig);
+      if (h.send != KeyCacheHints::Send::kSigned) continue;
       const size_t slot =
           std::find(ids.begin(), ids.end(), slices[i].first) - ids.begin();
       if (slot >= ids.size()) continue;
@@ -803,14 +808,14 @@ void KVWorkerCore::Impl::Dispatch(int64_t ts, bool push, bool pull, int cmd,
     msg.meta.epoch = epoch;
     msg.meta.done_below = done_below;
     msg.meta.pushed_below = pushed_below;
-    const KeyCacheHints::Send send =
-        how.empty() ? KeyCacheHints::Send::kKeys : how[i].first;
-    if (send == KeyCacheHints::Send::kSigned) {
-      AddSignedKVFrames(s.second, how[i].second, &msg);
+    if (how.empty()) {
+      AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
+    } else if (how[i].send == KeyCacheHints::Send::kSigned) {
+      AddSignedKVFrames(s.second, how[i].sig, &msg);
       signed_parts_->Add();
     } else {
-      AddKVFrames(s.second, &msg, /*keys_as_requested=*/false, order);
-      if (send == KeyCacheHints::Send::kKeep) {
+      AddKVFramesWithRun(s.second, how[i].is_run ? &how[i].run : nullptr, &msg);
+      if (how[i].send == KeyCacheHints::Send::kKeep) {
         msg.meta.key_cache = kKeyCacheKeep;
       }
     }

@@ -50,6 +50,11 @@ class KVAppTest : public ::testing::Test {
     servers_.clear();
     cluster_.reset();
   }
+  // Bytes node `p` has received so far (counted on receipt, before a
+  // message is handled).
+  static uint64_t ReceivedBytes(Postoffice* p) {
+    return p->node()->van()->counters().received_bytes.load();
+  }
   KVWorker<float>* Worker(int rank) {
     while (static_cast<int>(workers_.size()) <= rank) {
       int r = static_cast<int>(workers_.size());
@@ -403,9 +408,7 @@ TEST_F(KVAppTest, PullAnswersWithAndWithoutTheirKeysAssembleExactly) {
   // The answers carry the values and not the keys: the worker receives
   // about 4 bytes per key, not 12. (Counted on receipt, before a response
   // is handled, so every answer is counted when Wait returns.)
-  auto received = [&] {
-    return cluster_->worker(0)->node()->van()->counters().received_bytes.load();
-  };
+  auto received = [&] { return ReceivedBytes(cluster_->worker(0)); };
   const uint64_t before = received();
   std::vector<float> out;
   ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
@@ -476,13 +479,7 @@ TEST_F(KVAppTest, KeysInEqualStepsTravelAsRunsAndArriveWhole) {
   }
   std::vector<float> vals(keys.size());
   for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
-  auto bytes = [&](int rank) {
-    return cluster_->server(rank)
-        ->node()
-        ->van()
-        ->counters()
-        .received_bytes.load();
-  };
+  auto bytes = [&](int rank) { return ReceivedBytes(cluster_->server(rank)); };
   const uint64_t before0 = bytes(0), before1 = bytes(1);
   KVWorker<float>* kv = Worker(0);
   ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, vals)).ok());
@@ -554,13 +551,7 @@ TEST_F(KVAppTest, RepeatedKeySetsGoAsSignaturesAndArriveWhole) {
   const std::vector<Key> keys = RandomKeys(4000, 7);
   std::vector<float> vals(keys.size());
   for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i % 97);
-  auto bytes = [&](int rank) {
-    return cluster_->server(rank)
-        ->node()
-        ->van()
-        ->counters()
-        .received_bytes.load();
-  };
+  auto bytes = [&](int rank) { return ReceivedBytes(cluster_->server(rank)); };
   KVWorker<float>* kv = Worker(0);
   const int rounds = 5;
   for (int round = 0; round < rounds; ++round) {
@@ -615,9 +606,7 @@ TEST_F(KVAppTest, ASignatureTheServerDroppedIsSentAgainWithItsKeys) {
       ASSERT_TRUE(kv->WaitStatus(kv->Push(other, zero)).ok());
     }
   }
-  auto received = [&]() {
-    return cluster_->server(0)->node()->van()->counters().received_bytes.load();
-  };
+  auto received = [&] { return ReceivedBytes(cluster_->server(0)); };
   const uint64_t before = received();
   ASSERT_TRUE(kv->WaitStatus(kv->Push(first, ones)).ok());
   EXPECT_GE(received() - before, first.size() * sizeof(Key))
