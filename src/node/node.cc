@@ -945,6 +945,10 @@ void Node::AddCustomer(Customer* customer) {
   CHECK(customers_.count(key) == 0) << "customer (" << key.first << ", "
                                     << key.second << ") registered twice";
   customers_[key] = customer;
+  auto next = next_timestamps_.find(key);
+  if (next != next_timestamps_.end()) {
+    customer->tracker()->StartAt(next->second);
+  }
   auto it = early_.find(customer->app_id());
   if (it == early_.end()) return;
   // Queued under mu_ (Accept never blocks): a message that arrives now is
@@ -969,7 +973,10 @@ void Node::ReleaseCustomers() {
 
 void Node::RemoveCustomer(Customer* customer) {
   MutexLock lock(&mu_);
-  customers_.erase(std::make_pair(customer->app_id(), customer->customer_id()));
+  const auto key = std::make_pair(customer->app_id(), customer->customer_id());
+  customers_.erase(key);
+  int64_t& next = next_timestamps_[key];
+  next = std::max(next, customer->tracker()->NextTimestamp());
 }
 
 void Node::OnMessage(Message&& msg, bool from_van) {

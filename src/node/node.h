@@ -96,7 +96,12 @@ class Node final : private SchedulerHost {
   // dead or unknown.
   [[nodiscard]] Status Send(Message&& msg);
 
-  // Customers register themselves; see Customer.
+  // Customers register themselves; see Customer. A customer numbers its
+  // requests on from where the last one of its (app, customer) ids in this
+  // node stopped, so that an app created again (ps-lite allows it) never
+  // reuses a request's timestamp: servers take a timestamp below what a
+  // worker said it had every answer for as a late duplicate
+  // (docs/replication.md).
   void AddCustomer(Customer* customer);
   void RemoveCustomer(Customer* customer);
   // Releases every held customer (see Customer); Barrier and Finalize do.
@@ -514,6 +519,9 @@ class Node final : private SchedulerHost {
   std::map<int, std::pair<int, int64_t>> barrier_since_
       GUARDED_BY(mu_);  // -> group, start
   std::map<std::pair<int, int>, Customer*> customers_ GUARDED_BY(mu_);
+  // Where the next customer of each (app, customer) ids starts numbering
+  // its requests (AddCustomer).
+  std::map<std::pair<int, int>, int64_t> next_timestamps_ GUARDED_BY(mu_);
   // Data messages for apps not created yet, by app id, with their arrival
   // time; requests held longer than options_.missing_app_timeout_ms are
   // answered kNotFound (no silent hang on a missing app).

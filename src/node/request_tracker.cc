@@ -12,11 +12,16 @@ RequestTracker::RequestTracker(int64_t first)
     : first_timestamp_(first < 0 ? 0 : first),
       next_timestamp_(first < 0 ? 0 : first) {}
 
-bool RequestTracker::StartAtForTest(int64_t next) {
+bool RequestTracker::StartAt(int64_t next) {
   MutexLock lock(&mu_);
   if (next < 0 || next_timestamp_ != first_timestamp_) return false;
   first_timestamp_ = next_timestamp_ = next;
   return true;
+}
+
+int64_t RequestTracker::NextTimestamp() const {
+  MutexLock lock(&mu_);
+  return next_timestamp_;
 }
 
 int64_t RequestTracker::NewRequest() {

@@ -36,9 +36,13 @@ class RequestTracker {
   RequestTracker(const RequestTracker&) = delete;
   RequestTracker& operator=(const RequestTracker&) = delete;
 
-  // For tests: the next request gets timestamp `next` (>= 0); only before
-  // the first request (false, and nothing changes, after it).
-  bool StartAtForTest(int64_t next);
+  // The next request gets timestamp `next` (>= 0); only before the first
+  // request (false, and nothing changes, after it). A node starts a
+  // customer where the last one of its (app, customer) ids stopped
+  // (Node::AddCustomer); tests start near the API's wrap.
+  bool StartAt(int64_t next);
+  // The timestamp the next request would get.
+  int64_t NextTimestamp() const;
 
   // Opens a request; it completes only after Expect().
   int64_t NewRequest();

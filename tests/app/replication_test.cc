@@ -741,7 +741,7 @@ TEST_F(ReplicationTest, RequestsCrossTheWrapOfTheApiTimestamp) {
    public:
     using SimpleApp::SimpleApp;
     bool StartAt(int64_t next) {
-      return impl_->customer()->tracker()->StartAtForTest(next);
+      return impl_->customer()->tracker()->StartAt(next);
     }
   };
   TestApp app(1, 0, cluster_->worker(0));

@@ -65,9 +65,9 @@ TEST(RequestTrackerTest, TimestampsGoOnPastTheApiIntAndResolveBack) {
   EXPECT_EQ(far.Resolve(0), f);
   EXPECT_EQ(ResolveApiTimestamp(7, f + 3), (int64_t{4} << 31) + 7);
   // Only before the first request.
-  EXPECT_FALSE(far.StartAtForTest(0));
+  EXPECT_FALSE(far.StartAt(0));
   RequestTracker fresh;
-  EXPECT_TRUE(fresh.StartAtForTest(start));
+  EXPECT_TRUE(fresh.StartAt(start));
   EXPECT_EQ(fresh.NewRequest(), start);
 }
 

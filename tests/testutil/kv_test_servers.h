@@ -109,7 +109,7 @@ class TestWorker : public KVWorker<float> {
  public:
   using KVWorker<float>::KVWorker;
   bool StartAt(int64_t next) {
-    return impl_->customer()->tracker()->StartAtForTest(next);
+    return impl_->customer()->tracker()->StartAt(next);
   }
   Status WaitBounded(int ts) { return SimpleApp::WaitStatus(ts, 30000); }
 };
