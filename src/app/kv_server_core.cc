@@ -355,9 +355,11 @@ class KVServerCore::Impl {
                                               " is " + WorkerEventName(event));
     switch (event) {
       case WorkerEvent::kJoined:
+        ForgetDoneBelow(worker);
         controller()->OnWorkerJoined(worker);
         return;
       case WorkerEvent::kBack:
+        ForgetDoneBelow(worker);
         controller()->OnWorkerBack(worker);
         return;
       case WorkerEvent::kAway:
@@ -371,6 +373,16 @@ class KVServerCore::Impl {
     }
   }
 
+  // A worker that joined or came back into its rank numbers its requests
+  // afresh: what its earlier incarnation said it had every answer for says
+  // nothing of them (StaleLocked).
+  void ForgetDoneBelow(int worker) {
+    MutexLock lock(&mu_);
+    for (auto it = done_below_.begin(); it != done_below_.end();) {
+      it = it->first.first == worker ? done_below_.erase(it) : std::next(it);
+    }
+  }
+
   // KVWorker::JoinClock's query: the clock the worker starts at here.
   // Only a worker (customer) that starts anew asks, before its first
   // request: its request numbers start afresh, so what the dedup table holds
@@ -379,6 +391,7 @@ class KVServerCore::Impl {
     {
       MutexLock lock(&mu_);
       applied_.erase(std::make_pair(meta.sender, meta.customer_id));
+      done_below_.erase(std::make_pair(meta.sender, meta.customer_id));
     }
     const std::pair<int64_t, bool> start = controller()->JoinClock(meta.sender);
     Message msg = AppMessage(app_->app_id(), meta.customer_id, meta.timestamp,
@@ -573,10 +586,25 @@ class KVServerCore::Impl {
     const int whose =
         meta.resend_for != 0 ? meta.resend_for : app_->node()->my_id();
     MutexLock lock(&mu_);
-    auto it = applied_.find(std::make_pair(req.sender, req.customer_id));
+    const auto who = std::make_pair(req.sender, req.customer_id);
+    if (StaleLocked(who, meta, req.timestamp)) return true;
+    auto it = applied_.find(who);
     return it != applied_.end() &&
            it->second.count(std::make_pair(
                req.timestamp, DedupId(whose, meta.handed_from))) > 0;
+  }
+
+  // Whether a push (or its copy) with the worker's timestamp `ts` comes
+  // from before what worker `who` has said it has every answer for: a
+  // network duplicate delivered late, after the worker's done_below has
+  // trimmed its entry from the dedup table. The deferred pushes of a state
+  // copy (copy_attempt != 0) are exempt: acknowledged to the worker before
+  // they were applied (bsp), they may well lie below it.
+  bool StaleLocked(const std::pair<int, int>& who, const Meta& meta, int64_t ts)
+      REQUIRES(mu_) {
+    if (meta.copy_attempt != 0) return false;
+    auto it = done_below_.find(who);
+    return it != done_below_.end() && ts < it->second;
   }
 
   Status CheckOwned(uint64_t epoch, const SArray<Key>& keys,
@@ -670,15 +698,51 @@ class KVServerCore::Impl {
     const int whose =
         copy ? meta.replica_of : (meta.resend_for != 0 ? meta.resend_for : me);
     bool duplicate = false;
+    bool stale = false;
     if (req->push) {
       const int64_t known_as = DedupId(whose, meta.handed_from);
+      const auto who = std::make_pair(req->sender, req->customer_id);
       MutexLock lock(&mu_);
-      auto& seen = applied_[std::make_pair(req->sender, req->customer_id)];
+      stale = StaleLocked(who, meta, req->timestamp);
+      if (!stale && meta.copy_attempt == 0) {
+        int64_t& below = done_below_[who];
+        below = std::max(below, meta.done_below);
+      }
+      auto& seen = applied_[who];
       // The worker will never resend below done_below.
       seen.erase(seen.begin(),
                  seen.lower_bound(std::make_pair(meta.done_below, 0)));
-      duplicate = !seen.emplace(req->timestamp, known_as).second;
+      duplicate = stale || !seen.emplace(req->timestamp, known_as).second;
       if (seen.size() > kMaxApplied) seen.erase(seen.begin());
+    }
+    if (stale) {
+      // The worker has every answer of this request: it was applied when
+      // it first came, and nobody waits for another answer. A copy is
+      // dropped; a push is answered with an error, which the worker
+      // ignores (it expects no answer), so that a worker restarted into its
+      // rank without KVWorker::JoinClock, whose requests start afresh, is
+      // told so rather than left waiting.
+      duplicates_->Add();
+      const Status late = Status::InvalidArgument(
+          (copy ? "a copy of push " : "push ") +
+          std::to_string(req->timestamp) + " of node " +
+          std::to_string(req->sender) +
+          " came after the worker said it had every answer below its "
+          "timestamp: a late duplicate, not applied (a worker restarted "
+          "into its rank calls KVWorker::JoinClock before its first "
+          "request)");
+      uint64_t left_out = 0;
+      if (reject_log_.Allow("stale " + std::to_string(req->sender),
+                            Clock::Real()->NowMs(), &left_out)) {
+        LOG(INFO) << "server app " << app_->app_id() << ": " << late.message()
+                  << LogLimiter::Since(left_out);
+      }
+      if (!copy) {
+        SendTo(req->cmd, req->push, req->pull, req->sender, req->timestamp,
+               req->customer_id, RawKVs(), late, meta.resend_for,
+               req->timestamp);
+      }
+      return false;
     }
     if (duplicate) {
       duplicates_->Add();
@@ -2211,6 +2275,8 @@ class KVServerCore::Impl {
   int next_local_ GUARDED_BY(mu_) = 0;
   std::map<std::pair<int, int>, std::set<std::pair<int64_t, int64_t>>> applied_
       GUARDED_BY(mu_);
+  // The highest done_below each (sender, customer) has sent (StaleLocked).
+  std::map<std::pair<int, int>, int64_t> done_below_ GUARDED_BY(mu_);
   // Restoring copies: how the handle's state is read and written, the
   // ring under which the copies of this server's data were last whole, and
   // the copies under way by local timestamp.
