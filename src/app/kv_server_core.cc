@@ -179,6 +179,9 @@ class KVServerCore::Impl {
          "server's data"},
         {&copies_applied_, "ember_replica_copies_applied_total",
          "Copies of other servers' pushes applied here"},
+        {&copy_keys_resent_, "ember_replica_copy_keys_resent_total",
+         "Copies sent as a key signature that their holder did not hold, "
+         "sent again with their keys"},
         {&duplicates_, "ember_duplicate_pushes_total",
          "Pushes received again (resent after failover, or delivered twice) "
          "and answered without being applied"},
@@ -462,7 +465,13 @@ class KVServerCore::Impl {
       controller()->OnClock(msg.meta.sender, msg.meta.clock);
       return;
     }
-    if (msg.meta.key_cache == kKeyCacheSigned && !ResolveKeys(&msg)) return;
+    // A worker's key caching goes on to the copies of its push (Relay).
+    Relay relay;
+    if (msg.meta.replica_of == 0) relay.mode = msg.meta.key_cache;
+    if (msg.meta.key_cache == kKeyCacheSigned &&
+        !ResolveKeys(&msg, &relay.sig)) {
+      return;
+    }
     RawRequest req;
     CopyOrigin(msg.meta, &req);
     if (msg.meta.replica_of != 0) {
@@ -520,10 +529,11 @@ class KVServerCore::Impl {
       }
       return;
     }
-    if (msg.meta.key_cache == kKeyCacheKeep && msg.meta.replica_of == 0) {
+    if (msg.meta.key_cache == kKeyCacheKeep) {
+      // A worker's keys, or (a copy) those the forwarding server relays.
       key_cache_.Keep(msg.meta.sender, req.kvs.keys);
     }
-    if (!Replicate(msg.meta, &req)) return;
+    if (!Replicate(msg.meta, &req, relay)) return;
     if (req.pull && !req.push && !req.kvs.keys.empty()) {
       // A response that answers with these very keys (the handle passed
       // the request's keys on, as ps-lite's handles do) leaves them out
@@ -626,17 +636,16 @@ class KVServerCore::Impl {
   }
 
   // Key caching (docs/protocol.md, "Key caching"): a request whose keys
-  // frame is a signature gets the keys kept under it in its place, and true.
-  // Not kept here (or no keys kept at all): the request is refused, saying
-  // so, and false; the worker sends the part again with its keys. A
+  // frame is a signature gets the keys kept under it in its place, and true
+  // (*sig: the signature). Not kept here (or no keys kept at all): the
+  // request is refused, saying so, and false; the worker (or, for a copy,
+  // the server that forwarded it) sends the part again with its keys. A
   // malformed signature is left for ParseKVFrames to refuse.
-  bool ResolveKeys(Message* msg) {
-    KeySignature sig;
-    if (msg->meta.replica_of != 0 || msg->data.empty() ||
-        !ParseKeySignature(msg->data[0], &sig).ok()) {
+  bool ResolveKeys(Message* msg, KeySignature* sig) {
+    if (msg->data.empty() || !ParseKeySignature(msg->data[0], sig).ok()) {
       return true;
     }
-    const SArray<Key> keys = key_cache_.Find(msg->meta.sender, sig);
+    const SArray<Key> keys = key_cache_.Find(msg->meta.sender, *sig);
     if (!keys.empty()) {
       key_cache_hits_->Add();
       msg->data[0] = SArray<char>(keys);
@@ -645,14 +654,19 @@ class KVServerCore::Impl {
     }
     key_cache_misses_->Add();
     const bool off = key_cache_.max_bytes() == 0;
+    const Status refused =
+        Status::Unavailable(off ? "this server keeps no keys "
+                                  "(EMBER_KEY_CACHE_MB=0)"
+                                : "no keys kept under the request's "
+                                  "signature");
+    const int answer = off ? kKeyCacheOff : kKeyCacheUnknown;
+    if (msg->meta.replica_of != 0) {
+      SendAck(msg->meta, refused, /*incomplete=*/false, answer);
+      return false;
+    }
     SendTo(msg->meta.cmd, msg->meta.push, msg->meta.pull, msg->meta.sender,
-           msg->meta.timestamp, msg->meta.customer_id, RawKVs(),
-           Status::Unavailable(off ? "this server keeps no keys "
-                                     "(EMBER_KEY_CACHE_MB=0)"
-                                   : "no keys kept under the request's "
-                                     "signature"),
-           msg->meta.resend_for, msg->meta.timestamp, 0,
-           off ? kKeyCacheOff : kKeyCacheUnknown);
+           msg->meta.timestamp, msg->meta.customer_id, RawKVs(), refused,
+           msg->meta.resend_for, msg->meta.timestamp, 0, answer);
     return false;
   }
 
@@ -665,6 +679,28 @@ class KVServerCore::Impl {
   // forwarded copy is applied through the same handle and acknowledged to
   // the server that forwarded it. The handle sees such requests under a
   // local, negative timestamp, so that answers find their way back.
+
+  // How a worker's push used key caching, which its copies follow: a copy
+  // of a push whose keys came as a signature goes as that signature, and
+  // one whose keys the worker asked to keep asks the holder to keep them
+  // (kept under the forwarding server's id). A holder that does not hold
+  // the set refuses the copy, which then goes again with its keys
+  // (OnCopyKeysRefused).
+  struct Relay {
+    int mode = kKeyCacheNone;  // the push's Meta::key_cache as received
+    KeySignature sig;          // with kKeyCacheSigned
+  };
+
+  // A copy sent as a signature, kept until acknowledged in case the holder
+  // refuses it: what ForwardCopy needs to send it again with its keys.
+  struct SignedCopy {
+    RawRequest req;
+    int whose = 0;
+    int64_t origin_ts = 0;
+    int64_t done_below = 0;
+    KeyOrder order = KeyOrder::kUnknown;
+    int64_t pushed_below = 0;
+  };
 
   // One request the handle sees under a local timestamp.
   struct Local {
@@ -682,11 +718,13 @@ class KVServerCore::Impl {
     bool pull = false;
     RawKVs res;
     Status error;
+    // Its copies went as a signature (Relay).
+    std::shared_ptr<const SignedCopy> signed_copy;
   };
 
   // Applies the dedup table to request `req` (meta: as received) and
   // forwards copies; false if it was answered already (a duplicate).
-  bool Replicate(const Meta& meta, RawRequest* req) {
+  bool Replicate(const Meta& meta, RawRequest* req, const Relay& relay) {
     const bool copy = meta.replica_of != 0;
     const bool plain = !copy && meta.resend_for == 0;
     if (plain && !req->push) return true;  // A pull: nothing to do.
@@ -791,6 +829,15 @@ class KVServerCore::Impl {
     local.replica_of = copy ? meta.replica_of : 0;
     const int64_t origin_ts = req->timestamp;
     local.origin_ts = req->timestamp;
+    req->origin_timestamp = origin_ts;
+    // A run arrived as a run (sorted and unique); keys that did not are
+    // forwarded as they came.
+    const KeyOrder order =
+        meta.key_run ? KeyOrder::kSortedUnique : KeyOrder::kAsIs;
+    if (relay.mode == kKeyCacheSigned && !targets.empty()) {
+      local.signed_copy = std::make_shared<const SignedCopy>(SignedCopy{
+          *req, whose, origin_ts, meta.done_below, order, meta.pushed_below});
+    }
     int64_t ts = 0;
     {
       MutexLock lock(&mu_);
@@ -799,14 +846,11 @@ class KVServerCore::Impl {
       locals_.emplace(ts, std::move(local));
     }
     std::vector<int> unsent;
-    req->origin_timestamp = origin_ts;
     for (int t : targets) {
-      // A run arrived as a run (sorted and unique); keys that did not are
-      // forwarded as they came.
-      Status st =
-          ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below,
-                      meta.key_run ? KeyOrder::kSortedUnique : KeyOrder::kAsIs,
-                      /*epoch=*/0, /*attempt=*/0, /*seq=*/0, meta.pushed_below);
+      const Relay keys = CopyKeysTo(t, relay);
+      Status st = ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below,
+                              order, /*epoch=*/0, /*attempt=*/0, /*seq=*/0,
+                              meta.pushed_below, &keys);
       if (!st.ok()) {
         LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
                      << st;
@@ -849,8 +893,8 @@ class KVServerCore::Impl {
   Status ForwardCopy(int t, int64_t ts, int whose, const RawRequest& req,
                      int64_t origin_ts, int64_t done_below,
                      KeyOrder order = KeyOrder::kUnknown, uint64_t epoch = 0,
-                     int64_t attempt = 0, int seq = 0,
-                     int64_t pushed_below = 0) {
+                     int64_t attempt = 0, int seq = 0, int64_t pushed_below = 0,
+                     const Relay* keys = nullptr) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
@@ -868,7 +912,13 @@ class KVServerCore::Impl {
     m.meta.copy_seq = seq;
     m.meta.pushed_below = pushed_below;
     m.meta.committed = req.committed;
-    AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, order);
+    const int mode = keys != nullptr ? keys->mode : kKeyCacheNone;
+    if (mode == kKeyCacheSigned) {
+      AddSignedKVFrames(req.kvs, keys->sig, &m);
+    } else {
+      AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, order);
+      if (mode == kKeyCacheKeep) m.meta.key_cache = kKeyCacheKeep;
+    }
     return app_->node()->Send(std::move(m));
   }
 
@@ -939,8 +989,8 @@ class KVServerCore::Impl {
   // Acknowledges a duplicate copy at once, or a message of a state copy or
   // hand-over (its sending and place echoed; `incomplete`: the end of a
   // sending of which a message was missed).
-  void SendAck(const Meta& meta, const Status& status,
-               bool incomplete = false) {
+  void SendAck(const Meta& meta, const Status& status, bool incomplete = false,
+               int key_cache = kKeyCacheNone) {
     Message m = AppMessage(app_->app_id(), meta.customer_id, meta.timestamp,
                            meta.sender, /*request=*/false);
     m.meta.push = true;
@@ -950,6 +1000,7 @@ class KVServerCore::Impl {
     m.meta.copy_attempt = meta.copy_attempt;
     m.meta.copy_seq = meta.copy_seq;
     m.meta.copy_incomplete = incomplete;
+    m.meta.key_cache = key_cache;
     if (!status.ok()) {
       m.meta.status_code = static_cast<int>(status.code());
       m.meta.status_message = status.message();
@@ -959,12 +1010,58 @@ class KVServerCore::Impl {
   }
 
   void OnReplicaAck(const Meta& meta) {
+    if (meta.key_cache == kKeyCacheUnknown || meta.key_cache == kKeyCacheOff) {
+      OnCopyKeysRefused(meta);
+      return;
+    }
     Status status;
     if (meta.status_code != 0) {
       status = Status(static_cast<Status::Code>(meta.status_code),
                       meta.status_message);
     }
     Acknowledged(meta.timestamp, meta.sender, status);
+  }
+
+  // How a copy to holder `t` carries its keys, following the worker
+  // (Relay): as the worker sent them, unless `t` keeps no keys.
+  Relay CopyKeysTo(int t, const Relay& relay) {
+    if (relay.mode != kKeyCacheSigned && relay.mode != kKeyCacheKeep) {
+      return Relay();
+    }
+    MutexLock lock(&mu_);
+    return copy_keys_off_.count(t) > 0 ? Relay() : relay;
+  }
+
+  // Holder `meta.sender` does not hold the keys of the signed copy of local
+  // request `meta.timestamp` (or keeps none): the copy goes again with its
+  // keys, asking the holder to keep them unless it keeps none. Still owed:
+  // the holder acknowledges the copy that carries keys.
+  void OnCopyKeysRefused(const Meta& meta) {
+    const int t = meta.sender;
+    const bool off = meta.key_cache == kKeyCacheOff;
+    std::shared_ptr<const SignedCopy> copy;
+    {
+      MutexLock lock(&mu_);
+      if (off) copy_keys_off_.insert(t);
+      auto it = locals_.find(meta.timestamp);
+      if (it == locals_.end()) return;
+      const auto& owed = it->second.owed;
+      if (std::find(owed.begin(), owed.end(), t) == owed.end()) return;
+      copy = it->second.signed_copy;
+    }
+    if (!copy) return;  // Not a signed copy's: a stray answer.
+    copy_keys_resent_->Add();
+    Relay keep;
+    if (!off) keep.mode = kKeyCacheKeep;
+    Status st = ForwardCopy(t, meta.timestamp, copy->whose, copy->req,
+                            copy->origin_ts, copy->done_below, copy->order,
+                            /*epoch=*/0, /*attempt=*/0, /*seq=*/0,
+                            copy->pushed_below, &keep);
+    if (!st.ok()) {
+      LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
+                   << st;
+      Acknowledged(meta.timestamp, t, Status::OK());
+    }
   }
 
   // Server `from` acknowledged (or can no longer acknowledge) its copy of
@@ -2277,6 +2374,9 @@ class KVServerCore::Impl {
       GUARDED_BY(mu_);
   // The highest done_below each (sender, customer) has sent (StaleLocked).
   std::map<std::pair<int, int>, int64_t> done_below_ GUARDED_BY(mu_);
+  // Holders that keep no keys: copies to them carry their keys as they are
+  // (CopyKeysTo).
+  std::set<int> copy_keys_off_ GUARDED_BY(mu_);
   // Restoring copies: how the handle's state is read and written, the
   // ring under which the copies of this server's data were last whole, and
   // the copies under way by local timestamp.
@@ -2326,6 +2426,7 @@ class KVServerCore::Impl {
   KeyCache key_cache_;
   metrics::Counter* copies_sent_ = nullptr;
   metrics::Counter* copies_applied_ = nullptr;
+  metrics::Counter* copy_keys_resent_ = nullptr;
 
   metrics::Counter* requests_[3] = {};
   metrics::Counter* keys_[3] = {};

@@ -379,10 +379,13 @@ TEST(FaultScheduleTest, DelayedAndDuplicatedControlMessagesWithAKill) {
 // completes and counts exactly once.
 Totals RunReplicatedKills(const char* name, FaultTarget::Kind kind,
                           double delay, double duplicate,
-                          bool pull_after_push = false) {
+                          bool pull_after_push = false,
+                          bool uneven_keys = false) {
   Workload w;
   w.replicas = 1;
   w.pull_after_push = pull_after_push;
+  w.uneven_keys = uneven_keys;
+  if (uneven_keys) w.keys = 60;  // 20 a server: more than key caching's 16.
   Totals t = RunSeeds(
       name,
       [&](uint64_t seed) {
@@ -411,6 +414,14 @@ Totals RunReplicatedKills(const char* name, FaultTarget::Kind kind,
 TEST(FaultScheduleTest, ReplicatedKillUnderDelaysAndDuplicates) {
   RunReplicatedKills("replicated kill + fifo data delay/duplicate",
                      FaultTarget::Kind::kData, 0.1, 0.05);
+}
+
+// The same with keys no run: from a worker's third push on, its parts and
+// their copies go as key signatures, and the servers that take over or
+// newly keep copies resolve them or have them sent again with their keys.
+TEST(FaultScheduleTest, ReplicatedKillUnderDelaysAndDuplicatesWithSignedKeys) {
+  RunReplicatedKills("replicated kill + fifo data delay/duplicate, signed keys",
+                     FaultTarget::Kind::kData, 0.1, 0.05, false, true);
 }
 
 // The same with pulls after every push: each sees at least every push

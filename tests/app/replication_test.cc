@@ -357,6 +357,105 @@ TEST_F(ReplicationTest, ALateDuplicateOfAnAnsweredPushIsDropped) {
   EXPECT_EQ(Metric(server_po_[1], "ember_duplicate_pushes_total"), 1);
 }
 
+// 40 keys owned by server `id` under `ring`, not in equal steps (so a worker
+// may send them as a signature: docs/protocol.md, "Key caching").
+std::vector<Key> UnevenKeysOf(const KeyRing& ring, int id) {
+  std::vector<Key> keys;
+  const std::vector<Key> spread = SpreadKeys(4096);
+  for (size_t i = 0; i < spread.size() && keys.size() < 40; ++i) {
+    const Key k = spread[i] + i % 3;
+    if (ring.Owner(k) == id) keys.push_back(k);
+  }
+  return keys;
+}
+
+// Copies follow the worker's key caching: the owner forwards a key set the
+// worker asked it to keep asking the holder to keep it too, and a signed
+// push as the same signature, which the holder resolves. After the owner
+// dies, the heir answers every key exactly.
+TEST_F(ReplicationTest, CopiesOfSignedPushesGoSignedAndFailOverExactly) {
+  Form(2, 1, 1);
+  TestWorker* w = workers_[0].get();
+  const std::vector<Key> keys =
+      UnevenKeysOf(*cluster_->worker(0)->node()->key_ring(), ServerId(0));
+  ASSERT_EQ(keys.size(), 40u);
+  const std::vector<float> ones(keys.size(), 1.0f);
+  // Keys, keys to keep, then three signatures.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(w->WaitBounded(w->Push(keys, ones)).ok());
+  }
+  EXPECT_EQ(Metric(server_po_[0], "ember_key_cache_hits_total"), 3);
+  EXPECT_EQ(Metric(server_po_[1], "ember_key_cache_hits_total"), 3);
+  EXPECT_EQ(Metric(server_po_[0], "ember_replica_copy_keys_resent_total"), 0);
+  EXPECT_EQ(servers_[1]->applied(), 5);
+  Kill(0);
+  ExpectAll(keys, 5);
+}
+
+// A holder that does not hold a signed copy's keys (here: the owner's
+// holder died, and its new holder never saw them) refuses it; the owner
+// sends the copy again with its keys, asking the new holder to keep them,
+// and the signatures after that are resolved there. After the owner dies
+// too, its heir answers every key exactly.
+TEST_F(ReplicationTest, ASignedCopyItsHolderDoesNotHoldGoesAgainWithItsKeys) {
+  Form(3, 1, 1);
+  TestWorker* w = workers_[0].get();
+  const std::vector<Key> keys =
+      UnevenKeysOf(*cluster_->worker(0)->node()->key_ring(), ServerId(0));
+  ASSERT_EQ(keys.size(), 40u);
+  const std::vector<float> ones(keys.size(), 1.0f);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(w->WaitBounded(w->Push(keys, ones)).ok());
+  }
+  EXPECT_EQ(Metric(server_po_[1], "ember_key_cache_hits_total"), 1);
+  Kill(1);  // Server 0's holder: server 2 keeps its copies from now on.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(w->WaitBounded(w->Push(keys, ones)).ok());
+  }
+  EXPECT_EQ(Metric(server_po_[0], "ember_replica_copy_keys_resent_total"), 1);
+  EXPECT_EQ(Metric(server_po_[2], "ember_key_cache_misses_total"), 1);
+  EXPECT_EQ(Metric(server_po_[2], "ember_key_cache_hits_total"), 2);
+  Kill(0);
+  ExpectAll(keys, 6);
+}
+
+// A holder that keeps no keys (EMBER_KEY_CACHE_MB=0) refuses a signed copy
+// saying so: the owner sends it again with its keys, and every later copy
+// to that holder carries its keys.
+TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysGetsEveryCopyWithItsKeys) {
+  InProcCluster cluster(2, 1, [](Options* o) {
+    o->replicas = 1;
+    if (o->role == Role::kServer && o->rank_hint == 1) o->key_cache_mb = 0;
+  });
+  cluster.Start();
+  std::vector<std::unique_ptr<CountingServer>> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
+  }
+  TestWorker w(0, 0, cluster.worker(0));
+  Postoffice* owner = cluster.server(0);
+  Postoffice* holder = cluster.server(1);
+  const std::vector<Key> keys = UnevenKeysOf(
+      *cluster.worker(0)->node()->key_ring(), owner->node()->my_id());
+  ASSERT_EQ(keys.size(), 40u);
+  const std::vector<float> ones(keys.size(), 1.0f);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(w.WaitBounded(w.Push(keys, ones)).ok());
+  }
+  auto metric = [](Postoffice* po, const std::string& name) {
+    return metrics::Registry::Sum(po->node()->metrics()->Collect(), name);
+  };
+  EXPECT_EQ(metric(owner, "ember_key_cache_hits_total"), 3);
+  EXPECT_EQ(metric(owner, "ember_replica_copy_keys_resent_total"), 1);
+  EXPECT_EQ(metric(holder, "ember_key_cache_misses_total"), 1);
+  EXPECT_EQ(servers[1]->applied(), 5);
+  cluster.KillByHeartbeat(owner);
+  std::vector<float> out;
+  ASSERT_TRUE(w.WaitBounded(w.Pull(keys, &out)).ok());
+  EXPECT_EQ(out, std::vector<float>(keys.size(), 5.0f));
+  servers.clear();  // A member died: no final barrier.
+}
+
 // A worker app created again with the same ids (ps-lite allows it) numbers
 // its requests on from the last one's, so that its pushes are neither taken
 // for late duplicates nor for pushes the dedup table holds.

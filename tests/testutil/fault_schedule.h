@@ -77,6 +77,10 @@ struct Workload {
   // must keep links in order (FaultPlan::fifo) and drop nothing, as the
   // copies rely on a connection's order and on a dead peer being detected.
   int replicas = 0;
+  // Keys not in equal steps (key i moved by i % 3), so that each server's
+  // part is no key run and, repeated, goes as a signature (key caching),
+  // and so do the copies of it.
+  bool uneven_keys = false;
 };
 
 struct Schedule {
@@ -423,7 +427,9 @@ inline Outcome RunSchedule(uint64_t seed, const Schedule& schedule,
   }
   std::vector<Key> keys(workload.keys);
   const Key step = kMaxKey / static_cast<Key>(workload.keys);
-  for (int i = 0; i < workload.keys; ++i) keys[i] = step * i + step / 2;
+  for (int i = 0; i < workload.keys; ++i) {
+    keys[i] = step * i + step / 2 + (workload.uneven_keys ? i % 3 : 0);
+  }
   const std::vector<float> ones(keys.size(), 1.0f);
   const std::vector<Range> ranges = cluster->worker(0)->GetServerKeyRanges();
   auto owner = [&ranges](Key k) {
