@@ -47,6 +47,18 @@ Message RawPush(int64_t ts, int to, const std::vector<Key>& keys,
   return m;
 }
 
+// 40 keys owned by server `id` under `ring`, not in equal steps (so a worker
+// may send them as a signature: docs/protocol.md, "Key caching").
+std::vector<Key> UnevenKeysOf(const KeyRing& ring, int id) {
+  std::vector<Key> keys;
+  const std::vector<Key> spread = SpreadKeys(4096);
+  for (size_t i = 0; i < spread.size() && keys.size() < 40; ++i) {
+    const Key k = spread[i] + i % 3;
+    if (ring.Owner(k) == id) keys.push_back(k);
+  }
+  return keys;
+}
+
 class ReplicationTest : public ::testing::Test {
  protected:
   void Form(int servers, int workers, int replicas, bool copyable = true,
@@ -108,6 +120,11 @@ class ReplicationTest : public ::testing::Test {
                          << " = " << out[0];
   }
   int ServerId(int rank) { return server_po_[rank]->node()->my_id(); }
+  // UnevenKeysOf the server of rank `rank`.
+  std::vector<Key> UnevenKeysOfRank(int rank) {
+    return UnevenKeysOf(*cluster_->worker(0)->node()->key_ring(),
+                        ServerId(rank));
+  }
   double Metric(Postoffice* po, const std::string& name) {
     return metrics::Registry::Sum(po->node()->metrics()->Collect(), name);
   }
@@ -357,33 +374,15 @@ TEST_F(ReplicationTest, ALateDuplicateOfAnAnsweredPushIsDropped) {
   EXPECT_EQ(Metric(server_po_[1], "ember_duplicate_pushes_total"), 1);
 }
 
-// 40 keys owned by server `id` under `ring`, not in equal steps (so a worker
-// may send them as a signature: docs/protocol.md, "Key caching").
-std::vector<Key> UnevenKeysOf(const KeyRing& ring, int id) {
-  std::vector<Key> keys;
-  const std::vector<Key> spread = SpreadKeys(4096);
-  for (size_t i = 0; i < spread.size() && keys.size() < 40; ++i) {
-    const Key k = spread[i] + i % 3;
-    if (ring.Owner(k) == id) keys.push_back(k);
-  }
-  return keys;
-}
-
 // Copies follow the worker's key caching: the owner forwards a key set the
 // worker asked it to keep asking the holder to keep it too, and a signed
 // push as the same signature, which the holder resolves. After the owner
 // dies, the heir answers every key exactly.
 TEST_F(ReplicationTest, CopiesOfSignedPushesGoSignedAndFailOverExactly) {
   Form(2, 1, 1);
-  TestWorker* w = workers_[0].get();
-  const std::vector<Key> keys =
-      UnevenKeysOf(*cluster_->worker(0)->node()->key_ring(), ServerId(0));
+  const std::vector<Key> keys = UnevenKeysOfRank(0);
   ASSERT_EQ(keys.size(), 40u);
-  const std::vector<float> ones(keys.size(), 1.0f);
-  // Keys, keys to keep, then three signatures.
-  for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(w->WaitBounded(w->Push(keys, ones)).ok());
-  }
+  PushOnes(keys, 5);  // Keys, keys to keep, then three signatures.
   EXPECT_EQ(Metric(server_po_[0], "ember_key_cache_hits_total"), 3);
   EXPECT_EQ(Metric(server_po_[1], "ember_key_cache_hits_total"), 3);
   EXPECT_EQ(Metric(server_po_[0], "ember_replica_copy_keys_resent_total"), 0);
@@ -399,19 +398,12 @@ TEST_F(ReplicationTest, CopiesOfSignedPushesGoSignedAndFailOverExactly) {
 // too, its heir answers every key exactly.
 TEST_F(ReplicationTest, ASignedCopyItsHolderDoesNotHoldGoesAgainWithItsKeys) {
   Form(3, 1, 1);
-  TestWorker* w = workers_[0].get();
-  const std::vector<Key> keys =
-      UnevenKeysOf(*cluster_->worker(0)->node()->key_ring(), ServerId(0));
+  const std::vector<Key> keys = UnevenKeysOfRank(0);
   ASSERT_EQ(keys.size(), 40u);
-  const std::vector<float> ones(keys.size(), 1.0f);
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(w->WaitBounded(w->Push(keys, ones)).ok());
-  }
+  PushOnes(keys, 3);
   EXPECT_EQ(Metric(server_po_[1], "ember_key_cache_hits_total"), 1);
   Kill(1);  // Server 0's holder: server 2 keeps its copies from now on.
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(w->WaitBounded(w->Push(keys, ones)).ok());
-  }
+  PushOnes(keys, 3);
   EXPECT_EQ(Metric(server_po_[0], "ember_replica_copy_keys_resent_total"), 1);
   EXPECT_EQ(Metric(server_po_[2], "ember_key_cache_misses_total"), 1);
   EXPECT_EQ(Metric(server_po_[2], "ember_key_cache_hits_total"), 2);
