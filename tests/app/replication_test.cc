@@ -59,6 +59,22 @@ std::vector<Key> UnevenKeysOf(const KeyRing& ring, int id) {
   return keys;
 }
 
+// The sum of metric `name` over node `po`'s series.
+double ServerMetric(Postoffice* po, const std::string& name) {
+  return metrics::Registry::Sum(po->node()->metrics()->Collect(), name);
+}
+
+// A CountingServer on each of the first `n` servers of `cluster`, in
+// creation order.
+std::vector<std::unique_ptr<CountingServer>> CountingServersOf(
+    InProcCluster* cluster, int n) {
+  std::vector<std::unique_ptr<CountingServer>> servers;
+  for (int i = 0; i < n; ++i) {
+    servers.push_back(std::make_unique<CountingServer>(cluster->server(i)));
+  }
+  return servers;
+}
+
 class ReplicationTest : public ::testing::Test {
  protected:
   void Form(int servers, int workers, int replicas, bool copyable = true,
@@ -126,7 +142,7 @@ class ReplicationTest : public ::testing::Test {
                         ServerId(rank));
   }
   double Metric(Postoffice* po, const std::string& name) {
-    return metrics::Registry::Sum(po->node()->metrics()->Collect(), name);
+    return ServerMetric(po, name);
   }
   void Kill(int rank) { cluster_->KillByHeartbeat(server_po_[rank]); }
 
@@ -420,10 +436,7 @@ TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysGetsEveryCopyWithItsKeys) {
     if (o->role == Role::kServer && o->rank_hint == 1) o->key_cache_mb = 0;
   });
   cluster.Start();
-  std::vector<std::unique_ptr<CountingServer>> servers;
-  for (int i = 0; i < 2; ++i) {
-    servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
-  }
+  auto servers = CountingServersOf(&cluster, 2);
   TestWorker w(0, 0, cluster.worker(0));
   Postoffice* owner = cluster.server(0);
   Postoffice* holder = cluster.server(1);
@@ -434,12 +447,9 @@ TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysGetsEveryCopyWithItsKeys) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(w.WaitBounded(w.Push(keys, ones)).ok());
   }
-  auto metric = [](Postoffice* po, const std::string& name) {
-    return metrics::Registry::Sum(po->node()->metrics()->Collect(), name);
-  };
-  EXPECT_EQ(metric(owner, "ember_key_cache_hits_total"), 3);
-  EXPECT_EQ(metric(owner, "ember_replica_copy_keys_resent_total"), 1);
-  EXPECT_EQ(metric(holder, "ember_key_cache_misses_total"), 1);
+  EXPECT_EQ(ServerMetric(owner, "ember_key_cache_hits_total"), 3);
+  EXPECT_EQ(ServerMetric(owner, "ember_replica_copy_keys_resent_total"), 1);
+  EXPECT_EQ(ServerMetric(holder, "ember_key_cache_misses_total"), 1);
   EXPECT_EQ(servers[1]->applied(), 5);
   cluster.KillByHeartbeat(owner);
   std::vector<float> out;
@@ -482,10 +492,7 @@ TEST(ReplicationDuplicates, ADuplicateWaitsForItsPushsCopy) {
   InProcCluster cluster(
       2, 1, [](Options* o) { o->replicas = 1; }, &net);
   cluster.Start();
-  std::vector<std::unique_ptr<CountingServer>> servers;
-  for (int i = 0; i < 2; ++i) {
-    servers.push_back(std::make_unique<CountingServer>(cluster.server(i)));
-  }
+  auto servers = CountingServersOf(&cluster, 2);
   TestWorker worker(0, 0, cluster.worker(0));
   Postoffice* owner = cluster.server(0);
   const int id = owner->node()->my_id();
