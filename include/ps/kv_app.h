@@ -6,8 +6,9 @@
 // (one message per server) unless a custom slicer is set. Calls return a
 // timestamp at once; Wait(ts) blocks until every server has answered, and a
 // callback, if given, runs on the worker's app thread before Wait returns.
-// When a server dies, Wait logs which and exits the process non-zero (ps-lite
-// has no error path); WaitStatus returns the failure instead.
+// When a server dies, or a request outlives EMBER_REQUEST_TIMEOUT_MS, Wait
+// logs which server and exits the process non-zero (ps-lite has no error
+// path); WaitStatus returns the failure instead.
 //
 // Buffers: Push/Pull/PushPull copy the caller's vectors (as in ps-lite); the
 // Z* variants share the caller's SArrays without copying, which must then not
@@ -167,6 +168,14 @@ class KVWorker : public SimpleApp {
   // Ember: blocks until the request completes and returns how it ended.
   [[nodiscard]] Status WaitStatus(int timestamp) {
     return core_->Wait(timestamp);
+  }
+  // Ember: the same, but gives up after `timeout_ms` with kDeadlineExceeded
+  // naming the servers that have not answered. The request stays open: its
+  // answers are still taken (and its callback run) when they come, and it
+  // may be waited for again. EMBER_REQUEST_TIMEOUT_MS instead fails the
+  // request itself (docs/configuration.md).
+  [[nodiscard]] Status WaitStatus(int timestamp, int64_t timeout_ms) {
+    return core_->WaitFor(timestamp, timeout_ms);
   }
 
   // Ember: ends this worker's current iteration (see ps/consistency.h):

@@ -185,6 +185,9 @@ class KVWorkerCore::Impl {
                        std::vector<std::pair<bool, RawKVs>> slices,
                        PullSink sink, Callback cb);
   Status Wait(int ts) { return app_->Wait(ts); }
+  Status WaitFor(int ts, int64_t timeout_ms) {
+    return app_->WaitFor(ts, timeout_ms);
+  }
   int64_t Clock();
   StatusOr<int64_t> JoinClock();
   int64_t clock() const { return clock_.load(); }
@@ -1591,6 +1594,10 @@ int KVWorkerCore::SubmitSliced(bool push, bool pull, int cmd, int priority,
 }
 
 Status KVWorkerCore::Wait(int timestamp) { return impl_->Wait(timestamp); }
+
+Status KVWorkerCore::WaitFor(int timestamp, int64_t timeout_ms) {
+  return impl_->WaitFor(timestamp, timeout_ms);
+}
 
 int KVWorkerCore::Clock() { return ApiTimestamp(impl_->Clock()); }
 

@@ -2,6 +2,10 @@
 
 #include <glog/logging.h>
 
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "node/node.h"
 #include "util/mutex.h"
 #include "util/thread_name.h"
@@ -146,6 +150,48 @@ void Customer::LogLongWaits(int64_t older_than_ms) {
     LOG(WARNING) << "app " << app_id_ << " (customer " << customer_id_
                  << "): and " << total - waits.size()
                  << " more requests waiting as long";
+  }
+}
+
+void Customer::Expire(int64_t older_than_ms) {
+  {
+    MutexLock lock(&mu_);
+    if (expire_queued_) return;  // The last one has not run yet.
+    expire_queued_ = true;
+  }
+  Event e;
+  e.expire_ms = older_than_ms;
+  if (!Enqueue(std::move(e))) {
+    MutexLock lock(&mu_);
+    expire_queued_ = false;
+  }
+}
+
+void Customer::FailExpired(int64_t older_than_ms) {
+  size_t total = 0;
+  std::vector<RequestTracker::LongWait> waits = tracker_.LongWaits(
+      older_than_ms, std::numeric_limits<size_t>::max(), &total);
+  FailureHandler handler;
+  {
+    MutexLock lock(&mu_);
+    handler = failure_handler_;
+  }
+  for (const RequestTracker::LongWait& w : waits) {
+    // Still being sent: its peers are not known yet, and the sender fails
+    // it itself if sending fails.
+    if (!w.expected) continue;
+    std::string whom;
+    for (int peer : w.peers) {
+      whom += (whom.empty() ? "" : ", ") + node_->Describe(peer);
+    }
+    Status status = Status::DeadlineExceeded(
+        "request " + std::to_string(w.timestamp) + " of app " +
+        std::to_string(app_id_) + " had no answer within " +
+        std::to_string(older_than_ms) + " ms (EMBER_REQUEST_TIMEOUT_MS) from " +
+        whom);
+    LOG(WARNING) << status.message();
+    tracker_.Fail(w.timestamp, status);
+    if (handler) handler(w.timestamp, status);
   }
 }
 
@@ -346,9 +392,13 @@ Status Customer::Wait(int64_t timestamp) {
 
 Status Customer::WaitFor(int64_t timestamp, int64_t timeout_ms) {
   Status s = tracker_.Wait(timestamp, timeout_ms);
+  // A request that failed with kDeadlineExceeded itself (FailExpired) is
+  // closed: its own status stands.
   if (s.code() != Status::Code::kDeadlineExceeded) return s;
+  std::vector<int> owed = tracker_.Owed(timestamp);
+  if (owed.empty()) return s;
   std::string who;
-  for (int peer : tracker_.Owed(timestamp)) {
+  for (int peer : owed) {
     who += (who.empty() ? "" : ", ") + node_->Describe(peer);
   }
   return Status::DeadlineExceeded("no answer within " +
@@ -376,6 +426,14 @@ void Customer::Handle(Event& e) {
     }
     LogLongWaits(e.watch_ms);
     if (handler) handler(e.watch_ms);
+    return;
+  }
+  if (e.expire_ms >= 0) {
+    {
+      MutexLock lock(&mu_);
+      expire_queued_ = false;
+    }
+    FailExpired(e.expire_ms);
     return;
   }
   if (e.worker_event != WorkerEvent::kNone) {

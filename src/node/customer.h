@@ -87,6 +87,14 @@ class Customer {
   // EMBER_WAIT_LOG_INTERVAL_MS.
   void Watch(int64_t older_than_ms);
 
+  // Fails, on the customer thread, every request of this customer that has
+  // been sent and has waited longer than `older_than_ms` for its answers,
+  // with kDeadlineExceeded naming the peers that still owe one (the
+  // failure handler runs for each, as for a dead peer). Called by a
+  // worker's node every heartbeat under EMBER_REQUEST_TIMEOUT_MS; never
+  // blocks, and one not yet handled is not queued twice.
+  void Expire(int64_t older_than_ms);
+
   // Runs on the customer thread at each Tick(): a server app sends again
   // what a membership change has not had acknowledged in time
   // (docs/replication.md, "Lost messages").
@@ -187,6 +195,7 @@ class Customer {
     bool fail_all = false;
     bool failover = false;      // with failed_peer: it failed over
     int64_t watch_ms = -1;      // >= 0: a Watch, not a message
+    int64_t expire_ms = -1;     // >= 0: an Expire, not a message
     bool tick = false;          // A Tick, not a message.
     bool ring_changed = false;  // The node's ring changed: not a message.
     // A worker's membership changed (worker_id): not a message.
@@ -195,6 +204,7 @@ class Customer {
     Status status;
   };
   void LogLongWaits(int64_t older_than_ms);
+  void FailExpired(int64_t older_than_ms);
   void Loop();
   // Waits for work inside the van (see Route::kKeep); false if the van
   // cannot be waited in now (then wait on the queue).
@@ -234,6 +244,7 @@ class Customer {
   RingHandler ring_handler_ GUARDED_BY(mu_);
   WorkerHandler worker_handler_ GUARDED_BY(mu_);
   bool watch_queued_ GUARDED_BY(mu_) = false;
+  bool expire_queued_ GUARDED_BY(mu_) = false;
   uint64_t queued_ GUARDED_BY(mu_) = 0;
   uint64_t handled_ GUARDED_BY(mu_) = 0;
   bool held_ GUARDED_BY(mu_) = false;

@@ -428,6 +428,7 @@ void Node::HeartbeatLoop() {
         last_watch_ms = now_ms;
         WatchWaits();
       }
+      ExpireRequests();
       TrimAfterFlood();
       lock.Lock();
       continue;
@@ -706,6 +707,15 @@ void Node::WatchWaits() {
     }
   }
   if (scheduler_) scheduler_->WatchWaits(interval);
+}
+
+void Node::ExpireRequests() {
+  const int64_t timeout = options_.request_timeout_ms;
+  if (timeout <= 0 || options_.role != Role::kWorker) return;
+  MutexLock lock(&mu_);
+  if (stopped_) return;
+  // Under mu_, so no customer is destroyed meanwhile; Expire only queues.
+  for (const auto& c : customers_) c.second->Expire(timeout);
 }
 
 Status Node::Barrier(int customer_id, int group) {

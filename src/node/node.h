@@ -198,6 +198,10 @@ class Node final : private SchedulerHost {
   // (Scheduler::WatchWaits). The heartbeat thread calls it once an
   // interval.
   void WatchWaits();
+  // A worker under EMBER_REQUEST_TIMEOUT_MS: has each customer fail the
+  // requests that have waited longer than that for their answers
+  // (Customer::Expire). The heartbeat thread calls it every beat.
+  void ExpireRequests() EXCLUDES(mu_);
   // Once a flood of dropped messages (at least kFloodTrimMessages since the
   // last trim) has ended, that is a whole beat without a new drop, returns
   // the freed heap malloc keeps to the kernel (malloc_trim): what ZeroMQ

@@ -403,6 +403,8 @@ StatusOr<Options> Options::FromEnvironment() {
   o.model_timeout_ms = model_timeout_s * 1000;
   PS_RETURN_IF_ERROR(ReadInt("EMBER_WAIT_LOG_INTERVAL_MS", nullptr, 0, 3600000,
                              &o.wait_log_interval_ms));
+  PS_RETURN_IF_ERROR(ReadInt("EMBER_REQUEST_TIMEOUT_MS", nullptr, 0, 86400000,
+                             &o.request_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_MISSING_APP_TIMEOUT_MS", nullptr, 1,
                              86400000, &o.missing_app_timeout_ms));
   PS_RETURN_IF_ERROR(ReadInt("EMBER_FINALIZE_TIMEOUT_MS", nullptr, 1, 3600000,
@@ -461,6 +463,14 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(ReadConsistency(&o.consistency));
   PS_RETURN_IF_ERROR(ChooseAddresses(&o));
   PS_RETURN_IF_ERROR(o.Validate());
+  // A deadline nothing would check (Node::ExpireRequests runs on the
+  // heartbeat thread; a program driving its own Options may call it).
+  if (o.request_timeout_ms > 0 && o.heartbeat_interval_ms <= 0) {
+    return Status::InvalidArgument(
+        "EMBER_REQUEST_TIMEOUT_MS needs heartbeats "
+        "(EMBER_HEARTBEAT_INTERVAL_MS > 0): the heartbeat thread checks the "
+        "deadline");
+  }
   return o;
 }
 

@@ -104,6 +104,11 @@ struct Options {
   // barrier, a server's held bsp/ssp pull, the cluster forming) is logged
   // with what it waits for and on whom; 0 never.
   int wait_log_interval_ms = 5000;  // EMBER_WAIT_LOG_INTERVAL_MS
+  // Workers: a request (push, pull, a SimpleApp request) that has not had
+  // every answer this long fails with kDeadlineExceeded, naming the
+  // servers that still owe one; checked every heartbeat. 0: no deadline
+  // (a long wait is only logged).
+  int request_timeout_ms = 0;  // EMBER_REQUEST_TIMEOUT_MS
   // How long a request may wait for its app to be created on this node
   // before it is answered kNotFound.
   int missing_app_timeout_ms = 10000;  // EMBER_MISSING_APP_TIMEOUT_MS

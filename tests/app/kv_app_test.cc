@@ -14,6 +14,7 @@
 #include "ps/ps.h"
 #include "testutil/inproc_cluster.h"
 #include "testutil/log_capture.h"
+#include "util/mutex.h"
 
 namespace ps {
 namespace {
@@ -44,6 +45,27 @@ class KVAppTest : public ::testing::Test {
     servers_[rank]->set_request_handle(
         [](const KVMeta&, const KVPairs<float>&, KVServer<float>*) {});
   }
+  // Server `rank`'s handle keeps every request unanswered until Answer.
+  void Hold(int rank) {
+    servers_[rank]->set_request_handle(
+        [this](const KVMeta& meta, const KVPairs<float>&, KVServer<float>*) {
+          MutexLock lock(&held_mu_);
+          held_.push_back(meta);
+        });
+  }
+  size_t HeldCount() {
+    MutexLock lock(&held_mu_);
+    return held_.size();
+  }
+  // Answers (empty) every request server `rank` holds.
+  void Answer(int rank) {
+    std::vector<KVMeta> held;
+    {
+      MutexLock lock(&held_mu_);
+      held.swap(held_);
+    }
+    for (const KVMeta& meta : held) servers_[rank]->Response(meta);
+  }
   // Ends a test in which a member died: no final barrier.
   void DropClusterWithoutBarrier() {
     workers_.clear();
@@ -67,6 +89,8 @@ class KVAppTest : public ::testing::Test {
   std::unique_ptr<InProcCluster> cluster_;
   std::vector<std::unique_ptr<KVServer<float>>> servers_;
   std::vector<std::unique_ptr<KVWorker<float>>> workers_;
+  Mutex held_mu_;
+  std::vector<KVMeta> held_ GUARDED_BY(held_mu_);
 };
 
 std::vector<Key> RandomKeys(size_t n, uint64_t seed) {
@@ -701,6 +725,59 @@ TEST_F(KVAppTest, DeadServerFailsPendingRequestsNamingIt) {
   Status again = kv->WaitStatus(kv->Pull(keys, &out));
   EXPECT_EQ(again.code(), Status::Code::kUnavailable) << again;
   DropClusterWithoutBarrier();
+}
+
+// WaitStatus with a timeout gives up on the wait, naming who has not
+// answered, but not on the request: its answer completes it later.
+TEST_F(KVAppTest, WaitStatusWithATimeoutGivesUpOnTheWaitNotTheRequest) {
+  Form(2, 1);
+  Hold(1);
+  KVWorker<float>* kv = Worker(0);
+  std::vector<Key> keys = RandomKeys(100, 6);
+  int ts = kv->Push(keys, std::vector<float>(keys.size(), 1.0f));
+  // Once server 0 has answered, only server 1 is named.
+  Status s;
+  ASSERT_TRUE(WaitUntil([&] {
+    s = kv->WaitStatus(ts, 1);
+    return s.message().find("server 0") == std::string::npos;
+  }));
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("server 1"), std::string::npos) << s;
+  ASSERT_TRUE(WaitUntil([&] { return HeldCount() == 1; }));
+  Answer(1);
+  EXPECT_TRUE(kv->WaitStatus(ts, 60000).ok());
+}
+
+// EMBER_REQUEST_TIMEOUT_MS: a request without its answers in time fails,
+// naming the server that owes one, and Wait no longer waits; an answer that
+// comes after is ignored, and later requests go on.
+TEST_F(KVAppTest, ARequestPastTheRequestTimeoutFailsNamingTheServer) {
+  Form(2, 1, [](Options* o) { o->request_timeout_ms = 1; });
+  Hold(1);
+  KVWorker<float>* kv = Worker(0);
+  // Keys of server 1 only.
+  const Range r = cluster_->worker(0)->GetServerKeyRanges()[1];
+  std::vector<Key> keys = {r.begin(), r.begin() + 1, r.end() - 1};
+  std::vector<float> out;
+  int ts = kv->Pull(keys, &out);
+  ASSERT_TRUE(WaitUntil([&] { return HeldCount() == 1; }));
+  Node* node = cluster_->worker(0)->node();
+  Status s;
+  ASSERT_TRUE(WaitUntil([&] {
+    node->ExpireRequests();
+    s = kv->WaitStatus(ts, 0);
+    return s.message().find("EMBER_REQUEST_TIMEOUT_MS") != std::string::npos;
+  }));
+  EXPECT_EQ(s.code(), Status::Code::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("server 1"), std::string::npos) << s;
+  EXPECT_EQ(kv->WaitStatus(ts).code(), Status::Code::kDeadlineExceeded);
+  // The held request's answer comes too late and changes nothing.
+  Answer(1);
+  servers_[1]->set_request_handle(KVServerDefaultHandle<float>());
+  std::vector<float> ones(keys.size(), 1.0f);
+  ASSERT_TRUE(kv->WaitStatus(kv->Push(keys, ones)).ok());
+  ASSERT_TRUE(kv->WaitStatus(kv->Pull(keys, &out)).ok());
+  EXPECT_EQ(out, ones);
 }
 
 // EMBER_MAX_KEYS_PER_REQUEST: a worker refuses to send more keys, and a

@@ -51,6 +51,7 @@ const char* const kVariables[] = {
     "EMBER_CLUSTER_TOKEN_FILE",
     "EMBER_MODEL_TIMEOUT",
     "EMBER_WAIT_LOG_INTERVAL_MS",
+    "EMBER_REQUEST_TIMEOUT_MS",
     "EMBER_MAX_FRAME_MB",
     "EMBER_MAX_KEYS_PER_REQUEST",
     "EMBER_RECEIVE_QUEUE",
@@ -332,6 +333,7 @@ TEST_F(OptionsTest, OutOfRangeOptionalIntegersAreInvalidArgument) {
   ExpectEachRejected("EMBER_SPIN_US", {"-1", "1000001", "200us"});
   ExpectEachRejected("EMBER_MODEL_TIMEOUT", {"0", "86401"});
   ExpectEachRejected("EMBER_WAIT_LOG_INTERVAL_MS", {"-1", "3600001"});
+  ExpectEachRejected("EMBER_REQUEST_TIMEOUT_MS", {"-1", "86400001", "5s"});
   ExpectEachRejected("EMBER_MAX_FRAME_MB", {"0", "1048577", "1G"});
   ExpectEachRejected("EMBER_MAX_KEYS_PER_REQUEST", {"0", "2147483648"});
   ExpectEachRejected("EMBER_RECEIVE_QUEUE", {"-1", "16777217"});
@@ -346,6 +348,21 @@ TEST_F(OptionsTest, HeartbeatTimeoutBelowTwiceIntervalIsInvalidArgument) {
   unsetenv("EMBER_HEARTBEAT_TIMEOUT_MS");
   Set("EMBER_HEARTBEAT_INTERVAL_MS", "2001");
   ExpectRejected("EMBER_HEARTBEAT_TIMEOUT_MS");
+}
+
+// The heartbeat thread checks the request deadline: without heartbeats it
+// would never fire, so asking for one is refused.
+TEST_F(OptionsTest, RequestTimeoutIsReadAndNeedsHeartbeats) {
+  SetRequired();
+  StatusOr<Options> plain = Options::FromEnvironment();
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain.value().request_timeout_ms, 0);
+  Set("EMBER_REQUEST_TIMEOUT_MS", "30000");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o.value().request_timeout_ms, 30000);
+  Set("EMBER_HEARTBEAT_INTERVAL_MS", "0");
+  ExpectRejected("EMBER_REQUEST_TIMEOUT_MS needs heartbeats");
 }
 
 TEST_F(OptionsTest, HeartbeatTimeoutOfExactlyTwiceIntervalIsAccepted) {

@@ -59,6 +59,9 @@ class KVWorkerCore {
   // Blocks until the request completes or fails (a dead server, an error
   // answer, bad arguments).
   Status Wait(int timestamp);
+  // Wait, giving up after `timeout_ms` (kDeadlineExceeded); the request
+  // stays open.
+  Status WaitFor(int timestamp, int64_t timeout_ms);
 
   // Ends the current iteration: tells every server and returns the
   // timestamp of that notice. Later requests carry the new clock.
