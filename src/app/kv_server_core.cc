@@ -183,8 +183,9 @@ class KVServerCore::Impl {
          "Copies sent as a key signature that their holder did not hold, "
          "sent again with their keys"},
         {&duplicates_, "ember_duplicate_pushes_total",
-         "Pushes received again (resent after failover, or delivered twice) "
-         "and answered without being applied"},
+         "Pushes and copies received again (resent after failover, delivered "
+         "twice, or late) and not applied again: a push is answered, a late "
+         "copy dropped"},
         {&key_cache_hits_, "ember_key_cache_hits_total",
          "Requests whose keys came as a signature of keys kept here"},
         {&key_cache_misses_, "ember_key_cache_misses_total",
@@ -846,11 +847,13 @@ class KVServerCore::Impl {
       locals_.emplace(ts, std::move(local));
     }
     std::vector<int> unsent;
+    CopyHow how;
+    how.order = order;
+    how.pushed_below = meta.pushed_below;
     for (int t : targets) {
-      const Relay keys = CopyKeysTo(t, relay);
-      Status st = ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below,
-                              order, /*epoch=*/0, /*attempt=*/0, /*seq=*/0,
-                              meta.pushed_below, &keys);
+      how.keys = CopyKeysTo(t, relay);
+      Status st =
+          ForwardCopy(t, ts, whose, *req, origin_ts, meta.done_below, how);
       if (!st.ok()) {
         LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
                      << st;
@@ -881,24 +884,34 @@ class KVServerCore::Impl {
     return false;
   }
 
+  // How ForwardCopy sends a copy, beyond what it copies.
+  struct CopyHow {
+    // What is known of the push's keys (AddKVFrames).
+    KeyOrder order = KeyOrder::kUnknown;
+    // A hand-over's deferred push: the ring it moves keys under (0: none;
+    // HoldIfAhead).
+    uint64_t epoch = 0;
+    // Its sending and place within a state copy or hand-over (0: none, a
+    // push's copy).
+    int64_t attempt = 0;
+    int seq = 0;
+    // The worker's (Meta::pushed_below) on a fresh push; a push the
+    // controller holds says whether it is committed itself.
+    int64_t pushed_below = 0;
+    // How its keys go (CopyKeysTo); by default with the copy, not kept.
+    Relay keys;
+  };
+
   // Sends target `t` a copy of push `req` (the worker's timestamp
-  // `origin_ts`) of the data of server `whose`, under local timestamp `ts`;
-  // `order` is what is known of its keys (AddKVFrames).
-  // `epoch`: a hand-over's deferred push, the ring it moves keys under (0:
-  // none; HoldIfAhead).
-  // `attempt`, `seq`: its sending and place within a copy or hand-over (0:
-  // none, a push's copy).
-  // `pushed_below`: the worker's (Meta::pushed_below) on a fresh push; a
-  // push the controller holds says whether it is committed itself.
+  // `origin_ts`, its done_below) of the data of server `whose`, under local
+  // timestamp `ts`.
   Status ForwardCopy(int t, int64_t ts, int whose, const RawRequest& req,
                      int64_t origin_ts, int64_t done_below,
-                     KeyOrder order = KeyOrder::kUnknown, uint64_t epoch = 0,
-                     int64_t attempt = 0, int seq = 0, int64_t pushed_below = 0,
-                     const Relay* keys = nullptr) {
+                     const CopyHow& how) {
     Message m = AppMessage(app_->app_id(), app_->customer_id(), ts, t,
                            /*request=*/true);
     m.meta.push = true;
-    m.meta.epoch = epoch;
+    m.meta.epoch = how.epoch;
     m.meta.cmd = req.cmd;
     m.meta.clock = req.clock;
     m.meta.value_bytes = static_cast<int>(value_bytes_);
@@ -908,16 +921,15 @@ class KVServerCore::Impl {
     m.meta.origin_timestamp = origin_ts;
     m.meta.handed_from = req.handed_from;
     m.meta.done_below = done_below;
-    m.meta.copy_attempt = attempt;
-    m.meta.copy_seq = seq;
-    m.meta.pushed_below = pushed_below;
+    m.meta.copy_attempt = how.attempt;
+    m.meta.copy_seq = how.seq;
+    m.meta.pushed_below = how.pushed_below;
     m.meta.committed = req.committed;
-    const int mode = keys != nullptr ? keys->mode : kKeyCacheNone;
-    if (mode == kKeyCacheSigned) {
-      AddSignedKVFrames(req.kvs, keys->sig, &m);
+    if (how.keys.mode == kKeyCacheSigned) {
+      AddSignedKVFrames(req.kvs, how.keys.sig, &m);
     } else {
-      AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, order);
-      if (mode == kKeyCacheKeep) m.meta.key_cache = kKeyCacheKeep;
+      AddKVFrames(req.kvs, &m, /*keys_as_requested=*/false, how.order);
+      if (how.keys.mode == kKeyCacheKeep) m.meta.key_cache = kKeyCacheKeep;
     }
     return app_->node()->Send(std::move(m));
   }
@@ -1051,12 +1063,12 @@ class KVServerCore::Impl {
     }
     if (!copy) return;  // Not a signed copy's: a stray answer.
     copy_keys_resent_->Add();
-    Relay keep;
-    if (!off) keep.mode = kKeyCacheKeep;
+    CopyHow how;
+    how.order = copy->order;
+    how.pushed_below = copy->pushed_below;
+    if (!off) how.keys.mode = kKeyCacheKeep;
     Status st = ForwardCopy(t, meta.timestamp, copy->whose, copy->req,
-                            copy->origin_ts, copy->done_below, copy->order,
-                            /*epoch=*/0, /*attempt=*/0, /*seq=*/0,
-                            copy->pushed_below, &keep);
+                            copy->origin_ts, copy->done_below, how);
     if (!st.ok()) {
       LOG(WARNING) << "cannot forward a copy of a push to node " << t << ": "
                    << st;
@@ -1300,8 +1312,10 @@ class KVServerCore::Impl {
       for (const RawRequest& r : deferred) {
         if (!st.ok()) break;
         const int whose = r.replica_of != 0 ? r.replica_of : me;
-        st = ForwardCopy(t, ts, whose, r, OriginTs(r), 0, KeyOrder::kUnknown, 0,
-                         attempt, ++seq);
+        CopyHow how;
+        how.attempt = attempt;
+        how.seq = ++seq;
+        st = ForwardCopy(t, ts, whose, r, OriginTs(r), 0, how);
       }
       if (st.ok()) st = SendState(t, ts, 2, dedup_frame, 0, 0, attempt, ++seq);
       if (!st.ok()) {
@@ -1733,6 +1747,9 @@ class KVServerCore::Impl {
       MutexLock lock(&mu_);
       prev = handover_ring_;
       handover_ring_ = ring;
+      // A holder may have come back with a key cache: sign copies to every
+      // holder again (one refusal each from those that still keep none).
+      if (prev != ring) copy_keys_off_.clear();
     }
     if (!prev || !ring || prev == ring) return;
     // Every ring installed since the last one handled, in turn: a failover
@@ -1916,8 +1933,11 @@ class KVServerCore::Impl {
     }
     for (const RawRequest& r : body.deferred) {
       if (!st.ok()) break;
-      st = ForwardCopy(to, ts, to, r, OriginTs(r), 0, KeyOrder::kUnknown, epoch,
-                       attempt, ++seq);
+      CopyHow how;
+      how.epoch = epoch;
+      how.attempt = attempt;
+      how.seq = ++seq;
+      st = ForwardCopy(to, ts, to, r, OriginTs(r), 0, how);
     }
     if (st.ok()) {
       st = SendState(to, ts, 4, SArray<char>(), whose, epoch, attempt, ++seq);

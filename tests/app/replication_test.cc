@@ -458,6 +458,40 @@ TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysGetsEveryCopyWithItsKeys) {
   servers.clear();  // A member died: no final barrier.
 }
 
+// After a ring change the owner signs copies to such a holder again (it may
+// have come back with a cache): one more refusal, one more resend, and
+// every key stays exact.
+TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysIsAskedAgainAfterARingChange) {
+  InProcCluster cluster(3, 1, [](Options* o) {
+    o->replicas = 1;
+    if (o->role == Role::kServer && o->rank_hint == 1) o->key_cache_mb = 0;
+  });
+  cluster.Start();
+  auto servers = CountingServersOf(&cluster, 3);
+  TestWorker w(0, 0, cluster.worker(0));
+  Postoffice* owner = cluster.server(0);
+  Postoffice* holder = cluster.server(1);
+  const KeyRing& ring = *cluster.worker(0)->node()->key_ring();
+  ASSERT_EQ(ring.ReplicaTargets(owner->node()->my_id()),
+            std::vector<int>{holder->node()->my_id()});
+  const std::vector<Key> keys = UnevenKeysOf(ring, owner->node()->my_id());
+  const std::vector<float> ones(keys.size(), 1.0f);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(w.WaitBounded(w.Push(keys, ones)).ok());
+  }
+  EXPECT_EQ(ServerMetric(owner, "ember_replica_copy_keys_resent_total"), 1);
+  cluster.KillByHeartbeat(cluster.server(2));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(w.WaitBounded(w.Push(keys, ones)).ok());
+  }
+  EXPECT_EQ(ServerMetric(owner, "ember_replica_copy_keys_resent_total"), 2);
+  EXPECT_EQ(ServerMetric(holder, "ember_key_cache_misses_total"), 2);
+  std::vector<float> out;
+  ASSERT_TRUE(w.WaitBounded(w.Pull(keys, &out)).ok());
+  EXPECT_EQ(out, std::vector<float>(keys.size(), 10.0f));
+  servers.clear();  // A member died: no final barrier.
+}
+
 // A worker app created again with the same ids (ps-lite allows it) numbers
 // its requests on from the last one's, so that its pushes are neither taken
 // for late duplicates nor for pushes the dedup table holds.
