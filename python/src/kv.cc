@@ -4,7 +4,10 @@
 // caller's arrays, a pull writes the answers straight into the caller's
 // `out`. The arrays stay referenced until the library lets them go, and must
 // not change until the request's wait() returns.
+#include <pybind11/stl.h>
+
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "common.h"
@@ -23,7 +26,8 @@ class KVWorkerBase {
   virtual int PushPull(const py::array& keys, const py::array& vals,
                        const py::array& out, const py::object& lens, int cmd,
                        int priority) = 0;
-  virtual py::object Wait(int timestamp) = 0;
+  // `timeout`: seconds, or None to wait until the request ends.
+  virtual py::object Wait(int timestamp, std::optional<double> timeout) = 0;
   virtual int Clock() = 0;
   virtual int64_t CurrentClock() const = 0;
   virtual size_t Outstanding() = 0;
@@ -126,14 +130,24 @@ class KVWorkerImpl : public KVWorkerBase {
     return Track(ts, std::move(pending));
   }
 
-  py::object Wait(int timestamp) override {
+  py::object Wait(int timestamp, std::optional<double> timeout) override {
+    if (timeout && !(*timeout >= 0 && *timeout <= 86400.0)) {
+      throw py::value_error("timeout must be None or 0 to 86400 seconds");
+    }
     ps::Status s;
     std::unique_ptr<Pending> done;
+    bool kept = false;
     {
       py::gil_scoped_release nogil;
-      s = worker_->WaitStatus(timestamp);
+      s = timeout ? worker_->WaitStatus(timestamp,
+                                        static_cast<int64_t>(*timeout * 1000.0))
+                  : worker_->WaitStatus(timestamp);
+      // A bounded wait that gave up (or a request that failed so,
+      // EMBER_REQUEST_TIMEOUT_MS): the request may be waited for again, so
+      // its outputs stay pinned.
+      kept = timeout && s.code() == ps::Status::Code::kDeadlineExceeded;
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = pending_.find(timestamp);
+      auto it = kept ? pending_.end() : pending_.find(timestamp);
       if (it != pending_.end()) {
         done = std::move(it->second);
         pending_.erase(it);
@@ -286,7 +300,12 @@ then.)doc")
       .def("push_pull", &KVWorkerBase::PushPull, py::arg("keys"),
            py::arg("vals"), py::arg("out"), py::arg("lens") = py::none(),
            py::arg("cmd") = 0, py::arg("priority") = 0)
-      .def("wait", &KVWorkerBase::Wait, py::arg("timestamp"))
+      .def("wait", &KVWorkerBase::Wait, py::arg("timestamp"),
+           py::arg("timeout") = py::none(),
+           "Blocks until the request ends; returns a pull's values. With a "
+           "timeout (seconds), raises DeadlineExceededError if it has not "
+           "ended by then; the request stays outstanding and may be waited "
+           "for again.")
       .def("clock", &KVWorkerBase::Clock,
            "Ends this worker's iteration (consistency modes); returns a "
            "timestamp to wait on.")

@@ -401,9 +401,9 @@ Status Customer::WaitFor(int64_t timestamp, int64_t timeout_ms) {
   for (int peer : owed) {
     who += (who.empty() ? "" : ", ") + node_->Describe(peer);
   }
-  return Status::DeadlineExceeded("no answer within " +
-                                  std::to_string(timeout_ms / 1000) +
-                                  " s from " + who);
+  return Status::DeadlineExceeded(
+      "request " + std::to_string(timestamp) + " had no answer within " +
+      std::to_string(timeout_ms) + " ms from " + who + " (still open)");
 }
 
 void Customer::Handle(Event& e) {

@@ -201,7 +201,8 @@ def check_model():
 def check_gil():
     """The GIL is free while a wait blocks: under bsp (app 3) worker 0's pull
     at clock 1 is held until worker 1 ends its iteration, 0.5 s later;
-    meanwhile a Python thread of worker 0 keeps counting."""
+    meanwhile a Python thread of worker 0 keeps counting. A wait with a
+    timeout gives up on the held pull, which stays outstanding."""
     import threading
     import time
     w = ember.KVWorker(3)
@@ -224,7 +225,12 @@ def check_gil():
     time.sleep(0.01)
     start = time.monotonic()
     before = count[0]
-    got = w.wait(w.pull(keys))
+    ts = w.pull(keys)
+    e = expect(ember.DeadlineExceededError,
+               lambda: w.wait(ts, timeout=0.05), "no answer within")
+    assert isinstance(e, TimeoutError)
+    assert w.outstanding == 1
+    got = w.wait(ts)
     during = count[0] - before
     held = time.monotonic() - start
     stop.set()
