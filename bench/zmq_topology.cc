@@ -47,7 +47,16 @@
 // copies are unacknowledged, the pushes it receives wait, and go on to the
 // successor together in one message (one acknowledgement for all) when the
 // acknowledgement comes; copy_messages in the RESULT line counts those
-// messages. --copy_keys=false leaves the keys frame out of every copy and
+// messages. --forward=coalesce is --forward=batch sending, for each client
+// in a batch, only its latest push's keys and values (with every held
+// push's header, in one frame): the pattern of replicating the state of a
+// key set a client repeats rather than each push to it (the holder
+// overwriting the rows with the owner's values), whose copies shrink with
+// the batch. --forward=async is --forward=ack answering the client at once,
+// without waiting for the acknowledgement: the pattern of a worker that
+// keeps each push until its copy is known to be held (it would learn so
+// later) and so gets its answer first. --copy_keys=false leaves the keys frame
+// out of every copy and
 // --request_keys=false sends an 8-byte keys frame in each request: what the
 // paper's key caching (the receiver knowing a request's keys already) could
 // save at most (docs/replication.md, "Measured: batched copies").
@@ -62,6 +71,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -96,7 +106,10 @@ DEFINE_string(forward, "none",
               "server and answers after the successor's acknowledgement; "
               "batch: as ack, but the pushes that come while a copy is "
               "unacknowledged wait and go on together in one message; "
-              "chain: the successor answers the client");
+              "coalesce: as batch, with only each client's latest keys and "
+              "values; async: as ack, but the client is answered at once, "
+              "not after the acknowledgement; chain: the successor answers "
+              "the client");
 DEFINE_bool(copy_keys, true,
             "false: a forwarded copy leaves out its keys frame, as if the "
             "successor knew the keys already (the paper's key caching)");
@@ -259,6 +272,7 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
   void* to_predecessor = nullptr;
   const bool forward = FLAGS_forward != "none";
   const bool chain = FLAGS_forward == "chain";
+  const bool async = FLAGS_forward == "async";
   if (forward) {
     std::vector<int> peers(FLAGS_servers);
     for (int s = 0; s < FLAGS_servers; ++s) {
@@ -287,14 +301,61 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
   ForwardStats stats{index, 0, 0, 0, 0};
   // --forward=batch: the pushes waiting for the copies in flight, and the
   // headers of those in flight (answered when their batch is acknowledged).
-  const bool batch = FLAGS_forward == "batch";
+  const bool coalesce = FLAGS_forward == "coalesce";
+  const bool batch = FLAGS_forward == "batch" || coalesce;
   struct Held {
     Header header;
     zmq_msg_t keys, values;
   };
   std::vector<Held> waiting;
   std::vector<Header> in_flight;
+  auto send_coalesced = [&]() {
+    Header b{};
+    b.kind = kCopy;
+    b.from = static_cast<uint8_t>(index);
+    b.slot = static_cast<uint32_t>(waiting.size());
+    SendFrame(to_successor, &b, sizeof(b), true);
+    std::vector<Header> headers;
+    std::vector<size_t> latest;  // per client, its last push in `waiting`
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      headers.push_back(waiting[i].header);
+      in_flight.push_back(waiting[i].header);
+      size_t j = 0;
+      while (j < latest.size() &&
+             waiting[latest[j]].header.client != waiting[i].header.client) {
+        ++j;
+      }
+      if (j == latest.size()) latest.push_back(i);
+      latest[j] = i;
+    }
+    std::sort(latest.begin(), latest.end());  // the order they are sent in
+    SendFrame(to_successor, headers.data(), headers.size() * sizeof(Header),
+              true);
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      Held& held = waiting[i];
+      const auto at = std::find(latest.begin(), latest.end(), i);
+      if (at == latest.end()) {
+        zmq_msg_close(&held.keys);
+        zmq_msg_close(&held.values);
+        continue;
+      }
+      const bool last = at + 1 == latest.end();
+      if (FLAGS_copy_keys) {
+        zmq_msg_send(&held.keys, to_successor, ZMQ_SNDMORE);
+      } else {
+        zmq_msg_close(&held.keys);
+      }
+      zmq_msg_send(&held.values, to_successor, last ? 0 : ZMQ_SNDMORE);
+    }
+    stats.forwarded += waiting.size();
+    ++stats.messages;
+    waiting.clear();
+  };
   auto send_batch = [&]() {
+    if (coalesce) {
+      send_coalesced();
+      return;
+    }
     Header b{};
     b.kind = kCopy;
     b.from = static_cast<uint8_t>(index);
@@ -366,8 +427,10 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
       continue;
     }
     if (h.kind == kCopyAck) {
-      // The successor holds the copy: answer the client now.
+      // The successor holds the copy: answer the client now (async: it
+      // was answered already).
       ++stats.acked;
+      if (async) continue;
       h.kind = kRequest;
       SendFrame(to_client[h.client], &h, sizeof(h), false);
       continue;
@@ -398,6 +461,10 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
         zmq_msg_send(&frames[i], to_successor, i + 1 < n ? ZMQ_SNDMORE : 0);
       }
       ++stats.forwarded;
+      if (async) {
+        h.kind = kRequest;
+        SendFrame(to_client[h.client], &h, sizeof(h), false);
+      }
       continue;
     }
     const size_t keys =
@@ -547,12 +614,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (FLAGS_forward != "none" && FLAGS_forward != "ack" &&
-      FLAGS_forward != "chain" && FLAGS_forward != "batch") {
+      FLAGS_forward != "chain" && FLAGS_forward != "batch" &&
+      FLAGS_forward != "coalesce" && FLAGS_forward != "async") {
     std::fprintf(stderr,
-                 "zmq_topology: --forward is none, ack, batch or chain\n");
+                 "zmq_topology: --forward is none, ack, batch, coalesce, "
+                 "async or chain\n");
     return 1;
   }
   const bool forward = FLAGS_forward != "none";
+  const bool async = FLAGS_forward == "async";
   if (forward && (FLAGS_servers < 2 || FLAGS_servers > 255 ||
                   FLAGS_replies != "separate")) {
     std::fprintf(stderr,
@@ -560,8 +630,11 @@ int main(int argc, char** argv) {
                  "--replies=separate\n");
     return 1;
   }
-  if (FLAGS_forward == "batch" && FLAGS_max_frame > 0) {
-    std::fprintf(stderr, "zmq_topology: --forward=batch needs --max_frame=0\n");
+  if ((FLAGS_forward == "batch" || FLAGS_forward == "coalesce") &&
+      FLAGS_max_frame > 0) {
+    std::fprintf(stderr,
+                 "zmq_topology: --forward=batch and coalesce need "
+                 "--max_frame=0\n");
     return 1;
   }
   if (FLAGS_curve && zmq_curve_keypair(g_public, g_secret) != 0) {
@@ -630,7 +703,10 @@ int main(int argc, char** argv) {
       ForwardStats st;
       if (read(stats[0], &st, sizeof(st)) != sizeof(st)) return 1;
       // Under chain the successor answers the client: no acknowledgements.
-      if (st.acked != (FLAGS_forward != "chain" ? st.forwarded : 0)) {
+      // Under async the last copies may still be under way when the
+      // servers count (nothing waited for them).
+      const uint64_t want = FLAGS_forward != "chain" ? st.forwarded : 0;
+      if (async ? st.acked > want : st.acked != want) {
         std::fprintf(stderr,
                      "zmq_topology: server %d forwarded %llu copies, %llu "
                      "acknowledged\n",
@@ -642,7 +718,8 @@ int main(int argc, char** argv) {
       copy_messages += st.messages;
       received += st.received;
     }
-    if (received != copies || (copies == 0 && FLAGS_mode == "push")) {
+    if ((async ? received > copies : received != copies) ||
+        (copies == 0 && FLAGS_mode == "push")) {
       std::fprintf(stderr,
                    "zmq_topology: %llu copies forwarded, %llu received\n",
                    static_cast<unsigned long long>(copies),

@@ -3,11 +3,12 @@
 # (docs/performance.md, docs/replication.md) still run and print what
 # scripts/bench_multi.py reads: zmq_topology with --curve (and with two I/O
 # threads) moves requests and says so, refuses --io_threads=0;
-# zmq_topology --forward=ack, =chain and =batch (with and without keys in
-# the copies, and requests without keys) forward every push to the next
-# server (it exits non-zero unless every copy forwarded was received, and
-# acknowledged under ack and batch), refuses to forward with one server or
-# to batch frames it splits; cipher_bench
+# zmq_topology --forward=ack, =chain, =batch, =coalesce and =async (with and
+# without keys in the copies, and requests without keys) forward every push
+# to the next server (it exits non-zero unless every copy forwarded was
+# received, and acknowledged under ack, batch and coalesce; under async no
+# more than were forwarded), refuses to forward with one server or to
+# batch frames it splits; cipher_bench
 # prints a rate for every cipher. No figure is judged.
 # usage: ceiling_bench_smoke_test.sh ZMQ_TOPOLOGY [CIPHER_BENCH]
 set -u
@@ -46,6 +47,7 @@ else
 fi
 
 for variant in ack chain batch "batch --copy_keys=false" \
+  "coalesce --copy_keys=false" "async --copy_keys=false" \
   "ack --request_keys=false"; do
   set -- $variant
   forward=$1
@@ -60,10 +62,13 @@ for variant in ack chain batch "batch --copy_keys=false" \
     line=$(grep "^RESULT baseline=zmq_topology" "$out")
     copies=$(echo "$line" | sed -E 's/.* copies=([0-9]+) .*/\1/')
     messages=$(echo "$line" | sed -E 's/.* copy_messages=([0-9]+) .*/\1/')
-    # One message a copy, except that batch sends several in one.
-    if [ "$forward" = batch ] && [ "$messages" -gt "$copies" ]; then
+    # One message a copy, except that batch and coalesce send several in
+    # one.
+    batched=0
+    [ "$forward" = batch ] || [ "$forward" = coalesce ] && batched=1
+    if ((batched)) && [ "$messages" -gt "$copies" ]; then
       fail "zmq_topology --forward=$variant: $messages messages for $copies copies"
-    elif [ "$forward" != batch ] && [ "$messages" -ne "$copies" ]; then
+    elif ((!batched)) && [ "$messages" -ne "$copies" ]; then
       fail "zmq_topology --forward=$variant: $messages messages for $copies copies"
     else
       echo "ceiling_bench_smoke_test: ok: zmq_topology --forward=$variant"
