@@ -427,21 +427,29 @@ TEST_F(ReplicationTest, ASignedCopyItsHolderDoesNotHoldGoesAgainWithItsKeys) {
   ExpectAll(keys, 6);
 }
 
+// A started cluster of `servers` servers and one worker with one copy of
+// each server's data, in which server 1 keeps no keys
+// (EMBER_KEY_CACHE_MB=0).
+std::unique_ptr<InProcCluster> StartWithServer1KeepingNoKeys(int servers) {
+  auto cluster = std::make_unique<InProcCluster>(servers, 1, [](Options* o) {
+    o->replicas = 1;
+    if (o->role == Role::kServer && o->rank_hint == 1) o->key_cache_mb = 0;
+  });
+  cluster->Start();
+  return cluster;
+}
+
 // A holder that keeps no keys (EMBER_KEY_CACHE_MB=0) refuses a signed copy
 // saying so: the owner sends it again with its keys, and every later copy
 // to that holder carries its keys.
 TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysGetsEveryCopyWithItsKeys) {
-  InProcCluster cluster(2, 1, [](Options* o) {
-    o->replicas = 1;
-    if (o->role == Role::kServer && o->rank_hint == 1) o->key_cache_mb = 0;
-  });
-  cluster.Start();
-  auto servers = CountingServersOf(&cluster, 2);
-  TestWorker w(0, 0, cluster.worker(0));
-  Postoffice* owner = cluster.server(0);
-  Postoffice* holder = cluster.server(1);
+  std::unique_ptr<InProcCluster> cluster = StartWithServer1KeepingNoKeys(2);
+  auto servers = CountingServersOf(cluster.get(), 2);
+  TestWorker w(0, 0, cluster->worker(0));
+  Postoffice* owner = cluster->server(0);
+  Postoffice* holder = cluster->server(1);
   const std::vector<Key> keys = UnevenKeysOf(
-      *cluster.worker(0)->node()->key_ring(), owner->node()->my_id());
+      *cluster->worker(0)->node()->key_ring(), owner->node()->my_id());
   ASSERT_EQ(keys.size(), 40u);
   const std::vector<float> ones(keys.size(), 1.0f);
   for (int i = 0; i < 5; ++i) {
@@ -451,7 +459,7 @@ TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysGetsEveryCopyWithItsKeys) {
   EXPECT_EQ(ServerMetric(owner, "ember_replica_copy_keys_resent_total"), 1);
   EXPECT_EQ(ServerMetric(holder, "ember_key_cache_misses_total"), 1);
   EXPECT_EQ(servers[1]->applied(), 5);
-  cluster.KillByHeartbeat(owner);
+  cluster->KillByHeartbeat(owner);
   std::vector<float> out;
   ASSERT_TRUE(w.WaitBounded(w.Pull(keys, &out)).ok());
   EXPECT_EQ(out, std::vector<float>(keys.size(), 5.0f));
@@ -462,16 +470,12 @@ TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysGetsEveryCopyWithItsKeys) {
 // have come back with a cache): one more refusal, one more resend, and
 // every key stays exact.
 TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysIsAskedAgainAfterARingChange) {
-  InProcCluster cluster(3, 1, [](Options* o) {
-    o->replicas = 1;
-    if (o->role == Role::kServer && o->rank_hint == 1) o->key_cache_mb = 0;
-  });
-  cluster.Start();
-  auto servers = CountingServersOf(&cluster, 3);
-  TestWorker w(0, 0, cluster.worker(0));
-  Postoffice* owner = cluster.server(0);
-  Postoffice* holder = cluster.server(1);
-  const KeyRing& ring = *cluster.worker(0)->node()->key_ring();
+  std::unique_ptr<InProcCluster> cluster = StartWithServer1KeepingNoKeys(3);
+  auto servers = CountingServersOf(cluster.get(), 3);
+  TestWorker w(0, 0, cluster->worker(0));
+  Postoffice* owner = cluster->server(0);
+  Postoffice* holder = cluster->server(1);
+  const KeyRing& ring = *cluster->worker(0)->node()->key_ring();
   ASSERT_EQ(ring.ReplicaTargets(owner->node()->my_id()),
             std::vector<int>{holder->node()->my_id()});
   const std::vector<Key> keys = UnevenKeysOf(ring, owner->node()->my_id());
@@ -480,7 +484,7 @@ TEST(ReplicationKeyCache, AHolderThatKeepsNoKeysIsAskedAgainAfterARingChange) {
     ASSERT_TRUE(w.WaitBounded(w.Push(keys, ones)).ok());
   }
   EXPECT_EQ(ServerMetric(owner, "ember_replica_copy_keys_resent_total"), 1);
-  cluster.KillByHeartbeat(cluster.server(2));
+  cluster->KillByHeartbeat(cluster->server(2));
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(w.WaitBounded(w.Push(keys, ones)).ok());
   }
