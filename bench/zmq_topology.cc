@@ -329,8 +329,9 @@ void RunServer(int index, int port_pipe, int client_ports_pipe,
       latest[j] = i;
     }
     std::sort(latest.begin(), latest.end());  // the order they are sent in
-    SendFrame(to_successor, headers.data(), headers.size() * sizeof(Header),
-              true);
+    // Copied (zmq_send): `headers` is gone before the I/O thread sends.
+    zmq_send(to_successor, headers.data(), headers.size() * sizeof(Header),
+             ZMQ_SNDMORE);
     for (size_t i = 0; i < waiting.size(); ++i) {
       Held& held = waiting[i];
       const auto at = std::find(latest.begin(), latest.end(), i);
