@@ -98,29 +98,33 @@ void Customer::OnRingChanged() {
 void Customer::Tick() {
   {
     MutexLock lock(&mu_);
-    if (tick_queued_ || !tick_handler_) return;
-    tick_queued_ = true;
+    if (!tick_handler_) return;
   }
   Event e;
   e.tick = true;
-  if (!Enqueue(std::move(e))) {
-    MutexLock lock(&mu_);
-    tick_queued_ = false;
-  }
+  QueueOnce(kTickQueued, std::move(e));
 }
 
 void Customer::Watch(int64_t older_than_ms) {
-  {
-    MutexLock lock(&mu_);
-    if (watch_queued_) return;  // The last one has not run yet.
-    watch_queued_ = true;
-  }
   Event e;
   e.watch_ms = older_than_ms;
-  if (!Enqueue(std::move(e))) {
+  QueueOnce(kWatchQueued, std::move(e));
+}
+
+// A periodic event (Tick, Watch, Expire) is queued only if the last one of
+// its kind has run: a slow customer thread sees one, not a backlog.
+void Customer::QueueOnce(uint8_t kind, Event&& e) {
+  {
     MutexLock lock(&mu_);
-    watch_queued_ = false;
+    if (periodic_queued_ & kind) return;  // The last one has not run yet.
+    periodic_queued_ |= kind;
   }
+  if (!Enqueue(std::move(e))) ClearQueued(kind);
+}
+
+void Customer::ClearQueued(uint8_t kind) {
+  MutexLock lock(&mu_);
+  periodic_queued_ &= static_cast<uint8_t>(~kind);
 }
 
 void Customer::LogLongWaits(int64_t older_than_ms) {
@@ -154,17 +158,9 @@ void Customer::LogLongWaits(int64_t older_than_ms) {
 }
 
 void Customer::Expire(int64_t older_than_ms) {
-  {
-    MutexLock lock(&mu_);
-    if (expire_queued_) return;  // The last one has not run yet.
-    expire_queued_ = true;
-  }
   Event e;
   e.expire_ms = older_than_ms;
-  if (!Enqueue(std::move(e))) {
-    MutexLock lock(&mu_);
-    expire_queued_ = false;
-  }
+  QueueOnce(kExpireQueued, std::move(e));
 }
 
 void Customer::FailExpired(int64_t older_than_ms) {
@@ -411,7 +407,7 @@ void Customer::Handle(Event& e) {
     TickHandler handler;
     {
       MutexLock lock(&mu_);
-      tick_queued_ = false;
+      periodic_queued_ &= static_cast<uint8_t>(~kTickQueued);
       handler = tick_handler_;
     }
     if (handler) handler();
@@ -421,7 +417,7 @@ void Customer::Handle(Event& e) {
     WatchHandler handler;
     {
       MutexLock lock(&mu_);
-      watch_queued_ = false;
+      periodic_queued_ &= static_cast<uint8_t>(~kWatchQueued);
       handler = watch_handler_;
     }
     LogLongWaits(e.watch_ms);
@@ -429,10 +425,7 @@ void Customer::Handle(Event& e) {
     return;
   }
   if (e.expire_ms >= 0) {
-    {
-      MutexLock lock(&mu_);
-      expire_queued_ = false;
-    }
+    ClearQueued(kExpireQueued);
     FailExpired(e.expire_ms);
     return;
   }

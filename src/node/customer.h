@@ -203,6 +203,11 @@ class Customer {
     int worker_id = -1;
     Status status;
   };
+  static constexpr uint8_t kTickQueued = 1;
+  static constexpr uint8_t kWatchQueued = 2;
+  static constexpr uint8_t kExpireQueued = 4;
+  void QueueOnce(uint8_t kind, Event&& e) EXCLUDES(mu_);
+  void ClearQueued(uint8_t kind) EXCLUDES(mu_);
   void LogLongWaits(int64_t older_than_ms);
   void FailExpired(int64_t older_than_ms);
   void Loop();
@@ -240,11 +245,10 @@ class Customer {
   FailoverHandler failover_handler_ GUARDED_BY(mu_);
   WatchHandler watch_handler_ GUARDED_BY(mu_);
   TickHandler tick_handler_ GUARDED_BY(mu_);
-  bool tick_queued_ GUARDED_BY(mu_) = false;
   RingHandler ring_handler_ GUARDED_BY(mu_);
   WorkerHandler worker_handler_ GUARDED_BY(mu_);
-  bool watch_queued_ GUARDED_BY(mu_) = false;
-  bool expire_queued_ GUARDED_BY(mu_) = false;
+  // The periodic events queued and not yet handled (QueueOnce's kinds).
+  uint8_t periodic_queued_ GUARDED_BY(mu_) = 0;
   uint64_t queued_ GUARDED_BY(mu_) = 0;
   uint64_t handled_ GUARDED_BY(mu_) = 0;
   bool held_ GUARDED_BY(mu_) = false;
