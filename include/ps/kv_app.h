@@ -172,8 +172,9 @@ class KVWorker : public SimpleApp {
   // Ember: the same, but gives up after `timeout_ms` with kDeadlineExceeded
   // naming the servers that have not answered. The request stays open: its
   // answers are still taken (and its callback run) when they come, and it
-  // may be waited for again. EMBER_REQUEST_TIMEOUT_MS instead fails the
-  // request itself (docs/configuration.md).
+  // may be waited for again. kDeadlineExceeded from here always means that;
+  // EMBER_REQUEST_TIMEOUT_MS instead fails the request itself, with
+  // kUnavailable (docs/configuration.md).
   [[nodiscard]] Status WaitStatus(int timestamp, int64_t timeout_ms) {
     return core_->WaitFor(timestamp, timeout_ms);
   }

@@ -142,9 +142,8 @@ class KVWorkerImpl : public KVWorkerBase {
       s = timeout ? worker_->WaitStatus(timestamp,
                                         static_cast<int64_t>(*timeout * 1000.0))
                   : worker_->WaitStatus(timestamp);
-      // A bounded wait that gave up (or a request that failed so,
-      // EMBER_REQUEST_TIMEOUT_MS): the request may be waited for again, so
-      // its outputs stay pinned.
+      // A bounded wait that gave up (kDeadlineExceeded means only that): the
+      // request may be waited for again, so its outputs stay pinned.
       kept = timeout && s.code() == ps::Status::Code::kDeadlineExceeded;
       std::lock_guard<std::mutex> lock(mu_);
       auto it = kept ? pending_.end() : pending_.find(timestamp);

@@ -180,7 +180,10 @@ void Customer::FailExpired(int64_t older_than_ms) {
     for (int peer : w.peers) {
       whom += (whom.empty() ? "" : ", ") + node_->Describe(peer);
     }
-    Status status = Status::DeadlineExceeded(
+    // kUnavailable, as for a dead server, not kDeadlineExceeded: that code
+    // from a bounded wait means the wait gave up and the request is still
+    // open, so a caller that waits again on it must not see it here.
+    Status status = Status::Unavailable(
         "request " + std::to_string(w.timestamp) + " of app " +
         std::to_string(app_id_) + " had no answer within " +
         std::to_string(older_than_ms) + " ms (EMBER_REQUEST_TIMEOUT_MS) from " +
@@ -388,8 +391,8 @@ Status Customer::Wait(int64_t timestamp) {
 
 Status Customer::WaitFor(int64_t timestamp, int64_t timeout_ms) {
   Status s = tracker_.Wait(timestamp, timeout_ms);
-  // A request that failed with kDeadlineExceeded itself (FailExpired) is
-  // closed: its own status stands.
+  // A request that ended with a failure of its own is closed: its own
+  // status stands. kDeadlineExceeded from here means still open.
   if (s.code() != Status::Code::kDeadlineExceeded) return s;
   std::vector<int> owed = tracker_.Owed(timestamp);
   if (owed.empty()) return s;

@@ -26,6 +26,14 @@ def test_the_gil_is_released_while_a_wait_blocks():
     assert len(job.lines("CHECK gil counted")) == 1, job.output
 
 
+def test_a_request_past_the_request_timeout_raises_unavailable_error():
+    job = run_job(1, 2, "kv_checks.py", "request_timeout",
+                  env={"EMBER_REQUEST_TIMEOUT_MS": "300",
+                       "EMBER_HEARTBEAT_INTERVAL_MS": "100"})
+    assert len(job.lines("CHECK request_timeout ok")) == 2, job.output
+    assert len(job.lines("CHECK request_timeout failed")) == 1, job.output
+
+
 def test_model_layer_round_trip_and_checkpoint():
     job = run_job(2, 1, "kv_checks.py", "model")
     assert len(job.lines("CHECK model ok")) == 1, job.output

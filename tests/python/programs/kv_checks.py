@@ -242,6 +242,37 @@ def check_gil():
     print("CHECK gil counted %d during a %.2f s wait" % (during, held))
 
 
+def check_request_timeout():
+    """Under EMBER_REQUEST_TIMEOUT_MS (set by the test) a request that a
+    server does not answer in time fails by itself: its wait raises
+    UnavailableError, not DeadlineExceededError, even with a timeout, and it
+    is no longer outstanding. Worker 0's pull under bsp is held until
+    worker 1 ends its iteration, 1.5 s later."""
+    import time
+    w = ember.KVWorker(3)
+    keys = np.array([5], np.uint64)
+    w.wait(w.push(keys, np.ones(1, np.float32)))
+    if ember.rank() == 1:
+        time.sleep(1.5)
+        w.wait(w.clock())
+        return
+    w.wait(w.clock())
+    ts = w.pull(keys)
+    # A loop on DeadlineExceededError ends: that error means "still open".
+    while True:
+        try:
+            w.wait(ts, timeout=0.05)
+        except ember.DeadlineExceededError:
+            continue
+        except ember.UnavailableError as e:
+            assert "EMBER_REQUEST_TIMEOUT_MS" in str(e), str(e)
+            assert "server 0" in str(e), str(e)
+            break
+        raise AssertionError("the held pull was answered")
+    assert w.outstanding == 0, w.outstanding
+    print("CHECK request_timeout failed the held pull", flush=True)
+
+
 def main():
     check = sys.argv[1]
     ember.start()
