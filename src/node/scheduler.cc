@@ -1510,8 +1510,8 @@ int Scheduler::HeirLocked(int id) const {
   }
   LOG(ERROR) << "no live server holds a whole copy of the data of "
              << DescribeLocked(id)
-             << (lost.empty() ? std::string(" (its copies are incomplete "
-                                            "since an earlier failover)")
+             << (lost.empty() ? std::string(" (no copy is whole since the "
+                                            "last ring change)")
                               : " (copies were on " + lost + ")")
              << ": that data is lost";
   return -1;
