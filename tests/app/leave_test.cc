@@ -290,13 +290,8 @@ TEST(LeaveFaults, UnderBspACopyOfTheOtherNewOwnersHandedPartComesFirst) {
   const int to = cluster.server(2)->node()->my_id();
   LogCapture log;
   const auto got = PushBspRounds(faulty.workers(), keys, 6, 3, [&] {
-    FaultPlan hold;  // Every message to server 2 from the two held.
-    hold.fifo = true;
-    hold.delay = 1;
-    hold.max_delay = std::numeric_limits<int>::max();
-    hold.target.kind = FaultTarget::Kind::kAll;
-    hold.target.links = {{from, to}, {other, to}};
-    faulty.Hold(hold);
+    // Every message to server 2 from the two held.
+    faulty.Hold(FaultCluster::HoldPlan({{from, to}, {other, to}}));
     ASSERT_TRUE(leaver->node()->RequestLeave("test"));
     ASSERT_TRUE(WaitUntil([&] {
       return log.Find("handing the keys that moved to node").size() == 2 &&
@@ -363,13 +358,8 @@ void LeaverAwaitsTheWorkersSwitch(int replicas) {
   const std::vector<Key> keys = SpreadKeys(1024);
   const std::vector<float> ones(keys.size(), 1.0f);
   ASSERT_TRUE(kv.WaitBounded(kv.Push(keys, ones)).ok());
-  FaultPlan hold;  // Everything the worker sends the leaver, in order.
-  hold.fifo = true;
-  hold.delay = 1;
-  hold.max_delay = std::numeric_limits<int>::max();
-  hold.target.kind = FaultTarget::Kind::kAll;
-  hold.target.links = {{worker_id, leaver_id}};
-  faulty.Hold(hold);
+  // Everything the worker sends the leaver, in order.
+  faulty.Hold(FaultCluster::HoldPlan({{worker_id, leaver_id}}));
   LogCapture log;
   const int push = kv.Push(keys, ones);
   std::vector<float> pulled;
@@ -494,13 +484,8 @@ TEST(LeaveFaults, ANewOwnerThatDiesBeforeTheHandOverEndsLosesItsDataLoudly) {
       ASSERT_TRUE(w->WaitBounded(w->Push(keys, ones)).ok());
     }
   }
-  FaultPlan hold;  // The hand-over to server 2, held.
-  hold.fifo = true;
-  hold.delay = 1;
-  hold.max_delay = std::numeric_limits<int>::max();
-  hold.target.kind = FaultTarget::Kind::kAll;
-  hold.target.links = {{from, to}};
-  faulty.Hold(hold);
+  // The hand-over to server 2, held.
+  faulty.Hold(FaultCluster::HoldPlan({{from, to}}));
   ASSERT_TRUE(leaver->node()->RequestLeave("test"));
   ASSERT_TRUE(WaitUntil([&] {
     return log.Find("handing the keys that moved to node").size() == 2;

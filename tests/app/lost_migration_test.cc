@@ -274,13 +274,10 @@ TEST(LostMigration, AServerThatJoinedAndLeavesIsNotLeftBeforeItsHandOver) {
   const std::vector<Key> keys = SpreadKeys(256);
   PushOnesWhile(faulty.workers(), keys, 2, 0, nullptr);
   const int leaver = po->node()->my_id();
-  FaultPlan hold;  // The leaver's hand-over messages, held.
-  hold.fifo = true;
-  hold.delay = 1;
-  hold.max_delay = std::numeric_limits<int>::max();
-  hold.target.kind = FaultTarget::Kind::kData;
+  // The leaver's hand-over messages, held.
+  FaultPlan hold = FaultCluster::HoldPlan({{leaver, FaultTarget::kAnyNode}},
+                                          FaultTarget::Kind::kData);
   hold.target.migration = true;
-  hold.target.links = {{leaver, FaultTarget::kAnyNode}};
   faulty.Hold(hold);
   ASSERT_TRUE(po->node()->RequestLeave("test"));
   ASSERT_TRUE(WaitUntil([&] {

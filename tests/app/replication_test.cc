@@ -541,12 +541,9 @@ TEST(ReplicationDuplicates, ADuplicateWaitsForItsPushsCopy) {
     if (ring->Owner(k) == id) keys.push_back(k);
   }
   ASSERT_FALSE(keys.empty());
-  FaultPlan hold;  // The owner's copies to the heir are held.
-  hold.fifo = true;
-  hold.delay = 1;
-  hold.max_delay = std::numeric_limits<int>::max();
-  hold.target.kind = FaultTarget::Kind::kData;
-  hold.target.links = {{id, heir}};
+  // The owner's copies to the heir are held.
+  FaultPlan hold =
+      FaultCluster::HoldPlan({{id, heir}}, FaultTarget::Kind::kData);
   ASSERT_TRUE(net.set_plan(hold).ok());
   LogCapture log;
   const std::vector<float> ones(keys.size(), 1.0f);

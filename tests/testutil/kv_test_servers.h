@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -458,6 +459,19 @@ class FaultCluster {
     plan.duplicate = 0.1;
     plan.max_delay = 6;
     plan.target.kind = FaultTarget::Kind::kAll;
+    return plan;
+  }
+
+  // Every message of `kind` on `links` held, in link order, until the test
+  // releases it (FaultInjector::StepLink, Settle).
+  static FaultPlan HoldPlan(std::vector<std::pair<int, int>> links,
+                            FaultTarget::Kind kind = FaultTarget::Kind::kAll) {
+    FaultPlan plan;
+    plan.fifo = true;
+    plan.delay = 1;
+    plan.max_delay = std::numeric_limits<int>::max();
+    plan.target.kind = kind;
+    plan.target.links = std::move(links);
     return plan;
   }
 

@@ -198,6 +198,23 @@ def check_model():
     shutil.rmtree(d, ignore_errors=True)
 
 
+def bsp_hold(seconds):
+    """Both workers push 1 to key 5 under bsp (app 3) and end iteration 0;
+    worker 1 ends iteration 1 `seconds` later, so worker 0's pull at clock 1
+    is held until then. Returns (worker, keys) on worker 0, (None, None) on
+    worker 1 once it has ended iteration 1."""
+    import time
+    w = ember.KVWorker(3)
+    keys = np.array([5], np.uint64)
+    w.wait(w.push(keys, np.ones(1, np.float32)))
+    if ember.rank() == 1:
+        time.sleep(seconds)
+        w.wait(w.clock())
+        return None, None
+    w.wait(w.clock())
+    return w, keys
+
+
 def check_gil():
     """The GIL is free while a wait blocks: under bsp (app 3) worker 0's pull
     at clock 1 is held until worker 1 ends its iteration, 0.5 s later;
@@ -205,14 +222,9 @@ def check_gil():
     timeout gives up on the held pull, which stays outstanding."""
     import threading
     import time
-    w = ember.KVWorker(3)
-    keys = np.array([5], np.uint64)
-    w.wait(w.push(keys, np.ones(1, np.float32)))
-    if ember.rank() == 1:
-        time.sleep(0.5)
-        w.wait(w.clock())
+    w, keys = bsp_hold(0.5)
+    if w is None:
         return
-    w.wait(w.clock())
     count = [0]
     stop = threading.Event()
 
@@ -248,15 +260,9 @@ def check_request_timeout():
     UnavailableError, not DeadlineExceededError, even with a timeout, and it
     is no longer outstanding. Worker 0's pull under bsp is held until
     worker 1 ends its iteration, 1.5 s later."""
-    import time
-    w = ember.KVWorker(3)
-    keys = np.array([5], np.uint64)
-    w.wait(w.push(keys, np.ones(1, np.float32)))
-    if ember.rank() == 1:
-        time.sleep(1.5)
-        w.wait(w.clock())
+    w, keys = bsp_hold(1.5)
+    if w is None:
         return
-    w.wait(w.clock())
     ts = w.pull(keys)
     # A loop on DeadlineExceededError ends: that error means "still open".
     while True:
