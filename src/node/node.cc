@@ -406,6 +406,15 @@ void Node::HeartbeatLoop() {
       std::chrono::milliseconds(options_.heartbeat_interval_ms);
   int64_t last_watch_ms = clock_->NowMs();
   auto next_beat = std::chrono::steady_clock::now() + interval;
+  // A worker's request deadline is checked every tenth of it (at least 1 ms,
+  // at most a beat), so a request fails within 10% of it, not a beat late.
+  const bool expires =
+      options_.request_timeout_ms > 0 && options_.role == Role::kWorker;
+  const auto expire_period = std::chrono::milliseconds(
+      expires ? std::clamp<int64_t>(options_.request_timeout_ms / 10, 1,
+                                    options_.heartbeat_interval_ms)
+              : options_.heartbeat_interval_ms);
+  auto next_expire = std::chrono::steady_clock::now() + expire_period;
   while (!hb_stop_) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_beat) {
@@ -428,8 +437,14 @@ void Node::HeartbeatLoop() {
         last_watch_ms = now_ms;
         WatchWaits();
       }
-      ExpireRequests();
       TrimAfterFlood();
+      lock.Lock();
+      continue;
+    }
+    if (expires && now >= next_expire) {
+      next_expire = now + expire_period;
+      lock.Unlock();
+      ExpireRequests();
       lock.Lock();
       continue;
     }
@@ -441,8 +456,8 @@ void Node::HeartbeatLoop() {
       lock.Lock();
       continue;
     }
-    const auto wake =
-        hb_check_due_ ? std::min(next_beat, hb_check_at_) : next_beat;
+    auto wake = hb_check_due_ ? std::min(next_beat, hb_check_at_) : next_beat;
+    if (expires) wake = std::min(wake, next_expire);
     hb_cv_.wait_until(lock.native(), wake);
   }
 }

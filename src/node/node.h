@@ -200,7 +200,8 @@ class Node final : private SchedulerHost {
   void WatchWaits();
   // A worker under EMBER_REQUEST_TIMEOUT_MS: has each customer fail the
   // requests that have waited longer than that for their answers
-  // (Customer::Expire). The heartbeat thread calls it every beat.
+  // (Customer::Expire). The heartbeat thread calls it every tenth of the
+  // timeout (at least 1 ms, at most a beat).
   void ExpireRequests() EXCLUDES(mu_);
   // Once a flood of dropped messages (at least kFloodTrimMessages since the
   // last trim) has ended, that is a whole beat without a new drop, returns

@@ -8,6 +8,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -203,7 +204,6 @@ def bsp_hold(seconds):
     worker 1 ends iteration 1 `seconds` later, so worker 0's pull at clock 1
     is held until then. Returns (worker, keys) on worker 0, (None, None) on
     worker 1 once it has ended iteration 1."""
-    import time
     w = ember.KVWorker(3)
     keys = np.array([5], np.uint64)
     w.wait(w.push(keys, np.ones(1, np.float32)))
@@ -221,7 +221,6 @@ def check_gil():
     meanwhile a Python thread of worker 0 keeps counting. A wait with a
     timeout gives up on the held pull, which stays outstanding."""
     import threading
-    import time
     w, keys = bsp_hold(0.5)
     if w is None:
         return
@@ -265,10 +264,16 @@ def check_request_timeout():
         return
     ts = w.pull(keys)
     # A loop on DeadlineExceededError ends: that error means "still open".
+    # The loop's own bound (10 s, far past the 300 ms deadline) makes a
+    # regression fail here, naming the cause, instead of at the job's limit.
+    give_up = time.monotonic() + 10
     while True:
         try:
             w.wait(ts, timeout=0.05)
         except ember.DeadlineExceededError:
+            if time.monotonic() > give_up:
+                raise AssertionError(
+                    "the held pull was still open 10 s after its deadline")
             continue
         except ember.UnavailableError as e:
             assert "EMBER_REQUEST_TIMEOUT_MS" in str(e), str(e)
