@@ -90,6 +90,9 @@ class Job:
         self.hostfile = None
         self.ssh_command = ["ssh", "-o", "BatchMode=yes"]
         self.engine_args = []  # Extra mpirun / srun arguments.
+        # --join: (host, port) of a running job's scheduler; one server is
+        # started into that job, and nothing else.
+        self.join = None
 
 
 def parse_count(text, what):
@@ -110,6 +113,19 @@ def parse_seconds(text, what):
         raise UsageError("%s must be a non-negative number of seconds, got "
                          "'%s'" % (what, text))
     return value
+
+
+def parse_join(text):
+    """--join HOST:PORT (an IPv6 host in brackets) -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or \
+            not 1 <= int(port) <= 65535:
+        raise UsageError("--join wants the running job's scheduler as "
+                         "HOST:PORT (the launcher prints it when the job "
+                         "starts), got '%s'" % text)
+    return host, int(port)
 
 
 def is_variable_name(text):
@@ -330,6 +346,10 @@ def build_parser():
     p.add_argument("--ssh-command", metavar="CMD",
                    help="ssh client and options (default: 'ssh -o "
                    "BatchMode=yes')")
+    p.add_argument("--join", metavar="HOST:PORT",
+                   help="start one more server into the running job whose "
+                   "scheduler is at HOST:PORT (EMBER_JOIN=1), on this host; "
+                   "-n and -s as that job's")
     p.add_argument("--engine-arg", metavar="ARG", action="append",
                    default=[], help="extra argument for mpirun or srun "
                    "(repeatable)")
@@ -378,6 +398,16 @@ def parse_ember_launch(argv, environ, script_dirs):
     if job.launcher == "local":
         job.root_uri = None
     check_program(job, environ)
+    if args.join is not None:
+        if job.launcher != "local":
+            raise UsageError("--join starts its server on this host: it "
+                             "needs --launcher local")
+        if args.scheduler or args.program_scheduler or args.hostfile:
+            raise UsageError("--join starts no scheduler and no other "
+                             "node: --scheduler, --program-scheduler and "
+                             "--hostfile do not apply")
+        job.join = parse_join(args.join)
+        return job
     sched_env = dict(environ)
     if args.scheduler:
         sched_env["EMBER_SCHEDULER"] = args.scheduler
@@ -431,6 +461,17 @@ def node_environment(base, job, role, index, root_uri, root_port):
     env.update(job_environment(job, root_uri, root_port))
     env["DMLC_ROLE"] = role
     env["EMBER_RANK_HINT"] = str(index)
+    return env
+
+
+def join_environment(base, job):
+    """The environment of the server that --join starts: a local server's,
+    at the running job's scheduler, with EMBER_JOIN=1 and no rank hint (the
+    scheduler gives it its rank)."""
+    host, port = job.join
+    env = node_environment(base, job, "server", 0, host, port)
+    env.pop("EMBER_RANK_HINT", None)
+    env["EMBER_JOIN"] = "1"
     return env
 
 
@@ -913,7 +954,7 @@ def run_job(job, environ, script_path):
 def _log_path(job, role, index):
     if not job.log_dir:
         return None
-    return os.path.join(job.log_dir, "%s-%d.log" % (role, index))
+    return os.path.join(job.log_dir, "%s-%s.log" % (role, index))
 
 
 def _wait(sup, job, deadline, until=None, engines=()):
@@ -970,6 +1011,8 @@ def _run(sup, job, environ, script_path, port_dir):
     deadline = None
     if job.timeout > 0:
         deadline = time.monotonic() + job.timeout
+    if job.join:
+        return _run_join(sup, job, environ, deadline)
     local = job.launcher == "local"
     hosts = None
     if job.launcher == "ssh":
@@ -1035,6 +1078,8 @@ def _run(sup, job, environ, script_path, port_dir):
             status = scheduler.status
             raise JobFailed(status if status else 1)
         root_port = int(text)
+    # Where a server joins this job from (ember-launch --join).
+    sup.message("scheduler at %s" % join_address(root_uri, root_port))
 
     engines = []
     if local:
@@ -1058,6 +1103,26 @@ def _run(sup, job, environ, script_path, port_dir):
             job, script_path), environ, root_uri, root_port)]
 
     _wait(sup, job, deadline, engines=engines)
+    return 0
+
+
+def join_address(host, port):
+    return "%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+
+def _run_join(sup, job, environ, deadline):
+    """--join: one server, started into the running job at job.join with
+    EMBER_JOIN=1 (docs/replication.md, "Joining"); it ends as the job's
+    servers do, and this launcher with it."""
+    host, port = job.join
+    env = join_environment(environ, job)
+    sup.message("starting a server into the job at %s" %
+                join_address(host, port))
+    stdbuf = ["stdbuf", "-oL", "-eL"] if shutil.which("stdbuf") else []
+    _start(sup, "joining server", "[server +] ",
+           stdbuf + substitute_role(job.command, "server"), env,
+           _log_path(job, "server", "join"))
+    _wait(sup, job, deadline)
     return 0
 
 

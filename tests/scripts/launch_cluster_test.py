@@ -33,6 +33,8 @@ BUILD = os.environ.get("EMBER_BUILD_DIR") or os.path.join(ROOT, "build")
 SCHEDULER = os.path.join(BUILD, "scheduler", "ember_scheduler")
 CLUSTER_KV = os.path.join(BUILD, "tests", "integration", "cluster_kv")
 CLUSTER_SOAK = os.path.join(BUILD, "tests", "integration", "cluster_soak")
+CLUSTER_FAILOVER = os.path.join(BUILD, "tests", "integration",
+                                "cluster_failover")
 # ps-lite's API as a ps-lite program uses it (tests/integration/consumer).
 API_TOUR = os.path.join(BUILD, "tests", "integration", "api_tour")
 PYTHON = "/usr/bin/python3"
@@ -46,7 +48,8 @@ def setUpModule():
     # (but not for a build tree that is not there).
     deadline = time.monotonic() + (60 if os.path.isdir(BUILD) else 0)
     while True:
-        missing = [p for p in (SCHEDULER, CLUSTER_KV, CLUSTER_SOAK, API_TOUR)
+        missing = [p for p in (SCHEDULER, CLUSTER_KV, CLUSTER_SOAK, API_TOUR,
+                               CLUSTER_FAILOVER)
                    if not os.access(p, os.X_OK)]
         if not missing or time.monotonic() > deadline:
             break
@@ -229,6 +232,20 @@ class Job:
                 self.test.fail("the job did not get going (status %s)\n%s" %
                                (self.popen.poll(), self.report()))
             time.sleep(0.1)
+
+    def wait_output(self, pattern, others=()):
+        """The first match of PATTERN in the output (30 s at most, while the
+        launcher runs); on a failure OTHERS' reports are printed too."""
+        deadline = time.monotonic() + 30
+        while True:
+            m = re.search(pattern, self.output(), re.M)
+            if m:
+                return m
+            if self.popen.poll() is not None or time.monotonic() > deadline:
+                self.test.fail("no '%s' in the output (status %s)\n%s" % (
+                    pattern, self.popen.poll(),
+                    "\n".join([self.report()] + [o.report() for o in others])))
+            time.sleep(0.05)
 
     def wait(self, timeout):
         """The exit status, or fails the test (with the output) on expiry."""
@@ -473,6 +490,37 @@ class LocalTest(EngineTests, unittest.TestCase):
         self.assertIn("ember-launch: interrupted (SIGTERM); stopping the "
                       "cluster", job.output())
         self.assertEqual(still_alive(processes), [], job.report())
+
+    def test_a_server_joins_the_running_job_at_the_address_printed(self):
+        # ember-launch --join: a third server joins a running 2 x 2 job of
+        # cluster_failover, at the scheduler address its launcher printed,
+        # while the workers push; both launchers exit 0 and the sums are
+        # exact (docs/launching.md, "Adding a server to a running job").
+        tag = uuid.uuid4().hex
+        program = [CLUSTER_FAILOVER, "--iterations=10000"]
+        settings = ["--env", TAG, "--env", "EMBER_REPLICAS=1"]
+        job = Job(self, launch_argv("local", program[0], "--log-dir",
+                                    "{LOGS}", *settings) + program[1:],
+                  tag=tag)
+        address = job.wait_output(r"^ember-launch: scheduler at (\S+)$")[1]
+        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
+        joiner = Job(self, [PYTHON, SCRIPT, "--join", address, "-n", "2",
+                            "-s", "2", "--timeout", str(JOB_LIMIT),
+                            "--log-dir", "{LOGS}"] + settings + ["--"] +
+                     program, tag=tag)
+        joined = joiner.wait(JOB_LIMIT + 15)
+        ended = job.wait(JOB_LIMIT + 15)
+        both = "%s\n%s" % (job.report(), joiner.report())
+        self.assertEqual((joined, ended), (0, 0), both)
+        self.assertRegex(joiner.output(), r"(?m)^\[server \+\] .*joined a "
+                         r"running cluster as server 2", both)
+        self.assertRegex(job.output(), r"(?m)^\[scheduler\] .*server 2 .* "
+                         r"has joined: it holds the state", both)
+        self.assertRegex(job.output(), r"(?m)^\[worker 0\] "
+                         r"cluster_failover: sums exact", both)
+        self.assertTrue(os.path.exists(os.path.join(joiner.log_dir,
+                                                    "server-join.log")), both)
+        self.assertEqual(tagged_processes(tag), {}, both)
 
     def test_sigkill_of_the_launcher_leaves_no_node(self):
         tag = uuid.uuid4().hex

@@ -77,6 +77,28 @@ class EmberLaunchArgumentsTest(unittest.TestCase):
                 with self.assertRaises(el.UsageError):
                     parse(argv)
 
+    def test_join_takes_the_running_jobs_scheduler(self):
+        job = parse(["-n", "2", "-s", "3", "--join", "10.0.0.5:9091",
+                     "/bin/true"], {"EMBER_SCHEDULER": "/nonexistent"})
+        self.assertEqual(job.join, ("10.0.0.5", 9091))
+        self.assertEqual((job.workers, job.servers), (2, 3))
+        self.assertIsNone(job.scheduler)  # None is looked for: none runs.
+        self.assertEqual(parse(["-n", "1", "--join", "[::1]:7",
+                                "/bin/true"]).join, ("::1", 7))
+        self.assertEqual(el.join_address("::1", 7), "[::1]:7")
+        self.assertEqual(el.join_address("10.0.0.5", 9091), "10.0.0.5:9091")
+        for argv, text in (
+                (["--join", "host"], "HOST:PORT"),
+                (["--join", "host:0"], "HOST:PORT"),
+                (["--join", ":80"], "HOST:PORT"),
+                (["--join", "h:1", "--launcher", "mpi"], "--launcher local"),
+                (["--join", "h:1", "--scheduler", "/bin/true"],
+                 "do not apply"),
+                (["--join", "h:1", "--program-scheduler"], "do not apply")):
+            with self.subTest(argv=argv):
+                with self.assertRaisesRegex(el.UsageError, text):
+                    parse(["-n", "1"] + argv + ["/bin/true"])
+
     def test_argparse_errors_exit_with_status_2(self):
         devnull = open(os.devnull, "w")
         old, sys.stderr = sys.stderr, devnull
@@ -255,6 +277,21 @@ class EnvironmentTest(unittest.TestCase):
                 "DMLC_PS_ROOT_PORT": "4000", "DMLC_ROLE": "server",
                 "EMBER_RANK_HINT": "1"}
         self.assertEqual(env, want)
+
+    def test_a_joining_server_gets_the_running_jobs_scheduler(self):
+        job = self.job()
+        job.join = ("10.0.0.5", 9091)
+        env = el.join_environment({"HOME": "/root", "EMBER_RANK_HINT": "4",
+                                   "EMBER_PORT_FILE": "/tmp/p"}, job)
+        self.assertEqual(env["DMLC_ROLE"], "server")
+        self.assertEqual(env["EMBER_JOIN"], "1")
+        self.assertEqual((env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]),
+                         ("10.0.0.5", "9091"))
+        self.assertEqual((env["DMLC_NUM_SERVER"], env["DMLC_NUM_WORKER"]),
+                         ("2", "3"))
+        self.assertNotIn("EMBER_RANK_HINT", env)
+        self.assertNotIn("EMBER_PORT_FILE", env)
+        self.assertEqual(env["OMP_NUM_THREADS"], "2")
 
     def test_remote_nodes_get_the_cluster_settings_not_this_hosts(self):
         base = {"HOME": "/root", "PATH": "/x", "SSH_AUTH_SOCK": "s",
