@@ -153,13 +153,16 @@ std::vector<RequestTracker::LongWait> RequestTracker::LongWaits(
   std::vector<LongWait> waits;
   *total = 0;
   MutexLock lock(&mu_);
-  // Timestamps grow with time: the oldest requests come first.
+  // NewRequest stamps `opened` under mu_ as it takes the next timestamp,
+  // so the oldest requests come first and the first one younger than
+  // `older_than_ms` ends the scan: a check every few milliseconds
+  // (EMBER_REQUEST_TIMEOUT_MS) costs the old requests, not every open one.
   for (const auto& entry : open_) {
     const int64_t waited =
         std::chrono::duration_cast<std::chrono::milliseconds>(
             now - entry.second.opened)
             .count();
-    if (waited < older_than_ms) continue;
+    if (waited < older_than_ms) break;
     if (++*total > max) continue;
     waits.push_back(LongWait{entry.first, waited, entry.second.expected,
                              entry.second.peers});
