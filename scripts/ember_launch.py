@@ -93,6 +93,9 @@ class Job:
         # --join: (host, port) of a running job's scheduler; one server is
         # started into that job, and nothing else.
         self.join = None
+        # --failover: a server that dies does not stop the job; the cluster
+        # fails its data over to the copies (EMBER_REPLICAS), or ends itself.
+        self.failover = False
 
 
 def parse_count(text, what):
@@ -346,6 +349,10 @@ def build_parser():
     p.add_argument("--ssh-command", metavar="CMD",
                    help="ssh client and options (default: 'ssh -o "
                    "BatchMode=yes')")
+    p.add_argument("--failover", action="store_true",
+                   help="a server that dies does not stop the job: Ember "
+                   "fails its data over to the copies (EMBER_REPLICAS >= 1) "
+                   "or ends the job itself (local only)")
     p.add_argument("--join", metavar="HOST:PORT",
                    help="start one more server into the running job whose "
                    "scheduler is at HOST:PORT (EMBER_JOIN=1), on this host; "
@@ -398,6 +405,11 @@ def parse_ember_launch(argv, environ, script_dirs):
     if job.launcher == "local":
         job.root_uri = None
     check_program(job, environ)
+    if args.failover:
+        if job.launcher != "local":
+            raise UsageError("--failover needs --launcher local (the other "
+                             "engines end the job when a node fails)")
+        job.failover = True
     if args.join is not None:
         if job.launcher != "local":
             raise UsageError("--join starts its server on this host: it "
@@ -652,6 +664,8 @@ class Node:
         self.group = False  # Leads a process group of its own.
         self.relays_nodes = False  # An engine relaying --node output.
         self.stdin_pipe = None  # Write end of its stdin pipe (ssh), if any.
+        # Its failure does not stop the job (a server under --failover).
+        self.survivable = False
 
     @property
     def running(self):
@@ -673,6 +687,7 @@ class Supervisor:
         # The first failure a --node line reported through an engine:
         # (name, pid, host, status).
         self.reported_failure = None
+        self.survived = []  # Survivable nodes that failed, in order.
         self.failure_line = re.compile(
             rb"^%s: ((?:server|worker) \d+) \(pid (\d+) on ([^)]*)\) "
             rb"exited with status (\d+)$" % re.escape(name.encode()))
@@ -990,7 +1005,13 @@ def _wait(sup, job, deadline, until=None, engines=()):
             sup.stop(engines)
             raise JobFailed(status)
         for node in exited:
-            if node.status != 0:
+            if node.status != 0 and node.survivable:
+                sup.survived.append(node)
+                sup.message("%s (pid %d) exited with status %d; the job goes "
+                            "on (--failover): the cluster fails its data "
+                            "over to its copies, or ends itself if it has "
+                            "none" % (node.name, node.pid, node.status))
+            elif node.status != 0:
                 sup.message("%s (pid %d) exited with status %d; stopping "
                             "the cluster" % (node.name, node.pid,
                                              node.status))
@@ -1088,9 +1109,10 @@ def _run(sup, job, environ, script_path, port_dir):
             for i in range(count):
                 env = node_environment(environ, job, role, i, root_uri,
                                        root_port)
-                _start(sup, "%s %d" % (role, i), "[%s %d] " % (role, i),
-                       stdbuf + substitute_role(job.command, role), env,
-                       _log_path(job, role, i))
+                node = _start(sup, "%s %d" % (role, i), "[%s %d] " % (role, i),
+                              stdbuf + substitute_role(job.command, role),
+                              env, _log_path(job, role, i))
+                node.survivable = job.failover and role == "server"
     elif job.launcher == "ssh":
         engines = _start_ssh(sup, job, environ, script_path, hosts,
                              root_uri, root_port)
@@ -1103,6 +1125,9 @@ def _run(sup, job, environ, script_path, port_dir):
             job, script_path), environ, root_uri, root_port)]
 
     _wait(sup, job, deadline, engines=engines)
+    if sup.survived:
+        sup.message("the job finished without %s, which died during it "
+                    "(--failover)" % ", ".join(n.name for n in sup.survived))
     return 0
 
 

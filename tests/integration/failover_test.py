@@ -47,8 +47,10 @@ Modes:
            both workers have pushed it, so both migrations move rounds in
            progress (docs/replication.md, "A hand-over under bsp").
 
-The cluster is started by hand, not through ember-launch, because the
-launcher ends the job as soon as one process dies. Every process's log is
+The cluster is started by hand, not through ember-launch, to kill, stop
+and restart single processes and read each one's log (ember-launch
+--failover, which lets a job outlive a server, is tested in
+tests/scripts/launch_cluster_test.py). Every process's log is
 printed on failure. Bounded everywhere: no wait without a deadline.
 
 usage: failover_test.py PROGRAM SCHEDULER [--mode survive|twice|lost] [...]

@@ -522,6 +522,61 @@ class LocalTest(EngineTests, unittest.TestCase):
                                                     "server-join.log")), both)
         self.assertEqual(tagged_processes(tag), {}, both)
 
+    def test_with_failover_a_killed_server_costs_the_job_nothing(self):
+        # --failover: a SIGKILL of one server of 3 (EMBER_REPLICAS=1) does
+        # not stop the job; the cluster fails over, the workers finish with
+        # exact sums and the launcher exits 0, naming the server it lost.
+        tag = uuid.uuid4().hex
+        job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", "3", "--failover",
+                         "--timeout", str(JOB_LIMIT), "--scheduler",
+                         SCHEDULER, "--log-dir", "{LOGS}", "--env", TAG,
+                         "--env", "EMBER_REPLICAS=1",
+                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
+                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
+                         CLUSTER_FAILOVER, "--iterations=10000"], tag=tag)
+        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
+        victims = [pid for pid, p in tagged_processes(tag).items()
+                   if p["role"] == "server" and p["rank"] == "1" and
+                   p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
+        self.assertEqual(len(victims), 1, job.report())
+        os.kill(victims[0], signal.SIGKILL)
+        status = job.wait(JOB_LIMIT + 15)
+        out = job.output()
+        self.assertEqual(status, 0, job.report())
+        self.assertIn("ember-launch: server 1 (pid %d) exited with status "
+                      "137; the job goes on (--failover)" % victims[0], out)
+        self.assertRegex(out, r"(?m)^\[scheduler\] .*takes over the data "
+                         r"of", job.report())
+        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
+                         r"exact", job.report())
+        self.assertIn("ember-launch: the job finished without server 1, "
+                      "which died during it (--failover)", out)
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
+    def test_with_failover_but_no_copies_the_cluster_ends_the_job(self):
+        # Without copies (EMBER_REPLICAS=0) the cluster cannot fail over: it
+        # ends itself, naming the dead server, and the launcher exits with
+        # the first node's failure, not 0.
+        tag = uuid.uuid4().hex
+        job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", "2", "--failover",
+                         "--timeout", str(JOB_LIMIT), "--scheduler",
+                         SCHEDULER, "--env", TAG, "--env", "EMBER_REPLICAS=0",
+                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
+                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
+                         CLUSTER_FAILOVER, "--iterations=100000"], tag=tag)
+        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
+        victims = [pid for pid, p in tagged_processes(tag).items()
+                   if p["role"] == "server" and p["rank"] == "0" and
+                   p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
+        self.assertEqual(len(victims), 1, job.report())
+        os.kill(victims[0], signal.SIGKILL)
+        status = job.wait(KILL_LIMIT + 15)
+        self.assertNotIn(status, (0, 124), job.report())
+        self.assertRegex(job.output(), r"(?m)^ember-launch: (worker|server|"
+                         r"scheduler) \d \(pid \d+\) exited with status \d+; stopping "
+                         r"the cluster", job.report())
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
     def test_sigkill_of_the_launcher_leaves_no_node(self):
         tag = uuid.uuid4().hex
         job = Job(self, launch_argv("local", CLUSTER_SOAK, "--env", TAG) +

@@ -77,6 +77,15 @@ class EmberLaunchArgumentsTest(unittest.TestCase):
                 with self.assertRaises(el.UsageError):
                     parse(argv)
 
+    def test_failover_is_local_only(self):
+        self.assertFalse(parse(["-n", "1", "/bin/true"]).failover)
+        self.assertTrue(parse(["-n", "1", "--failover", "/bin/true"]).failover)
+        for launcher in ("mpi", "slurm"):
+            with self.subTest(launcher=launcher):
+                with self.assertRaisesRegex(el.UsageError, "--failover needs"):
+                    parse(["-n", "1", "--launcher", launcher, "--failover",
+                           "/bin/true"])
+
     def test_join_takes_the_running_jobs_scheduler(self):
         job = parse(["-n", "2", "-s", "3", "--join", "10.0.0.5:9091",
                      "/bin/true"], {"EMBER_SCHEDULER": "/nonexistent"})
