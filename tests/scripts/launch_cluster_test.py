@@ -39,6 +39,13 @@ CLUSTER_FAILOVER = os.path.join(BUILD, "tests", "integration",
 API_TOUR = os.path.join(BUILD, "tests", "integration", "api_tour")
 PYTHON = "/usr/bin/python3"
 JOB_LIMIT = 60  # ember-launch --timeout of every job, in seconds.
+# The failover and join jobs' bounds grow by this: a sanitizer build runs
+# them 3 to 5 times slower (tests/CMakeLists.txt sets it).
+TIME_SCALE = float(os.environ.get("EMBER_TEST_TIME_SCALE", "1"))
+# Those jobs: ember-launch --timeout, and the pushes of each worker (enough
+# for a join or a failover to happen while they run).
+PUSH_JOB_LIMIT = int(JOB_LIMIT * TIME_SCALE)
+PUSHES = "--iterations=6000"
 KILL_LIMIT = 15  # A killed node must end the job within this, in seconds.
 TAG = "LAUNCH_TEST_TAG"  # Marks the processes of one job (--env TAG).
 
@@ -234,9 +241,10 @@ class Job:
             time.sleep(0.1)
 
     def wait_output(self, pattern, others=()):
-        """The first match of PATTERN in the output (30 s at most, while the
-        launcher runs); on a failure OTHERS' reports are printed too."""
-        deadline = time.monotonic() + 30
+        """The first match of PATTERN in the output (30 s at most, scaled by
+        TIME_SCALE, while the launcher runs); on a failure OTHERS' reports
+        are printed too."""
+        deadline = time.monotonic() + 30 * TIME_SCALE
         while True:
             m = re.search(pattern, self.output(), re.M)
             if m:
@@ -497,19 +505,21 @@ class LocalTest(EngineTests, unittest.TestCase):
         # while the workers push; both launchers exit 0 and the sums are
         # exact (docs/launching.md, "Adding a server to a running job").
         tag = uuid.uuid4().hex
-        program = [CLUSTER_FAILOVER, "--iterations=10000"]
+        program = [CLUSTER_FAILOVER, PUSHES]
         settings = ["--env", TAG, "--env", "EMBER_REPLICAS=1"]
+        # The later --timeout wins over launch_argv's.
         job = Job(self, launch_argv("local", program[0], "--log-dir",
-                                    "{LOGS}", *settings) + program[1:],
-                  tag=tag)
+                                    "{LOGS}", "--timeout",
+                                    str(PUSH_JOB_LIMIT), *settings) +
+                  program[1:], tag=tag)
         address = job.wait_output(r"^ember-launch: scheduler at (\S+)$")[1]
         job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
         joiner = Job(self, [PYTHON, SCRIPT, "--join", address, "-n", "2",
-                            "-s", "2", "--timeout", str(JOB_LIMIT),
+                            "-s", "2", "--timeout", str(PUSH_JOB_LIMIT),
                             "--log-dir", "{LOGS}"] + settings + ["--"] +
                      program, tag=tag)
-        joined = joiner.wait(JOB_LIMIT + 15)
-        ended = job.wait(JOB_LIMIT + 15)
+        joined = joiner.wait(PUSH_JOB_LIMIT + 15)
+        ended = job.wait(PUSH_JOB_LIMIT + 15)
         both = "%s\n%s" % (job.report(), joiner.report())
         self.assertEqual((joined, ended), (0, 0), both)
         self.assertRegex(joiner.output(), r"(?m)^\[server \+\] .*joined a "
@@ -528,19 +538,19 @@ class LocalTest(EngineTests, unittest.TestCase):
         # exact sums and the launcher exits 0, naming the server it lost.
         tag = uuid.uuid4().hex
         job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", "3", "--failover",
-                         "--timeout", str(JOB_LIMIT), "--scheduler",
+                         "--timeout", str(PUSH_JOB_LIMIT), "--scheduler",
                          SCHEDULER, "--log-dir", "{LOGS}", "--env", TAG,
                          "--env", "EMBER_REPLICAS=1",
                          "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
                          "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
-                         CLUSTER_FAILOVER, "--iterations=10000"], tag=tag)
+                         CLUSTER_FAILOVER, PUSHES], tag=tag)
         job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
         victims = [pid for pid, p in tagged_processes(tag).items()
                    if p["role"] == "server" and p["rank"] == "1" and
                    p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
         self.assertEqual(len(victims), 1, job.report())
         os.kill(victims[0], signal.SIGKILL)
-        status = job.wait(JOB_LIMIT + 15)
+        status = job.wait(PUSH_JOB_LIMIT + 15)
         out = job.output()
         self.assertEqual(status, 0, job.report())
         self.assertIn("ember-launch: server 1 (pid %d) exited with status "
@@ -559,7 +569,7 @@ class LocalTest(EngineTests, unittest.TestCase):
         # the first node's failure, not 0.
         tag = uuid.uuid4().hex
         job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", "2", "--failover",
-                         "--timeout", str(JOB_LIMIT), "--scheduler",
+                         "--timeout", str(PUSH_JOB_LIMIT), "--scheduler",
                          SCHEDULER, "--env", TAG, "--env", "EMBER_REPLICAS=0",
                          "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
                          "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
@@ -570,11 +580,11 @@ class LocalTest(EngineTests, unittest.TestCase):
                    p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
         self.assertEqual(len(victims), 1, job.report())
         os.kill(victims[0], signal.SIGKILL)
-        status = job.wait(KILL_LIMIT + 15)
+        status = job.wait(KILL_LIMIT * TIME_SCALE + 15)
         self.assertNotIn(status, (0, 124), job.report())
         self.assertRegex(job.output(), r"(?m)^ember-launch: (worker|server|"
-                         r"scheduler) \d \(pid \d+\) exited with status \d+; stopping "
-                         r"the cluster", job.report())
+                         r"scheduler) \d \(pid \d+\) exited with status "
+                         r"\d+; stopping the cluster", job.report())
         self.assertEqual(tagged_processes(tag), {}, job.report())
 
     def test_sigkill_of_the_launcher_leaves_no_node(self):
