@@ -532,29 +532,42 @@ class LocalTest(EngineTests, unittest.TestCase):
                                                     "server-join.log")), both)
         self.assertEqual(tagged_processes(tag), {}, both)
 
+    def failover_job(self, tag, servers, replicas, pushes):
+        """A --failover job of cluster_failover: SERVERS servers, 2 workers,
+        EMBER_REPLICAS=REPLICAS, deaths detected within 0.6 s; returned once
+        both workers push."""
+        job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", str(servers),
+                         "--failover", "--timeout", str(PUSH_JOB_LIMIT),
+                         "--scheduler", SCHEDULER, "--log-dir", "{LOGS}",
+                         "--env", TAG, "--env", "EMBER_REPLICAS=%d" % replicas,
+                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
+                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
+                         CLUSTER_FAILOVER, pushes], tag=tag)
+        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
+        return job
+
+    def kill_server(self, job, tag, index):
+        """SIGKILLs the server the launcher started as server INDEX (by PID);
+        returns its PID."""
+        victims = [pid for pid, p in tagged_processes(tag).items()
+                   if p["role"] == "server" and p["rank"] == str(index) and
+                   p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
+        self.assertEqual(len(victims), 1, job.report())
+        os.kill(victims[0], signal.SIGKILL)
+        return victims[0]
+
     def test_with_failover_a_killed_server_costs_the_job_nothing(self):
         # --failover: a SIGKILL of one server of 3 (EMBER_REPLICAS=1) does
         # not stop the job; the cluster fails over, the workers finish with
         # exact sums and the launcher exits 0, naming the server it lost.
         tag = uuid.uuid4().hex
-        job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", "3", "--failover",
-                         "--timeout", str(PUSH_JOB_LIMIT), "--scheduler",
-                         SCHEDULER, "--log-dir", "{LOGS}", "--env", TAG,
-                         "--env", "EMBER_REPLICAS=1",
-                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
-                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
-                         CLUSTER_FAILOVER, PUSHES], tag=tag)
-        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
-        victims = [pid for pid, p in tagged_processes(tag).items()
-                   if p["role"] == "server" and p["rank"] == "1" and
-                   p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
-        self.assertEqual(len(victims), 1, job.report())
-        os.kill(victims[0], signal.SIGKILL)
+        job = self.failover_job(tag, 3, 1, PUSHES)
+        victim = self.kill_server(job, tag, 1)
         status = job.wait(PUSH_JOB_LIMIT + 15)
         out = job.output()
         self.assertEqual(status, 0, job.report())
         self.assertIn("ember-launch: server 1 (pid %d) exited with status "
-                      "137; the job goes on (--failover)" % victims[0], out)
+                      "137; the job goes on (--failover)" % victim, out)
         self.assertRegex(out, r"(?m)^\[scheduler\] .*takes over the data "
                          r"of", job.report())
         self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
@@ -568,18 +581,9 @@ class LocalTest(EngineTests, unittest.TestCase):
         # ends itself, naming the dead server, and the launcher exits with
         # the first node's failure, not 0.
         tag = uuid.uuid4().hex
-        job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", "2", "--failover",
-                         "--timeout", str(PUSH_JOB_LIMIT), "--scheduler",
-                         SCHEDULER, "--env", TAG, "--env", "EMBER_REPLICAS=0",
-                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
-                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
-                         CLUSTER_FAILOVER, "--iterations=100000"], tag=tag)
-        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
-        victims = [pid for pid, p in tagged_processes(tag).items()
-                   if p["role"] == "server" and p["rank"] == "0" and
-                   p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
-        self.assertEqual(len(victims), 1, job.report())
-        os.kill(victims[0], signal.SIGKILL)
+        # Pushes enough to outlast the end the test waits for.
+        job = self.failover_job(tag, 2, 0, "--iterations=100000")
+        self.kill_server(job, tag, 0)
         status = job.wait(KILL_LIMIT * TIME_SCALE + 15)
         self.assertNotIn(status, (0, 124), job.report())
         self.assertRegex(job.output(), r"(?m)^ember-launch: (worker|server|"
