@@ -614,6 +614,13 @@ def slurm_hosts(environ):
 
 
 # -------------------------------------------------------------- processes --
+def line_buffered(argv):
+    """ARGV under stdbuf, so that a node's output comes a line at a time
+    (where stdbuf exists)."""
+    return (["stdbuf", "-oL", "-eL"] + argv if shutil.which("stdbuf")
+            else argv)
+
+
 def exit_status(returncode):
     """Popen's returncode -> the shell's convention (128 + signal)."""
     return 128 - returncode if returncode < 0 else returncode
@@ -1061,10 +1068,9 @@ def _run(sup, job, environ, script_path, port_dir):
         sched_env["EMBER_PORT_FILE"] = port_file
     elif environ.get("EMBER_PORT_FILE"):
         sched_env["EMBER_PORT_FILE"] = environ["EMBER_PORT_FILE"]
-    stdbuf = ["stdbuf", "-oL", "-eL"] if shutil.which("stdbuf") else []
     sched_argv = job.scheduler or substitute_role(job.command, "scheduler")
     scheduler = _start(sup, "scheduler 0", "[scheduler] ",
-                       stdbuf + sched_argv, sched_env,
+                       line_buffered(sched_argv), sched_env,
                        _log_path(job, "scheduler", 0))
 
     root_port = job.root_port
@@ -1110,7 +1116,8 @@ def _run(sup, job, environ, script_path, port_dir):
                 env = node_environment(environ, job, role, i, root_uri,
                                        root_port)
                 node = _start(sup, "%s %d" % (role, i), "[%s %d] " % (role, i),
-                              stdbuf + substitute_role(job.command, role),
+                              line_buffered(substitute_role(job.command,
+                                                            role)),
                               env, _log_path(job, role, i))
                 node.survivable = job.failover and role == "server"
     elif job.launcher == "ssh":
@@ -1143,9 +1150,8 @@ def _run_join(sup, job, environ, deadline):
     env = join_environment(environ, job)
     sup.message("starting a server into the job at %s" %
                 join_address(host, port))
-    stdbuf = ["stdbuf", "-oL", "-eL"] if shutil.which("stdbuf") else []
     _start(sup, "joining server", "[server +] ",
-           stdbuf + substitute_role(job.command, "server"), env,
+           line_buffered(substitute_role(job.command, "server")), env,
            _log_path(job, "server", "join"))
     _wait(sup, job, deadline)
     return 0
@@ -1332,8 +1338,7 @@ def run_node(argv, environ):
                          "executable\n" % (name, label, host, command[0]))
         return 127
     command = substitute_role([program] + command[1:], role)
-    if shutil.which("stdbuf"):
-        command = ["stdbuf", "-oL", "-eL"] + command
+    command = line_buffered(command)
 
     parent = os.getppid()
     set_parent_death_signal(signal.SIGTERM)
