@@ -534,14 +534,17 @@ class LocalTest(EngineTests, unittest.TestCase):
 
     def failover_job(self, tag, servers, replicas, pushes):
         """A --failover job of cluster_failover: SERVERS servers, 2 workers,
-        EMBER_REPLICAS=REPLICAS, deaths detected within 0.6 s; returned once
-        both workers push."""
+        EMBER_REPLICAS=REPLICAS, deaths detected within 0.6 s (x TIME_SCALE:
+        a sanitizer build's nodes miss tighter heartbeats under load);
+        returned once both workers push."""
         job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", str(servers),
                          "--failover", "--timeout", str(PUSH_JOB_LIMIT),
                          "--scheduler", SCHEDULER, "--log-dir", "{LOGS}",
                          "--env", TAG, "--env", "EMBER_REPLICAS=%d" % replicas,
-                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=100",
-                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=600", "--",
+                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" %
+                         (100 * TIME_SCALE),
+                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=%d" %
+                         (600 * TIME_SCALE), "--",
                          CLUSTER_FAILOVER, pushes], tag=tag)
         job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
         return job
