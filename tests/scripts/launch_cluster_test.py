@@ -352,9 +352,11 @@ class EngineTests:
     def check_kill(self, role, index):
         tag = uuid.uuid4().hex
         # Ember's own failure detection would end the survivors after the
-        # heartbeat timeout; a long one leaves the ending to the launcher.
+        # heartbeat timeout, or 200 ms after a closed connection; a long
+        # timeout and no disconnect grace leave the ending to the launcher.
         job = Job(self, self.argv(CLUSTER_SOAK, "--env", TAG,
                                   "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=120000",
+                                  "--env", "EMBER_DISCONNECT_GRACE_MS=-1",
                                   "--log-dir", "{LOGS}") +
                   ["--seconds=%d" % JOB_LIMIT], self.env(), tag)
         job.wait_running()
