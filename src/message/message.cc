@@ -214,6 +214,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (!meta.run_key.empty()) c->set_run_key(meta.run_key);
     if (!meta.cluster_token.empty()) c->set_cluster_token(meta.cluster_token);
     if (meta.join_running) c->set_join_running(true);
+    if (meta.join_replace) c->set_join_replace(true);
     if (meta.handed_over) c->set_handed_over(true);
     c->set_holder(meta.holder);
     c->set_holder_epoch(meta.holder_epoch);
@@ -268,6 +269,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->run_key.clear();
   meta->cluster_token.clear();
   meta->join_running = false;
+  meta->join_replace = false;
   meta->handed_over = false;
   meta->worker_event = WorkerEvent::kNone;
   meta->num_servers = 0;
@@ -294,6 +296,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->run_key = c.run_key();
     meta->cluster_token = c.cluster_token();
     meta->join_running = c.join_running();
+    meta->join_replace = c.join_replace();
     meta->handed_over = c.handed_over();
     meta->holder = c.holder();
     meta->holder_epoch = c.holder_epoch();

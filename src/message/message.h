@@ -188,6 +188,9 @@ struct Meta {
   std::string cluster_token;  // kJoin: EMBER_CLUSTER_TOKEN
   // kJoin: the node asks to join a cluster that has formed (EMBER_JOIN=1).
   bool join_running = false;
+  // kJoin: a server that replaces a dead one (EMBER_JOIN=replace): held
+  // until a server slot is vacant.
+  bool join_replace = false;
   // kReplicaReady: who holds a whole copy of the sender's data, as of
   // which ring epoch.
   int holder = kEmpty;

@@ -233,6 +233,7 @@ Status Node::Start(int customer_id, bool do_barrier) {
     join.meta.cluster_token = options_.cluster_token;
     join.meta.process_key = process_key_;
     join.meta.join_running = options_.join;
+    join.meta.join_replace = options_.join_replace;
     join.meta.num_servers = options_.num_servers;
     join.meta.num_workers = options_.num_workers;
     join.meta.consistency = options_.consistency.ToString();
@@ -789,6 +790,8 @@ Status Node::Finalize(int customer_id, bool do_barrier) {
   if (do_barrier) {
     result = Barrier(customer_id, kScheduler + kServerGroup + kWorkerGroup);
   }
+  // No replacement server joins a job that is finishing.
+  if (scheduler_) scheduler_->RefuseHeldJoins();
   MutexLock lock(&mu_);
   // A leaving server ends once its ranges are handed over (or the run
   // fails).

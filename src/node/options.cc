@@ -356,9 +356,26 @@ StatusOr<Options> Options::FromEnvironment() {
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_RANK_HINT", nullptr, -1, 1 << 20, &o.rank_hint));
   {
-    int join = 0;
-    PS_RETURN_IF_ERROR(ReadInt("EMBER_JOIN", nullptr, 0, 1, &join));
-    o.join = join != 0;
+    // 0, 1, or "replace": a server that takes the next vacant slot, its
+    // join held by the scheduler until there is one (docs/replication.md,
+    // "Joining").
+    std::string join;
+    std::string source;
+    if (ReadString("EMBER_JOIN", nullptr, &join, &source)) {
+      if (join == "replace") {
+        if (o.role != Role::kServer) {
+          return Status::InvalidArgument(
+              "EMBER_JOIN=replace is for servers (a worker comes back into "
+              "its rank with EMBER_WORKER_RANK)");
+        }
+        o.join_replace = true;
+      } else if (join == "0" || join == "1") {
+        o.join = join == "1";
+      } else {
+        return Status::InvalidArgument("EMBER_JOIN='" + join +
+                                       "' is not 0, 1 or replace");
+      }
+    }
   }
   PS_RETURN_IF_ERROR(
       ReadInt("EMBER_WORKER_RANK", nullptr, -1, 65535, &o.worker_rank));

@@ -60,6 +60,11 @@ struct Options {
   // A server that joins while a server slot is vacant (after a failover)
   // is admitted without it.
   bool join = false;
+  // A server started as the replacement of one that died (EMBER_JOIN=
+  // replace): it takes the next vacant server slot, and if none is vacant
+  // yet (the death is not yet declared) the scheduler holds its join until
+  // one is, for at most start_timeout_ms.
+  bool join_replace = false;
   // Elastic workers (docs/consistency.md, "Elastic workers"). A worker
   // restarted into a running job with the rank it had (EMBER_WORKER_RANK;
   // -1: none). Before the cluster forms it is the worker's rank hint.

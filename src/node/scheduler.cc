@@ -201,6 +201,35 @@ void Scheduler::HandleJoin(const Message& msg) {
       }
     }
   }
+  if (formed_ && node.role == Role::kServer && msg.meta.join_replace &&
+      !msg.meta.join_running) {
+    // A replacement (EMBER_JOIN=replace): its launcher saw the server it
+    // replaces die, perhaps before this scheduler declared the death; it
+    // waits for the vacant slot.
+    const std::string why = JoinSettingsMismatchLocked(msg);
+    if (!why.empty()) {
+      LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
+                   << why << "; the job goes on unchanged";
+      RejectLocked(node, key, why);
+      return;
+    }
+    for (const HeldJoin& h : held_joins_) {
+      if (h.node.address() == node.address()) return;  // A copy.
+    }
+    const int64_t now = clock_->NowMs();
+    held_joins_.push_back(HeldJoin{node, key, now + options_.start_timeout_ms});
+    ServeHeldJoinsLocked(now);
+    for (const HeldJoin& h : held_joins_) {
+      if (h.node.address() == node.address()) {
+        LOG(WARNING) << "holding the join of " << node.DebugString()
+                     << " (EMBER_JOIN=replace) until a server slot is vacant "
+                        "and no membership change is under way, for at most "
+                     << options_.start_timeout_ms / 1000
+                     << " s (EMBER_START_TIMEOUT)";
+      }
+    }
+    return;
+  }
   if (formed_) {
     int live_servers = static_cast<int>(servers_.size());
     const bool server =
@@ -485,6 +514,44 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node,
                   "their owners under "
                << ring_->DebugString();
   PublishLocked();
+}
+
+void Scheduler::ServeHeldJoinsLocked(int64_t now) {
+  while (!held_joins_.empty()) {
+    const HeldJoin h = held_joins_.front();
+    std::string why;
+    if (!abort_status_.ok()) {
+      why = abort_status_.message();
+    } else if (finishing_) {
+      why = "the job finished before a server slot became vacant";
+    } else if (static_cast<int>(servers_.size()) < options_.num_servers &&
+               joining_ < 0 && leaving_ < 0) {
+      held_joins_.erase(held_joins_.begin());
+      // The next one waits for this join to end (joining_), unless this
+      // one is refused.
+      AdmitServerLocked(h.node, h.key);
+      continue;
+    } else if (now >= h.until_ms) {
+      why = "no server slot became vacant within " +
+            std::to_string(options_.start_timeout_ms / 1000) +
+            " s (EMBER_START_TIMEOUT): EMBER_JOIN=replace takes the slot of "
+            "a server that died, and the job has " +
+            std::to_string(servers_.size()) + " live servers of " +
+            std::to_string(options_.num_servers);
+    } else {
+      return;  // Later ones came later: none is due either.
+    }
+    LOG(WARNING) << "refusing the held join of " << h.node.DebugString() << ": "
+                 << why;
+    RejectLocked(h.node, h.key, why);
+    held_joins_.erase(held_joins_.begin());
+  }
+}
+
+void Scheduler::RefuseHeldJoins() {
+  MutexLock lock(&mu_);
+  finishing_ = true;
+  ServeHeldJoinsLocked(clock_->NowMs());
 }
 
 bool Scheduler::DroppedWorkerLocked(int id) const {
@@ -1305,6 +1372,9 @@ void Scheduler::CheckLiveness() {
                      " ms ago and reconnecting was refused; no heartbeat or "
                      "leave since");
   }
+  // After every death of this check is declared: a replacement admitted
+  // between two would join a ring about to lose another server.
+  ServeHeldJoinsLocked(now);
 }
 
 void Scheduler::ResendFirstTablesLocked(int64_t now) {

@@ -185,6 +185,11 @@ class Scheduler {
   // (util/wait_log.h says how often), naming whom it waits for.
   void WatchWaits(int64_t interval_ms) EXCLUDES(mu_);
 
+  // The job is finishing (the scheduler's final barrier has passed): the
+  // replacements whose joins are held are refused, saying so, and so is
+  // every later one.
+  void RefuseHeldJoins() EXCLUDES(mu_);
+
   // GET /status: membership, epoch, ranges and where every node serves
   // its metrics, as JSON.
   std::string StatusJson() const EXCLUDES(mu_);
@@ -240,6 +245,11 @@ class Scheduler {
   // The leaving server's hand-over is acknowledged: it is a member no
   // more (left_), and another membership change may begin.
   void LeaveDoneLocked() REQUIRES(mu_);
+  // The replacements whose joins are held (EMBER_JOIN=replace): the first
+  // is admitted once a server slot is vacant and no membership change is
+  // under way; each is refused once it has waited start_timeout_ms, or
+  // when the run ends.
+  void ServeHeldJoinsLocked(int64_t now) REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.
   void RejectLocked(const NodeInfo& node, const std::string& key,
@@ -399,6 +409,15 @@ class Scheduler {
   // JOIN or REJOIN that sent them; empty and -1 until then.
   std::string servers_consistency_ GUARDED_BY(mu_);
   int servers_replicas_ GUARDED_BY(mu_) = -1;
+  // Joins of replacement servers (EMBER_JOIN=replace) that came while no
+  // server slot was vacant, oldest first, with the time each is refused.
+  struct HeldJoin {
+    NodeInfo node;
+    std::string key;
+    int64_t until_ms = 0;
+  };
+  std::vector<HeldJoin> held_joins_ GUARDED_BY(mu_);
+  bool finishing_ GUARDED_BY(mu_) = false;  // RefuseHeldJoins was called
 };
 
 }  // namespace ps

@@ -139,6 +139,42 @@ TEST_F(JoinAfterFailoverTest, AReplacementTakesAVacantSlotAfterAFailover) {
   })) << "copies not restored";
 }
 
+// A replacement started as soon as its server died (EMBER_JOIN=replace, as
+// ember-launch --replace-servers starts it) may ask to join before the
+// scheduler has declared the death: its join is held, not refused as one
+// too many, and it takes the slot once the death is declared.
+TEST_F(JoinAfterFailoverTest, AReplacementAskingBeforeTheDeathIsDeclaredWaits) {
+  Form(2, 2, /*replicas=*/1);
+  finalize_ = false;  // A member dies: no final barrier.
+  const std::vector<Key> keys = SpreadKeys(4096);
+  PushOnes(keys, 5, 0, nullptr);
+  LogCapture log;
+  Postoffice* newcomer = cluster_->AddServer(
+      /*join=*/false, [](Options* o) { o->join_replace = true; });
+  Status started = Status::Internal("not started");
+  std::thread start([&] { started = newcomer->StartStatus(0, true); });
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("(EMBER_JOIN=replace) until a server slot is vacant")
+                .empty();
+  }));
+  // Held while both servers live: nothing changed.
+  EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->epoch(), 1u);
+  cluster_->KillByHeartbeat(cluster_->server(1));
+  start.join();
+  ASSERT_TRUE(started.ok()) << started;
+  servers_.push_back(std::make_unique<CountingServer>(newcomer));
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("has joined: it holds the state of its ranges").empty();
+  }));
+  PushOnes(keys, 20, 0, nullptr);
+  ExpectAll(keys, 2 * 25);
+  auto ring = cluster_->worker(0)->node()->key_ring();
+  EXPECT_EQ(ring->epoch(), 3u);  // The failover, then the replacement.
+  ASSERT_EQ(ring->num_servers(), 2);
+  EXPECT_GE(ring->IndexOf(newcomer->node()->my_id()), 0);
+  EXPECT_TRUE(log.Find("refusing").empty());
+}
+
 // Under bsp (k=1), server 1 of 2 dies in a half-pushed round (worker 0
 // has pushed for it, worker 1 not yet), the survivor takes its data, and a
 // replacement (no EMBER_JOIN) takes the vacant slot and its share of the
@@ -385,6 +421,64 @@ TEST(JoinRefusal, LateServersWithoutTheRightToJoinAreRefused) {
   EXPECT_NE(s.message().find("cluster token"), std::string::npos) << s;
   EXPECT_EQ(cluster.worker(0)->node()->key_ring()->num_servers(), 2);
   EXPECT_EQ(cluster.worker(0)->node()->key_ring()->epoch(), 1u);
+}
+
+// A held replacement (EMBER_JOIN=replace) whose slot never becomes vacant
+// is refused once it has waited EMBER_START_TIMEOUT, saying why, and the
+// job is untouched; one held when the job finishes is refused then.
+TEST(JoinRefusal, AHeldReplacementIsRefusedWhenNoSlotBecomesVacant) {
+  InProcCluster cluster(2, 1);
+  cluster.Start();
+  auto replacement = [&cluster] {
+    return cluster.AddServer(false, [](Options* o) { o->join_replace = true; });
+  };
+  LogCapture log;
+  Postoffice* late = replacement();
+  Status s = Status::Internal("not started");
+  std::thread start([&] { s = late->StartStatus(0, true); });
+  ASSERT_TRUE(WaitUntil([&] { return !log.Find("holding the join").empty(); }));
+  // The members beat as time passes (the fake clock), so none is declared
+  // dead; the hold ends after the scheduler's start timeout (under 60 s
+  // here).
+  const std::vector<Postoffice*> members = {
+      cluster.server(0), cluster.server(1), cluster.worker(0)};
+  for (int elapsed = 0; elapsed <= 60000; elapsed += 900) {
+    cluster.clock()->Advance(900);
+    for (Postoffice* p : members) cluster.Beat(p);
+    cluster.scheduler()->node()->CheckLiveness();
+  }
+  start.join();
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("no server slot became vacant within"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("2 live servers of 2"), std::string::npos) << s;
+  Node* worker = cluster.worker(0)->node();
+  EXPECT_EQ(worker->key_ring()->epoch(), 1u);
+  EXPECT_EQ(worker->key_ring()->num_servers(), 2);
+
+  // Held when the job finishes (the scheduler's final barrier).
+  Postoffice* second = replacement();
+  std::thread start2([&] { s = second->StartStatus(0, true); });
+  ASSERT_TRUE(
+      WaitUntil([&] { return log.Find("holding the join").size() == 2; }));
+  std::vector<std::thread> finals;
+  std::vector<Status> done(4);
+  const std::vector<Postoffice*> nodes = {cluster.scheduler(),
+                                          cluster.server(0), cluster.server(1),
+                                          cluster.worker(0)};
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    finals.emplace_back(
+        [&, i] { done[i] = nodes[i]->FinalizeStatus(0, true); });
+  }
+  for (auto& t : finals) t.join();
+  start2.join();
+  for (const Status& d : done) EXPECT_TRUE(d.ok()) << d;
+  EXPECT_EQ(s.code(), Status::Code::kAborted) << s;
+  EXPECT_NE(s.message().find("the job finished before a server slot became "
+                             "vacant"),
+            std::string::npos)
+      << s;
 }
 
 // A server that joins the running job with other settings than the running

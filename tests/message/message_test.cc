@@ -105,6 +105,7 @@ void ExpectMetaEq(const Meta& a, const Meta& b) {
   EXPECT_EQ(a.failed_node, b.failed_node);
   EXPECT_EQ(a.reason, b.reason);
   EXPECT_EQ(a.join_running, b.join_running);
+  EXPECT_EQ(a.join_replace, b.join_replace);
   EXPECT_EQ(a.worker_event, b.worker_event);
   EXPECT_EQ(a.clock_query, b.clock_query);
   EXPECT_EQ(a.num_servers, b.num_servers);
@@ -153,6 +154,7 @@ Meta FullControlMeta() {
   m.failed_node = 10;
   m.reason = "heartbeat timeout";
   m.join_running = true;
+  m.join_replace = true;
   m.worker_event = WorkerEvent::kBack;
   m.num_servers = 4096;
   m.num_workers = 65536;

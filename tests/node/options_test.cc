@@ -62,6 +62,7 @@ const char* const kVariables[] = {
     "EMBER_RUN_KEY_FILE",
     "DMLC_USE_KUBERNETES",
     "EMBER_BIND_HOST",
+    "EMBER_JOIN",
 };
 
 // Clears the variables above for each test and restores the process's own
@@ -234,6 +235,29 @@ TEST_F(OptionsTest, MessageThreadsAreBatchedExceptOnTheSchedulerUnlessTold) {
   o = Options::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o.value().thread_policy, ThreadPolicy::kNormal);
+}
+
+// EMBER_JOIN: 0, 1, or replace (a server's only).
+TEST_F(OptionsTest, JoinIsZeroOneOrReplaceForAServer) {
+  SetRequired();
+  Set("DMLC_ROLE", "server");
+  for (const char* value : {"0", "1", "replace"}) {
+    Set("EMBER_JOIN", value);
+    StatusOr<Options> o = Options::FromEnvironment();
+    ASSERT_TRUE(o.ok()) << value << ": " << o.status();
+    EXPECT_EQ(o.value().join, std::string(value) == "1") << value;
+    EXPECT_EQ(o.value().join_replace, std::string(value) == "replace") << value;
+  }
+  ExpectEachRejected("EMBER_JOIN", {"2", "yes", "", "Replace"});
+  Set("DMLC_ROLE", "worker");
+  Set("EMBER_JOIN", "replace");
+  StatusOr<Options> o = Options::FromEnvironment();
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find(
+                "EMBER_JOIN=replace is for servers (a worker comes back into "
+                "its rank with EMBER_WORKER_RANK)"),
+            std::string::npos)
+      << o.status();
 }
 
 TEST_F(OptionsTest, ParsesEveryRoleName) {

@@ -178,15 +178,17 @@ class InProcCluster {
   }
 
   // Declares `victim` dead the way the scheduler would after missed
-  // heartbeats: time passes, every other node beats (and we wait for the
+  // heartbeats: time passes, every other member beats (and we wait for the
   // echo, so the scheduler has recorded it), then the scheduler checks.
-  // Nodes killed before stay dead.
+  // Nodes killed before stay dead; nodes still waiting to join do not beat.
   void KillByHeartbeat(Postoffice* victim) {
     network_.Sever(Address(victim));
     killed_.insert(victim);
     clock_.Advance(kTimeoutMs + 1);
     for (Postoffice* p : all()) {
-      if (killed_.count(p) || p == scheduler()) continue;
+      if (killed_.count(p) || p == scheduler() || !p->node()->ready()) {
+        continue;
+      }
       Beat(p);
     }
     scheduler()->node()->CheckLiveness();
