@@ -96,6 +96,9 @@ class Job:
         # --failover: a server that dies does not stop the job; the cluster
         # fails its data over to the copies (EMBER_REPLICAS), or ends itself.
         self.failover = False
+        # --replace-servers N: under --failover, a server that dies is
+        # replaced by a new one (EMBER_JOIN=replace), at most N times.
+        self.replace_servers = 0
 
 
 def parse_count(text, what):
@@ -353,6 +356,10 @@ def build_parser():
                    help="a server that dies does not stop the job: Ember "
                    "fails its data over to the copies (EMBER_REPLICAS >= 1) "
                    "or ends the job itself (local only)")
+    p.add_argument("--replace-servers", metavar="N",
+                   help="with --failover: start a new server in place of "
+                   "each one that dies (EMBER_JOIN=replace), at most N in "
+                   "the job (default 0; local only)")
     p.add_argument("--join", metavar="HOST:PORT",
                    help="start one more server into the running job whose "
                    "scheduler is at HOST:PORT (EMBER_JOIN=1), on this host; "
@@ -410,7 +417,16 @@ def parse_ember_launch(argv, environ, script_dirs):
             raise UsageError("--failover needs --launcher local (the other "
                              "engines end the job when a node fails)")
         job.failover = True
+    if args.replace_servers is not None:
+        job.replace_servers = parse_count(args.replace_servers,
+                                          "--replace-servers")
+        if job.replace_servers and not job.failover:
+            raise UsageError("--replace-servers needs --failover (without "
+                             "it a server's death ends the job)")
     if args.join is not None:
+        if job.replace_servers:
+            raise UsageError("--replace-servers is for the launcher of the "
+                             "job, not for --join")
         if job.launcher != "local":
             raise UsageError("--join starts its server on this host: it "
                              "needs --launcher local")
@@ -673,6 +689,9 @@ class Node:
         self.stdin_pipe = None  # Write end of its stdin pipe (ssh), if any.
         # Its failure does not stop the job (a server under --failover).
         self.survivable = False
+        # What the launcher may start in its place (--replace-servers): a
+        # callable that starts and returns the replacement, or None.
+        self.replace = None
 
     @property
     def running(self):
@@ -695,6 +714,7 @@ class Supervisor:
         # (name, pid, host, status).
         self.reported_failure = None
         self.survived = []  # Survivable nodes that failed, in order.
+        self.replacements = []  # Nodes started in place of those.
         self.failure_line = re.compile(
             rb"^%s: ((?:server|worker) \d+) \(pid (\d+) on ([^)]*)\) "
             rb"exited with status (\d+)$" % re.escape(name.encode()))
@@ -1018,6 +1038,8 @@ def _wait(sup, job, deadline, until=None, engines=()):
                             "on (--failover): the cluster fails its data "
                             "over to its copies, or ends itself if it has "
                             "none" % (node.name, node.pid, node.status))
+                if node.replace is not None:
+                    node.replace()
             elif node.status != 0:
                 sup.message("%s (pid %d) exited with status %d; stopping "
                             "the cluster" % (node.name, node.pid,
@@ -1120,6 +1142,9 @@ def _run(sup, job, environ, script_path, port_dir):
                                                             role)),
                               env, _log_path(job, role, i))
                 node.survivable = job.failover and role == "server"
+                if role == "server" and job.replace_servers:
+                    node.replace = _replacer(sup, job, environ, i, root_uri,
+                                             root_port)
     elif job.launcher == "ssh":
         engines = _start_ssh(sup, job, environ, script_path, hosts,
                              root_uri, root_port)
@@ -1134,8 +1159,56 @@ def _run(sup, job, environ, script_path, port_dir):
     _wait(sup, job, deadline, engines=engines)
     if sup.survived:
         sup.message("the job finished without %s, which died during it "
-                    "(--failover)" % ", ".join(n.name for n in sup.survived))
+                    "(--failover)%s" % (
+                        ", ".join(n.name for n in sup.survived),
+                        "; replacements started: %s" % ", ".join(
+                            n.name for n in sup.replacements)
+                        if sup.replacements else ""))
     return 0
+
+
+def replacement_environment(base, job, index, root_uri, root_port):
+    """The environment of a server started in place of local server INDEX
+    (--replace-servers): that server's, with EMBER_JOIN=replace and no rank
+    hint (the scheduler gives it a new rank)."""
+    env = node_environment(base, job, "server", index, root_uri, root_port)
+    env.pop("EMBER_RANK_HINT", None)
+    env["EMBER_JOIN"] = "replace"
+    return env
+
+
+def _replacer(sup, job, environ, index, root_uri, root_port):
+    """What starts a server in place of local server INDEX when it (or a
+    replacement of it) dies, while replacements are left (--replace-servers)
+    and the job runs: its scheduler and a worker are running. The scheduler
+    holds the replacement's join until it has declared the death
+    (EMBER_JOIN=replace)."""
+    def replace():
+        left = job.replace_servers - len(sup.replacements)
+        scheduler = [n for n in sup.nodes if n.name == "scheduler 0"]
+        workers = [n for n in sup.nodes if n.name.startswith("worker ")]
+        if left <= 0:
+            sup.message("no replacement for it: all %d started already "
+                        "(--replace-servers)" % job.replace_servers)
+            return
+        if not any(n.running for n in scheduler) or \
+                not any(n.running for n in workers):
+            sup.message("no replacement for it: the job is ending")
+            return
+        number = len(sup.replacements) + 1
+        name = "replacement %d (server %d)" % (number, index)
+        sup.message("starting %s in its place (%d of %d, "
+                    "--replace-servers)" % (name, number,
+                                            job.replace_servers))
+        node = _start(sup, name, "[server %d r%d] " % (index, number),
+                      line_buffered(substitute_role(job.command, "server")),
+                      replacement_environment(environ, job, index, root_uri,
+                                              root_port),
+                      _log_path(job, "server", "%d-r%d" % (index, number)))
+        node.survivable = True
+        node.replace = replace
+        sup.replacements.append(node)
+    return replace
 
 
 def join_address(host, port):

@@ -534,13 +534,14 @@ class LocalTest(EngineTests, unittest.TestCase):
                                                     "server-join.log")), both)
         self.assertEqual(tagged_processes(tag), {}, both)
 
-    def failover_job(self, tag, servers, replicas, pushes):
+    def failover_job(self, tag, servers, replicas, pushes, options=()):
         """A --failover job of cluster_failover: SERVERS servers, 2 workers,
         EMBER_REPLICAS=REPLICAS, deaths detected within 0.6 s (x TIME_SCALE:
-        a sanitizer build's nodes miss tighter heartbeats under load);
-        returned once both workers push."""
+        a sanitizer build's nodes miss tighter heartbeats under load), with
+        the launcher's further OPTIONS; returned once both workers push."""
         job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", str(servers),
-                         "--failover", "--timeout", str(PUSH_JOB_LIMIT),
+                         "--failover"] + list(options) +
+                  ["--timeout", str(PUSH_JOB_LIMIT),
                          "--scheduler", SCHEDULER, "--log-dir", "{LOGS}",
                          "--env", TAG, "--env", "EMBER_REPLICAS=%d" % replicas,
                          "--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" %
@@ -579,6 +580,34 @@ class LocalTest(EngineTests, unittest.TestCase):
                          r"exact", job.report())
         self.assertIn("ember-launch: the job finished without server 1, "
                       "which died during it (--failover)", out)
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
+    def test_with_replace_servers_a_killed_server_is_replaced(self):
+        # --replace-servers 1: the launcher starts a server in place of the
+        # killed one at once (EMBER_JOIN=replace); the scheduler holds its
+        # join until it has declared the death, then admits it into the
+        # vacant slot as server 3, which takes a share of the ranges; the
+        # sums are exact and the launcher exits 0.
+        tag = uuid.uuid4().hex
+        job = self.failover_job(tag, 3, 1, PUSHES, ["--replace-servers", "1"])
+        self.kill_server(job, tag, 1)
+        status = job.wait(PUSH_JOB_LIMIT + 15)
+        out = job.output()
+        self.assertEqual(status, 0, job.report())
+        self.assertIn("ember-launch: starting replacement 1 (server 1) in its "
+                      "place (1 of 1, --replace-servers)", out)
+        self.assertRegex(out, r"(?m)^\[scheduler\] .*takes over the data "
+                         r"of server 1 ", job.report())
+        self.assertRegex(out, r"(?m)^\[scheduler\] .*server 3 \(id \d+, "
+                         r"[^)]*\) has joined: it holds the state of its "
+                         r"ranges", job.report())
+        self.assertRegex(out, r"(?m)^\[server 1 r1\] .*joined a running "
+                         r"cluster as server 3 ", job.report())
+        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
+                         r"exact", job.report())
+        self.assertIn("ember-launch: the job finished without server 1, "
+                      "which died during it (--failover); replacements "
+                      "started: replacement 1 (server 1)", out)
         self.assertEqual(tagged_processes(tag), {}, job.report())
 
     def test_with_failover_but_no_copies_the_cluster_ends_the_job(self):

@@ -86,6 +86,26 @@ class EmberLaunchArgumentsTest(unittest.TestCase):
                     parse(["-n", "1", "--launcher", launcher, "--failover",
                            "/bin/true"])
 
+    def test_replace_servers_needs_failover_and_a_count(self):
+        self.assertEqual(parse(["-n", "1", "/bin/true"]).replace_servers, 0)
+        job = parse(["-n", "1", "--failover", "--replace-servers", "3",
+                     "/bin/true"])
+        self.assertEqual((job.failover, job.replace_servers), (True, 3))
+        self.assertEqual(parse(["-n", "1", "--replace-servers", "0",
+                                "/bin/true"]).replace_servers, 0)
+        for argv, says in (
+                (["--replace-servers", "1"], "--replace-servers needs "
+                 "--failover"),
+                (["--failover", "--replace-servers", "-1"],
+                 "--replace-servers must be a non-negative integer"),
+                (["--failover", "--replace-servers", "x"],
+                 "--replace-servers must be a non-negative integer"),
+                (["--failover", "--replace-servers", "1", "--join",
+                  "127.0.0.1:9"], "not for --join")):
+            with self.subTest(argv=argv):
+                with self.assertRaisesRegex(el.UsageError, says):
+                    parse(["-n", "1"] + argv + ["/bin/true"])
+
     def test_join_takes_the_running_jobs_scheduler(self):
         job = parse(["-n", "2", "-s", "3", "--join", "10.0.0.5:9091",
                      "/bin/true"], {"EMBER_SCHEDULER": "/nonexistent"})
@@ -301,6 +321,21 @@ class EnvironmentTest(unittest.TestCase):
         self.assertNotIn("EMBER_RANK_HINT", env)
         self.assertNotIn("EMBER_PORT_FILE", env)
         self.assertEqual(env["OMP_NUM_THREADS"], "2")
+
+    def test_a_replacement_gets_its_servers_settings_and_join_replace(self):
+        job = self.job()
+        job.env["EMBER_JOIN"] = "1"  # --env cannot make it grow the job.
+        env = el.replacement_environment(
+            {"HOME": "/root", "EMBER_RANK_HINT": "4",
+             "EMBER_PORT_FILE": "/tmp/p"}, job, 1, "127.0.0.1", 4000)
+        self.assertEqual(env["DMLC_ROLE"], "server")
+        self.assertEqual(env["EMBER_JOIN"], "replace")
+        self.assertEqual((env["DMLC_PS_ROOT_URI"], env["DMLC_PS_ROOT_PORT"]),
+                         ("127.0.0.1", "4000"))
+        self.assertEqual((env["DMLC_NUM_SERVER"], env["DMLC_NUM_WORKER"]),
+                         ("2", "3"))
+        self.assertNotIn("EMBER_RANK_HINT", env)
+        self.assertNotIn("EMBER_PORT_FILE", env)
 
     def test_remote_nodes_get_the_cluster_settings_not_this_hosts(self):
         base = {"HOME": "/root", "PATH": "/x", "SSH_AUTH_SOCK": "s",
