@@ -53,6 +53,11 @@ ENGINE_GRACE_S = 5.0
 PORT_WAIT_S = 30.0
 # The longest line kept whole; longer output is cut into lines this long.
 MAX_LINE = 1 << 16
+# Why a node's death does not stop the job, in the launcher's line.
+FAILOVER_NOTE = ("(--failover): the cluster fails its data over to its "
+                 "copies, or ends itself if it has none")
+SCHEDULER_NOTE = ("(--restart-scheduler): its members wait for the "
+                  "scheduler started again (EMBER_SCHEDULER_WAIT_MS)")
 # Variables sent to remote nodes (ssh, mpi) besides the job's own: every
 # name with one of these prefixes, and these names.
 REMOTE_ENV_PREFIXES = ("DMLC_", "EMBER_", "PS_", "GLOG_")
@@ -99,6 +104,9 @@ class Job:
         # --replace-servers N: under --failover, a server that dies is
         # replaced by a new one (EMBER_JOIN=replace), at most N times.
         self.replace_servers = 0
+        # --restart-scheduler N: a scheduler that dies is started again on
+        # its port (EMBER_SCHEDULER_RESTART=1), at most N times.
+        self.restart_scheduler = 0
 
 
 def parse_count(text, what):
@@ -360,6 +368,10 @@ def build_parser():
                    help="with --failover: start a new server in place of "
                    "each one that dies (EMBER_JOIN=replace), at most N in "
                    "the job (default 0; local only)")
+    p.add_argument("--restart-scheduler", metavar="N",
+                   help="start the scheduler again on its port when it dies "
+                   "(EMBER_SCHEDULER_RESTART=1), at most N times (default "
+                   "0; local only, ember_scheduler only)")
     p.add_argument("--join", metavar="HOST:PORT",
                    help="start one more server into the running job whose "
                    "scheduler is at HOST:PORT (EMBER_JOIN=1), on this host; "
@@ -423,7 +435,21 @@ def parse_ember_launch(argv, environ, script_dirs):
         if job.replace_servers and not job.failover:
             raise UsageError("--replace-servers needs --failover (without "
                              "it a server's death ends the job)")
+    if args.restart_scheduler is not None:
+        job.restart_scheduler = parse_count(args.restart_scheduler,
+                                            "--restart-scheduler")
+        if job.restart_scheduler and job.launcher != "local":
+            raise UsageError("--restart-scheduler needs --launcher local "
+                             "(the other engines end the job when a node "
+                             "fails)")
+        if job.restart_scheduler and args.program_scheduler:
+            raise UsageError("--restart-scheduler restarts ember_scheduler "
+                             "only: a program's own apps on the scheduler "
+                             "would start from scratch")
     if args.join is not None:
+        if job.restart_scheduler:
+            raise UsageError("--restart-scheduler is for the launcher of the "
+                             "job, not for --join")
         if job.replace_servers:
             raise UsageError("--replace-servers is for the launcher of the "
                              "job, not for --join")
@@ -687,8 +713,11 @@ class Node:
         self.group = False  # Leads a process group of its own.
         self.relays_nodes = False  # An engine relaying --node output.
         self.stdin_pipe = None  # Write end of its stdin pipe (ssh), if any.
-        # Its failure does not stop the job (a server under --failover).
+        # Its failure does not stop the job (a server under --failover, a
+        # scheduler with restarts left), and why, for the launcher's line.
         self.survivable = False
+        self.survival_note = ""
+        self.role = name.split(" ")[0]  # scheduler, server, worker, ...
         # What the launcher may start in its place (--replace-servers): a
         # callable that starts and returns the replacement, or None.
         self.replace = None
@@ -715,6 +744,7 @@ class Supervisor:
         self.reported_failure = None
         self.survived = []  # Survivable nodes that failed, in order.
         self.replacements = []  # Nodes started in place of those.
+        self.restarts = []  # Schedulers started again (--restart-scheduler).
         self.failure_line = re.compile(
             rb"^%s: ((?:server|worker) \d+) \(pid (\d+) on ([^)]*)\) "
             rb"exited with status (\d+)$" % re.escape(name.encode()))
@@ -1035,9 +1065,8 @@ def _wait(sup, job, deadline, until=None, engines=()):
             if node.status != 0 and node.survivable:
                 sup.survived.append(node)
                 sup.message("%s (pid %d) exited with status %d; the job goes "
-                            "on (--failover): the cluster fails its data "
-                            "over to its copies, or ends itself if it has "
-                            "none" % (node.name, node.pid, node.status))
+                            "on %s" % (node.name, node.pid, node.status,
+                                       node.survival_note))
                 if node.replace is not None:
                     node.replace()
             elif node.status != 0:
@@ -1086,6 +1115,9 @@ def _run(sup, job, environ, script_path, port_dir):
     port_file = os.path.join(port_dir, "port")
     sched_env = node_environment(environ, job, "scheduler", 0, root_uri,
                                  job.root_port or 0)
+    if job.restart_scheduler and not sched_env.get("EMBER_RUN_KEY_FILE"):
+        # Where the run's key waits for a scheduler started again.
+        sched_env["EMBER_RUN_KEY_FILE"] = os.path.join(port_dir, "run.key")
     if job.root_port is None:
         sched_env["EMBER_PORT_FILE"] = port_file
     elif environ.get("EMBER_PORT_FILE"):
@@ -1129,6 +1161,11 @@ def _run(sup, job, environ, script_path, port_dir):
         root_port = int(text)
     # Where a server joins this job from (ember-launch --join).
     sup.message("scheduler at %s" % join_address(root_uri, root_port))
+    if job.restart_scheduler:
+        scheduler.survivable = True
+        scheduler.survival_note = SCHEDULER_NOTE
+        scheduler.replace = _scheduler_restarter(sup, job, sched_argv,
+                                                 sched_env, root_port)
 
     engines = []
     if local:
@@ -1142,6 +1179,7 @@ def _run(sup, job, environ, script_path, port_dir):
                                                             role)),
                               env, _log_path(job, role, i))
                 node.survivable = job.failover and role == "server"
+                node.survival_note = FAILOVER_NOTE
                 if role == "server" and job.replace_servers:
                     node.replace = _replacer(sup, job, environ, i, root_uri,
                                              root_port)
@@ -1157,13 +1195,18 @@ def _run(sup, job, environ, script_path, port_dir):
             job, script_path), environ, root_uri, root_port)]
 
     _wait(sup, job, deadline, engines=engines)
-    if sup.survived:
+    servers = [n for n in sup.survived if n.role != "scheduler"]
+    if servers:
         sup.message("the job finished without %s, which died during it "
                     "(--failover)%s" % (
-                        ", ".join(n.name for n in sup.survived),
+                        ", ".join(n.name for n in servers),
                         "; replacements started: %s" % ", ".join(
                             n.name for n in sup.replacements)
                         if sup.replacements else ""))
+    if sup.restarts:
+        sup.message("the job finished; its scheduler died during it and was "
+                    "started again %d time(s) (--restart-scheduler)" %
+                    len(sup.restarts))
     return 0
 
 
@@ -1185,8 +1228,8 @@ def _replacer(sup, job, environ, index, root_uri, root_port):
     (EMBER_JOIN=replace)."""
     def replace():
         left = job.replace_servers - len(sup.replacements)
-        scheduler = [n for n in sup.nodes if n.name == "scheduler 0"]
-        workers = [n for n in sup.nodes if n.name.startswith("worker ")]
+        scheduler = [n for n in sup.nodes if n.role == "scheduler"]
+        workers = [n for n in sup.nodes if n.role == "worker"]
         if left <= 0:
             sup.message("no replacement for it: all %d started already "
                         "(--replace-servers)" % job.replace_servers)
@@ -1205,10 +1248,42 @@ def _replacer(sup, job, environ, index, root_uri, root_port):
                       replacement_environment(environ, job, index, root_uri,
                                               root_port),
                       _log_path(job, "server", "%d-r%d" % (index, number)))
+        node.role = "server"
         node.survivable = True
+        node.survival_note = FAILOVER_NOTE
         node.replace = replace
         sup.replacements.append(node)
     return replace
+
+
+def _scheduler_restarter(sup, job, sched_argv, sched_env, root_port):
+    """What starts the scheduler again on ROOT_PORT when it dies while a
+    worker runs (--restart-scheduler): with EMBER_SCHEDULER_RESTART=1 and
+    the run's key file of the first one, it takes the running job back from
+    its members' re-registrations (docs/replication.md, "Scheduler
+    restart"). The last restart allowed is not survivable."""
+    def restart():
+        number = len(sup.restarts) + 1
+        if not any(n.running for n in sup.nodes if n.role == "worker"):
+            sup.message("not starting it again: the job is ending")
+            return
+        name = "scheduler 0 (restart %d)" % number
+        sup.message("starting the scheduler again on port %d (%d of %d, "
+                    "--restart-scheduler)" % (root_port, number,
+                                              job.restart_scheduler))
+        env = dict(sched_env)
+        env.pop("EMBER_PORT_FILE", None)
+        env["DMLC_PS_ROOT_PORT"] = str(root_port)
+        env["EMBER_SCHEDULER_RESTART"] = "1"
+        node = _start(sup, name, "[scheduler r%d] " % number,
+                      line_buffered(sched_argv), env,
+                      _log_path(job, "scheduler", "0-r%d" % number))
+        node.role = "scheduler"
+        sup.restarts.append(node)
+        node.survivable = number < job.restart_scheduler
+        node.survival_note = SCHEDULER_NOTE
+        node.replace = restart
+    return restart
 
 
 def join_address(host, port):

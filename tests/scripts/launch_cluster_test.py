@@ -538,9 +538,10 @@ class LocalTest(EngineTests, unittest.TestCase):
         """A --failover job of cluster_failover: SERVERS servers, 2 workers,
         EMBER_REPLICAS=REPLICAS, deaths detected within 0.6 s (x TIME_SCALE:
         a sanitizer build's nodes miss tighter heartbeats under load), with
-        the launcher's further OPTIONS; returned once both workers push."""
-        job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", str(servers),
-                         "--failover"] + list(options) +
+        the launcher's OPTIONS (default --failover); returned once both
+        workers push."""
+        job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", str(servers)] +
+                  list(options or ["--failover"]) +
                   ["--timeout", str(PUSH_JOB_LIMIT),
                          "--scheduler", SCHEDULER, "--log-dir", "{LOGS}",
                          "--env", TAG, "--env", "EMBER_REPLICAS=%d" % replicas,
@@ -589,7 +590,8 @@ class LocalTest(EngineTests, unittest.TestCase):
         # vacant slot as server 3, which takes a share of the ranges; the
         # sums are exact and the launcher exits 0.
         tag = uuid.uuid4().hex
-        job = self.failover_job(tag, 3, 1, PUSHES, ["--replace-servers", "1"])
+        job = self.failover_job(tag, 3, 1, PUSHES,
+                                ["--failover", "--replace-servers", "1"])
         self.kill_server(job, tag, 1)
         status = job.wait(PUSH_JOB_LIMIT + 15)
         out = job.output()
@@ -608,6 +610,36 @@ class LocalTest(EngineTests, unittest.TestCase):
         self.assertIn("ember-launch: the job finished without server 1, "
                       "which died during it (--failover); replacements "
                       "started: replacement 1 (server 1)", out)
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
+    def test_with_restart_scheduler_a_killed_scheduler_is_started_again(self):
+        # --restart-scheduler 1: a SIGKILL of the scheduler does not stop
+        # the job; the launcher starts it again on its port
+        # (EMBER_SCHEDULER_RESTART=1, the run's key from the first one's
+        # file), the members re-register, the workers finish with exact sums
+        # (through the final barrier, which needs the scheduler) and the
+        # launcher exits 0.
+        tag = uuid.uuid4().hex
+        job = self.failover_job(tag, 2, 1, PUSHES, ["--restart-scheduler", "1"])
+        schedulers = [pid for pid, p in tagged_processes(tag).items()
+                      if p["role"] == "scheduler"]
+        self.assertEqual(len(schedulers), 1, job.report())
+        os.kill(schedulers[0], signal.SIGKILL)
+        status = job.wait(PUSH_JOB_LIMIT + 15)
+        out = job.output()
+        self.assertEqual(status, 0, job.report())
+        self.assertIn("ember-launch: scheduler 0 (pid %d) exited with status "
+                      "137; the job goes on (--restart-scheduler)" %
+                      schedulers[0], out)
+        self.assertRegex(out, r"(?m)^ember-launch: starting the scheduler "
+                         r"again on port \d+ \(1 of 1, --restart-scheduler\)",
+                         job.report())
+        self.assertRegex(out, r"(?m)^\[scheduler r1\] .*every member has "
+                         r"re-registered", job.report())
+        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
+                         r"exact", job.report())
+        self.assertIn("ember-launch: the job finished; its scheduler died "
+                      "during it and was started again 1 time(s)", out)
         self.assertEqual(tagged_processes(tag), {}, job.report())
 
     def test_with_failover_but_no_copies_the_cluster_ends_the_job(self):

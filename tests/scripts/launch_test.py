@@ -106,6 +106,23 @@ class EmberLaunchArgumentsTest(unittest.TestCase):
                 with self.assertRaisesRegex(el.UsageError, says):
                     parse(["-n", "1"] + argv + ["/bin/true"])
 
+    def test_restart_scheduler_is_local_and_ember_schedulers_only(self):
+        self.assertEqual(parse(["-n", "1", "/bin/true"]).restart_scheduler, 0)
+        self.assertEqual(parse(["-n", "1", "--restart-scheduler", "2",
+                                "/bin/true"]).restart_scheduler, 2)
+        for argv, says in (
+                (["--restart-scheduler", "x"], "--restart-scheduler must be "
+                 "a non-negative integer"),
+                (["--restart-scheduler", "1", "--launcher", "mpi"],
+                 "--restart-scheduler needs --launcher local"),
+                (["--restart-scheduler", "1", "--program-scheduler"],
+                 "ember_scheduler only"),
+                (["--restart-scheduler", "1", "--join", "127.0.0.1:9"],
+                 "not for --join")):
+            with self.subTest(argv=argv):
+                with self.assertRaisesRegex(el.UsageError, says):
+                    parse(["-n", "1"] + argv + ["/bin/true"])
+
     def test_join_takes_the_running_jobs_scheduler(self):
         job = parse(["-n", "2", "-s", "3", "--join", "10.0.0.5:9091",
                      "/bin/true"], {"EMBER_SCHEDULER": "/nonexistent"})
