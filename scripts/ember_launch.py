@@ -371,7 +371,7 @@ def build_parser():
     p.add_argument("--restart-scheduler", metavar="N",
                    help="start the scheduler again on its port when it dies "
                    "(EMBER_SCHEDULER_RESTART=1), at most N times (default "
-                   "0; local only, ember_scheduler only)")
+                   "0; ember_scheduler only)")
     p.add_argument("--join", metavar="HOST:PORT",
                    help="start one more server into the running job whose "
                    "scheduler is at HOST:PORT (EMBER_JOIN=1), on this host; "
@@ -438,10 +438,6 @@ def parse_ember_launch(argv, environ, script_dirs):
     if args.restart_scheduler is not None:
         job.restart_scheduler = parse_count(args.restart_scheduler,
                                             "--restart-scheduler")
-        if job.restart_scheduler and job.launcher != "local":
-            raise UsageError("--restart-scheduler needs --launcher local "
-                             "(the other engines end the job when a node "
-                             "fails)")
         if job.restart_scheduler and args.program_scheduler:
             raise UsageError("--restart-scheduler restarts ember_scheduler "
                              "only: a program's own apps on the scheduler "
@@ -1258,13 +1254,15 @@ def _replacer(sup, job, environ, index, root_uri, root_port):
 
 def _scheduler_restarter(sup, job, sched_argv, sched_env, root_port):
     """What starts the scheduler again on ROOT_PORT when it dies while a
-    worker runs (--restart-scheduler): with EMBER_SCHEDULER_RESTART=1 and
+    worker (or an engine that runs them) runs (--restart-scheduler): with EMBER_SCHEDULER_RESTART=1 and
     the run's key file of the first one, it takes the running job back from
     its members' re-registrations (docs/replication.md, "Scheduler
     restart"). The last restart allowed is not survivable."""
     def restart():
         number = len(sup.restarts) + 1
-        if not any(n.running for n in sup.nodes if n.role == "worker"):
+        # Workers run here (local) or under an engine (mpirun, srun, ssh).
+        if not any(n.running for n in sup.nodes
+                   if n.role == "worker" or n.relays_nodes):
             sup.message("not starting it again: the job is ending")
             return
         name = "scheduler 0 (restart %d)" % number

@@ -349,6 +349,46 @@ class EngineTests:
     def test_sigkill_of_a_node_ends_the_job_within_15_s(self):
         self.check_kill("worker", 1)
 
+    def test_restart_scheduler_starts_a_killed_scheduler_again(self):
+        # --restart-scheduler 1: a SIGKILL of the scheduler (which runs on
+        # this host whatever the engine) does not stop the job; the launcher
+        # starts it again on its port (EMBER_SCHEDULER_RESTART=1, the run's
+        # key from the first one's file), the members re-register, the
+        # workers of cluster_failover finish with exact sums (through the
+        # final barrier, which needs the scheduler) and the launcher exits
+        # 0. Deaths are detected within 0.6 s (x TIME_SCALE).
+        tag = uuid.uuid4().hex
+        # The later --timeout wins.
+        argv = self.argv(CLUSTER_FAILOVER, "--env", TAG,
+                         "--restart-scheduler", "1", "--log-dir", "{LOGS}",
+                         "--timeout", str(PUSH_JOB_LIMIT),
+                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" %
+                         (100 * TIME_SCALE),
+                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=%d" %
+                         (600 * TIME_SCALE))
+        job = Job(self, argv + [PUSHES], self.env(), tag)
+        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
+        schedulers = [pid for pid, p in tagged_processes(tag).items()
+                      if p["role"] == "scheduler"]
+        self.assertEqual(len(schedulers), 1, job.report())
+        os.kill(schedulers[0], signal.SIGKILL)
+        status = job.wait(PUSH_JOB_LIMIT + 15)
+        out = job.output()
+        self.assertEqual(status, 0, job.report())
+        self.assertIn("ember-launch: scheduler 0 (pid %d) exited with status "
+                      "137; the job goes on (--restart-scheduler)" %
+                      schedulers[0], out)
+        self.assertRegex(out, r"(?m)^ember-launch: starting the scheduler "
+                         r"again on port \d+ \(1 of 1, --restart-scheduler\)",
+                         job.report())
+        self.assertRegex(out, r"(?m)^\[scheduler r1\] .*every member has "
+                         r"re-registered", job.report())
+        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
+                         r"exact", job.report())
+        self.assertIn("ember-launch: the job finished; its scheduler died "
+                      "during it and was started again 1 time(s)", out)
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
     def check_kill(self, role, index):
         tag = uuid.uuid4().hex
         # Ember's own failure detection would end the survivors after the
@@ -610,36 +650,6 @@ class LocalTest(EngineTests, unittest.TestCase):
         self.assertIn("ember-launch: the job finished without server 1, "
                       "which died during it (--failover); replacements "
                       "started: replacement 1 (server 1)", out)
-        self.assertEqual(tagged_processes(tag), {}, job.report())
-
-    def test_with_restart_scheduler_a_killed_scheduler_is_started_again(self):
-        # --restart-scheduler 1: a SIGKILL of the scheduler does not stop
-        # the job; the launcher starts it again on its port
-        # (EMBER_SCHEDULER_RESTART=1, the run's key from the first one's
-        # file), the members re-register, the workers finish with exact sums
-        # (through the final barrier, which needs the scheduler) and the
-        # launcher exits 0.
-        tag = uuid.uuid4().hex
-        job = self.failover_job(tag, 2, 1, PUSHES, ["--restart-scheduler", "1"])
-        schedulers = [pid for pid, p in tagged_processes(tag).items()
-                      if p["role"] == "scheduler"]
-        self.assertEqual(len(schedulers), 1, job.report())
-        os.kill(schedulers[0], signal.SIGKILL)
-        status = job.wait(PUSH_JOB_LIMIT + 15)
-        out = job.output()
-        self.assertEqual(status, 0, job.report())
-        self.assertIn("ember-launch: scheduler 0 (pid %d) exited with status "
-                      "137; the job goes on (--restart-scheduler)" %
-                      schedulers[0], out)
-        self.assertRegex(out, r"(?m)^ember-launch: starting the scheduler "
-                         r"again on port \d+ \(1 of 1, --restart-scheduler\)",
-                         job.report())
-        self.assertRegex(out, r"(?m)^\[scheduler r1\] .*every member has "
-                         r"re-registered", job.report())
-        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
-                         r"exact", job.report())
-        self.assertIn("ember-launch: the job finished; its scheduler died "
-                      "during it and was started again 1 time(s)", out)
         self.assertEqual(tagged_processes(tag), {}, job.report())
 
     def test_with_failover_but_no_copies_the_cluster_ends_the_job(self):

@@ -106,15 +106,18 @@ class EmberLaunchArgumentsTest(unittest.TestCase):
                 with self.assertRaisesRegex(el.UsageError, says):
                     parse(["-n", "1"] + argv + ["/bin/true"])
 
-    def test_restart_scheduler_is_local_and_ember_schedulers_only(self):
+    def test_restart_scheduler_is_ember_schedulers_only(self):
         self.assertEqual(parse(["-n", "1", "/bin/true"]).restart_scheduler, 0)
         self.assertEqual(parse(["-n", "1", "--restart-scheduler", "2",
                                 "/bin/true"]).restart_scheduler, 2)
+        # The scheduler runs on this host whatever the engine.
+        for launcher in ("mpi", "slurm"):
+            self.assertEqual(parse(["-n", "1", "--launcher", launcher,
+                                    "--restart-scheduler", "1",
+                                    "/bin/true"]).restart_scheduler, 1)
         for argv, says in (
                 (["--restart-scheduler", "x"], "--restart-scheduler must be "
                  "a non-negative integer"),
-                (["--restart-scheduler", "1", "--launcher", "mpi"],
-                 "--restart-scheduler needs --launcher local"),
                 (["--restart-scheduler", "1", "--program-scheduler"],
                  "ember_scheduler only"),
                 (["--restart-scheduler", "1", "--join", "127.0.0.1:9"],
