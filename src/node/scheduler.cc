@@ -206,13 +206,7 @@ void Scheduler::HandleJoin(const Message& msg) {
     // A replacement (EMBER_JOIN=replace): its launcher saw the server it
     // replaces die, perhaps before this scheduler declared the death; it
     // waits for the vacant slot.
-    const std::string why = JoinSettingsMismatchLocked(msg);
-    if (!why.empty()) {
-      LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
-                   << why << "; the job goes on unchanged";
-      RejectLocked(node, key, why);
-      return;
-    }
+    if (RefusedForSettingsLocked(msg)) return;
     for (const HeldJoin& h : held_joins_) {
       if (h.node.address() == node.address()) return;  // A copy.
     }
@@ -242,13 +236,7 @@ void Scheduler::HandleJoin(const Message& msg) {
       worker = msg.meta.join_running || node.rank >= 0 || vacant;
     }
     if (server || worker) {
-      const std::string why = JoinSettingsMismatchLocked(msg);
-      if (!why.empty()) {
-        LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
-                     << why << "; the job goes on unchanged";
-        RejectLocked(node, key, why);
-        return;
-      }
+      if (RefusedForSettingsLocked(msg)) return;
       if (server) {
         AdmitServerLocked(node, key);
       } else {
@@ -313,6 +301,16 @@ void Scheduler::HandleJoin(const Message& msg) {
       options_.num_servers + options_.num_workers) {
     FormLocked();
   }
+}
+
+bool Scheduler::RefusedForSettingsLocked(const Message& msg) {
+  const std::string why = JoinSettingsMismatchLocked(msg);
+  if (why.empty()) return false;
+  const NodeInfo& node = msg.meta.nodes[0];
+  LOG(WARNING) << "refusing the join of " << node.DebugString() << ": " << why
+               << "; the job goes on unchanged";
+  RejectLocked(node, msg.meta.process_key, why);
+  return true;
 }
 
 void Scheduler::RecordServerSettingsLocked(const Message& msg,

@@ -236,6 +236,9 @@ class Scheduler {
   // JOIN or the record lacks are not checked.
   std::string JoinSettingsMismatchLocked(const Message& msg) const
       REQUIRES(mu_);
+  // Refuses the JOIN `msg` (ABORT and a log line naming the setting) if its
+  // settings are not the job's (JoinSettingsMismatchLocked); true if so.
+  bool RefusedForSettingsLocked(const Message& msg) REQUIRES(mu_);
   // Tells the node and every live member but the worker itself
   // (kWorkerChange) what happened to worker `id`.
   void WorkerChangeLocked(int id, WorkerEvent event) REQUIRES(mu_);
