@@ -363,7 +363,7 @@ def build_parser():
     p.add_argument("--failover", action="store_true",
                    help="a server that dies does not stop the job: Ember "
                    "fails its data over to the copies (EMBER_REPLICAS >= 1) "
-                   "or ends the job itself (local only)")
+                   "or ends the job itself (local and ssh)")
     p.add_argument("--replace-servers", metavar="N",
                    help="with --failover: start a new server in place of "
                    "each one that dies (EMBER_JOIN=replace), at most N in "
@@ -425,9 +425,10 @@ def parse_ember_launch(argv, environ, script_dirs):
         job.root_uri = None
     check_program(job, environ)
     if args.failover:
-        if job.launcher != "local":
-            raise UsageError("--failover needs --launcher local (the other "
-                             "engines end the job when a node fails)")
+        if job.launcher not in ("local", "ssh"):
+            raise UsageError("--failover needs --launcher local or ssh "
+                             "(mpirun and srun end the job when a node "
+                             "fails)")
         job.failover = True
     if args.replace_servers is not None:
         job.replace_servers = parse_count(args.replace_servers,
@@ -435,6 +436,8 @@ def parse_ember_launch(argv, environ, script_dirs):
         if job.replace_servers and not job.failover:
             raise UsageError("--replace-servers needs --failover (without "
                              "it a server's death ends the job)")
+        if job.replace_servers and job.launcher != "local":
+            raise UsageError("--replace-servers needs --launcher local")
     if args.restart_scheduler is not None:
         job.restart_scheduler = parse_count(args.restart_scheduler,
                                             "--restart-scheduler")
@@ -823,7 +826,10 @@ class Supervisor:
                 self.out_broken = True  # Output closed: keep supervising.
 
     def _emit(self, node, lines):
-        if node.relays_nodes and self.reported_failure is None:
+        # A survivable node's own failure line (an ssh client relays one
+        # node) is left to its exit (--failover).
+        if node.relays_nodes and self.reported_failure is None and \
+                not node.survivable:
             for line in lines:
                 m = self.failure_line.match(line)
                 if m:
@@ -1399,6 +1405,8 @@ def _start_ssh(sup, job, environ, script_path, hosts, root_uri, root_port):
                 line = line[os.write(w, line):]
             node.stdin_pipe = w
             node.relays_nodes = True  # The remote line names the real PID.
+            node.survivable = job.failover and role == "server"
+            node.survival_note = FAILOVER_NOTE
             clients.append(node)
     return clients
 

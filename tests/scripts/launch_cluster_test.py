@@ -816,6 +816,43 @@ class SshTest(EngineTests, unittest.TestCase):
                            os.path.join(self.dir, "hosts"), "--ssh-command",
                            self.ssh_command, *options)
 
+    def test_with_failover_a_killed_remote_server_costs_the_job_nothing(self):
+        # --failover over ssh: the node mode's line for the killed server
+        # does not stop the job; its ssh client exits with the server's
+        # status, the cluster fails over, the sums are exact and the
+        # launcher exits 0. 3 servers x 2 workers, EMBER_REPLICAS=1, deaths
+        # detected within 0.6 s (x TIME_SCALE).
+        tag = uuid.uuid4().hex
+        job = Job(self, self.argv(
+            CLUSTER_FAILOVER, "-s", "3", "--failover", "--env", TAG,
+            "--env", "EMBER_REPLICAS=1", "--log-dir", "{LOGS}",
+            "--timeout", str(PUSH_JOB_LIMIT),
+            "--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" % (100 * TIME_SCALE),
+            "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=%d" % (600 * TIME_SCALE)) +
+            [PUSHES], tag=tag)
+        job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
+        victims = [pid for pid, p in tagged_processes(tag).items()
+                   if p["role"] == "server" and p["rank"] == "1" and
+                   p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
+        self.assertEqual(len(victims), 1, job.report())
+        os.kill(victims[0], signal.SIGKILL)
+        status = job.wait(PUSH_JOB_LIMIT + 15)
+        out = job.output()
+        self.assertEqual(status, 0, job.report())
+        self.assertRegex(out, r"(?m)^\[server 1\] ember-launch: server 1 "
+                         r"\(pid %d on [^)]+\) exited with status 137$" %
+                         victims[0], job.report())
+        self.assertRegex(out, r"(?m)^ember-launch: server 1 \(pid \d+\) "
+                         r"exited with status 137; the job goes on "
+                         r"\(--failover\)", job.report())
+        self.assertRegex(out, r"(?m)^\[scheduler\] .*takes over the data "
+                         r"of server 1 ", job.report())
+        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
+                         r"exact", job.report())
+        self.assertIn("ember-launch: the job finished without server 1, "
+                      "which died during it (--failover)", out)
+        self.assertEqual(tagged_processes(tag), {}, job.report())
+
     def test_sigkill_of_the_launcher_stops_the_remote_nodes(self):
         tag = uuid.uuid4().hex
         job = Job(self, self.argv(CLUSTER_SOAK, "--env", TAG)

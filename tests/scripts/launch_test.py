@@ -77,9 +77,15 @@ class EmberLaunchArgumentsTest(unittest.TestCase):
                 with self.assertRaises(el.UsageError):
                     parse(argv)
 
-    def test_failover_is_local_only(self):
+    def test_failover_is_local_and_ssh_only(self):
         self.assertFalse(parse(["-n", "1", "/bin/true"]).failover)
         self.assertTrue(parse(["-n", "1", "--failover", "/bin/true"]).failover)
+        self.assertTrue(parse(["-n", "1", "--launcher", "ssh", "-H", "h",
+                               "--failover", "/bin/true"]).failover)
+        with self.assertRaisesRegex(el.UsageError, "--replace-servers needs "
+                                    "--launcher local"):
+            parse(["-n", "1", "--launcher", "ssh", "-H", "h", "--failover",
+                   "--replace-servers", "1", "/bin/true"])
         for launcher in ("mpi", "slurm"):
             with self.subTest(launcher=launcher):
                 with self.assertRaisesRegex(el.UsageError, "--failover needs"):
@@ -474,7 +480,7 @@ class StatusTest(unittest.TestCase):
         self.addCleanup(sup.close)
 
         class FakeNode:
-            relays_nodes, log, prefix = True, None, b""
+            relays_nodes, log, prefix, survivable = True, None, b"", False
 
         sup._emit(FakeNode(), [
             b"[worker 0] ember-launch: worker 1 (pid 5 on h) exited with "
@@ -484,6 +490,20 @@ class StatusTest(unittest.TestCase):
             b"ember-launch: worker 1 (pid 9 on h1) exited with status 137",
             b"ember-launch: server 1 (pid 8 on h) exited with status 1"])
         self.assertEqual(sup.reported_failure, ("worker 1", 9, "h1", 137))
+
+    def test_a_survivable_nodes_relayed_failure_is_left_to_its_exit(self):
+        # An ssh client of a server under --failover: its node's failure
+        # line does not stop the job; the client's exit is judged instead.
+        sup = el.Supervisor("ember-launch", out_fd=os.open(os.devnull,
+                                                           os.O_WRONLY))
+        self.addCleanup(sup.close)
+
+        class FakeNode:
+            relays_nodes, log, prefix, survivable = True, None, b"", True
+
+        sup._emit(FakeNode(), [b"ember-launch: server 1 (pid 8 on h) exited "
+                               b"with status 137"])
+        self.assertIsNone(sup.reported_failure)
 
 
 if __name__ == "__main__":
