@@ -4,6 +4,7 @@ and local.sh's), the environment every node gets, the mapping of mpi and
 slurm ranks to roles, host files and the engines' command lines. No process
 is started here; launch_cluster_test.py runs real jobs."""
 
+import contextlib
 import io
 import os
 import stat
@@ -467,6 +468,84 @@ class EngineCommandTest(unittest.TestCase):
         self.assertEqual(argv[:3], ["srun", "--ntasks", "5"])
         self.assertIn("--kill-on-bad-exit=1", argv)
         self.assertEqual(argv[-3:], ["--", "prog", "--x"])
+
+
+class RestartTest(unittest.TestCase):
+    """When the launcher starts a node in place of one that died
+    (--replace-servers, --restart-scheduler), and when it does not."""
+
+    def setUp(self):
+        self.sup = el.Supervisor("ember-launch", out_fd=os.open(os.devnull,
+                                                                os.O_WRONLY))
+        self.addCleanup(self.sup.close)
+        self.addCleanup(self.sup.stop)
+        self.job = el.Job()
+        self.job.servers, self.job.workers = 2, 1
+        self.job.command = ["/bin/sleep", "30"]
+
+    def start(self, name):
+        return self.sup.start(name, "[%s] " % name, ["/bin/sleep", "30"],
+                              dict(os.environ))
+
+    def said(self, action):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            action()
+        return err.getvalue()
+
+    def test_a_replacement_is_started_while_the_job_runs_and_some_are_left(
+            self):
+        self.job.replace_servers = 1
+        self.start("scheduler 0")
+        self.start("worker 0")
+        replace = el._replacer(self.sup, self.job, dict(os.environ), 1,
+                               "127.0.0.1", 4000)
+        out = self.said(replace)
+        self.assertIn("starting replacement 1 (server 1) in its place (1 of "
+                      "1, --replace-servers)", out)
+        [node] = self.sup.replacements
+        self.assertEqual((node.name, node.prefix, node.role),
+                         ("replacement 1 (server 1)", b"[server 1 r1] ",
+                          "server"))
+        self.assertTrue(node.survivable)
+        self.assertIs(node.replace, replace)
+        # None is left: its own death starts none.
+        out = self.said(replace)
+        self.assertIn("no replacement for it: all 1 started already", out)
+        self.assertEqual(len(self.sup.replacements), 1)
+
+    def test_no_replacement_once_the_scheduler_or_the_workers_ended(self):
+        self.job.replace_servers = 3
+        replace = el._replacer(self.sup, self.job, dict(os.environ), 0,
+                               "127.0.0.1", 4000)
+        self.start("worker 0")  # No scheduler runs.
+        self.assertIn("no replacement for it: the job is ending",
+                      self.said(replace))
+        self.assertEqual(self.sup.replacements, [])
+
+    def test_the_scheduler_restarts_while_a_worker_runs_and_restarts_left(
+            self):
+        self.job.restart_scheduler = 2
+        restart = el._scheduler_restarter(self.sup, self.job,
+                                          ["/bin/sleep", "30"],
+                                          {"EMBER_PORT_FILE": "/tmp/p"}, 4000)
+        self.assertIn("not starting it again: the job is ending",
+                      self.said(restart))
+        self.start("worker 0")
+        out = self.said(restart)
+        self.assertIn("starting the scheduler again on port 4000 (1 of 2, "
+                      "--restart-scheduler)", out)
+        first = self.sup.restarts[0]
+        self.assertEqual((first.role, first.prefix, first.survivable),
+                         ("scheduler", b"[scheduler r1] ", True))
+        self.said(restart)
+        second = self.sup.restarts[1]
+        # The last one allowed: its death stops the job.
+        self.assertFalse(second.survivable)
+        env = open("/proc/%d/environ" % second.pid, "rb").read().split(b"\0")
+        self.assertIn(b"EMBER_SCHEDULER_RESTART=1", env)
+        self.assertIn(b"DMLC_PS_ROOT_PORT=4000", env)
+        self.assertNotIn(b"EMBER_PORT_FILE=/tmp/p", env)
 
 
 class StatusTest(unittest.TestCase):
