@@ -717,8 +717,9 @@ class Node:
         self.survivable = False
         self.survival_note = ""
         self.role = name.split(" ")[0]  # scheduler, server, worker, ...
-        # What the launcher may start in its place (--replace-servers): a
-        # callable that starts and returns the replacement, or None.
+        # What the launcher calls when it dies survivably: starts a node in
+        # its place (--replace-servers, --restart-scheduler) if the job
+        # allows; None: nothing.
         self.replace = None
 
     @property
@@ -1260,10 +1261,11 @@ def _replacer(sup, job, environ, index, root_uri, root_port):
 
 def _scheduler_restarter(sup, job, sched_argv, sched_env, root_port):
     """What starts the scheduler again on ROOT_PORT when it dies while a
-    worker (or an engine that runs them) runs (--restart-scheduler): with EMBER_SCHEDULER_RESTART=1 and
-    the run's key file of the first one, it takes the running job back from
-    its members' re-registrations (docs/replication.md, "Scheduler
-    restart"). The last restart allowed is not survivable."""
+    worker (or an engine that runs them) runs (--restart-scheduler): with
+    EMBER_SCHEDULER_RESTART=1 and the run's key file of the first one, it
+    takes the running job back from its members' re-registrations
+    (docs/replication.md, "Scheduler restart"). The last restart allowed is
+    not survivable."""
     def restart():
         number = len(sup.restarts) + 1
         # Workers run here (local) or under an engine (mpirun, srun, ssh).
