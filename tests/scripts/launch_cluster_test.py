@@ -92,6 +92,22 @@ def proc_start_time(pid):
     return int(fields[19]), fields[0] == b"Z"
 
 
+def check_went_on(test, job, tag, timeout, lines=(), patterns=()):
+    """Waits up to TIMEOUT s for JOB, a job of cluster_failover in which a
+    node died and the job went on, and checks its end: status 0, each of
+    LINES in its output and each of PATTERNS (regular expressions, one line
+    each) matched, exact sums, and no process of the job (TAG) left."""
+    status = job.wait(timeout)
+    out = job.output()
+    test.assertEqual(status, 0, job.report())
+    for line in lines:
+        test.assertIn(line, out, job.report())
+    for pattern in list(patterns) + [r"^\[worker 0\] cluster_failover: "
+                                     r"sums exact"]:
+        test.assertRegex(out, "(?m)" + pattern, job.report())
+    test.assertEqual(tagged_processes(tag), {}, job.report())
+
+
 def tagged_processes(tag):
     """Live processes whose environment holds TAG=tag: {pid: info}."""
     found = {}
@@ -372,22 +388,14 @@ class EngineTests:
                       if p["role"] == "scheduler"]
         self.assertEqual(len(schedulers), 1, job.report())
         os.kill(schedulers[0], signal.SIGKILL)
-        status = job.wait(PUSH_JOB_LIMIT + 15)
-        out = job.output()
-        self.assertEqual(status, 0, job.report())
-        self.assertIn("ember-launch: scheduler 0 (pid %d) exited with status "
-                      "137; the job goes on (--restart-scheduler)" %
-                      schedulers[0], out)
-        self.assertRegex(out, r"(?m)^ember-launch: starting the scheduler "
-                         r"again on port \d+ \(1 of 1, --restart-scheduler\)",
-                         job.report())
-        self.assertRegex(out, r"(?m)^\[scheduler r1\] .*every member has "
-                         r"re-registered", job.report())
-        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
-                         r"exact", job.report())
-        self.assertIn("ember-launch: the job finished; its scheduler died "
-                      "during it and was started again 1 time(s)", out)
-        self.assertEqual(tagged_processes(tag), {}, job.report())
+        check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
+            "ember-launch: scheduler 0 (pid %d) exited with status 137; the "
+            "job goes on (--restart-scheduler)" % schedulers[0],
+            "ember-launch: the job finished; its scheduler died during it "
+            "and was started again 1 time(s)"], patterns=[
+            r"^ember-launch: starting the scheduler again on port \d+ \(1 "
+            r"of 1, --restart-scheduler\)",
+            r"^\[scheduler r1\] .*every member has re-registered"])
 
     def check_kill(self, role, index):
         tag = uuid.uuid4().hex
@@ -610,18 +618,12 @@ class LocalTest(EngineTests, unittest.TestCase):
         tag = uuid.uuid4().hex
         job = self.failover_job(tag, 3, 1, PUSHES)
         victim = self.kill_server(job, tag, 1)
-        status = job.wait(PUSH_JOB_LIMIT + 15)
-        out = job.output()
-        self.assertEqual(status, 0, job.report())
-        self.assertIn("ember-launch: server 1 (pid %d) exited with status "
-                      "137; the job goes on (--failover)" % victim, out)
-        self.assertRegex(out, r"(?m)^\[scheduler\] .*takes over the data "
-                         r"of", job.report())
-        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
-                         r"exact", job.report())
-        self.assertIn("ember-launch: the job finished without server 1, "
-                      "which died during it (--failover)", out)
-        self.assertEqual(tagged_processes(tag), {}, job.report())
+        check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
+            "ember-launch: server 1 (pid %d) exited with status 137; the job "
+            "goes on (--failover)" % victim,
+            "ember-launch: the job finished without server 1, which died "
+            "during it (--failover)"], patterns=[
+            r"^\[scheduler\] .*takes over the data of server 1 "])
 
     def test_with_replace_servers_a_killed_server_is_replaced(self):
         # --replace-servers 1: the launcher starts a server in place of the
@@ -633,24 +635,16 @@ class LocalTest(EngineTests, unittest.TestCase):
         job = self.failover_job(tag, 3, 1, PUSHES,
                                 ["--failover", "--replace-servers", "1"])
         self.kill_server(job, tag, 1)
-        status = job.wait(PUSH_JOB_LIMIT + 15)
-        out = job.output()
-        self.assertEqual(status, 0, job.report())
-        self.assertIn("ember-launch: starting replacement 1 (server 1) in its "
-                      "place (1 of 1, --replace-servers)", out)
-        self.assertRegex(out, r"(?m)^\[scheduler\] .*takes over the data "
-                         r"of server 1 ", job.report())
-        self.assertRegex(out, r"(?m)^\[scheduler\] .*server 3 \(id \d+, "
-                         r"[^)]*\) has joined: it holds the state of its "
-                         r"ranges", job.report())
-        self.assertRegex(out, r"(?m)^\[server 1 r1\] .*joined a running "
-                         r"cluster as server 3 ", job.report())
-        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
-                         r"exact", job.report())
-        self.assertIn("ember-launch: the job finished without server 1, "
-                      "which died during it (--failover); replacements "
-                      "started: replacement 1 (server 1)", out)
-        self.assertEqual(tagged_processes(tag), {}, job.report())
+        check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
+            "ember-launch: starting replacement 1 (server 1) in its place (1 "
+            "of 1, --replace-servers)",
+            "ember-launch: the job finished without server 1, which died "
+            "during it (--failover); replacements started: replacement 1 "
+            "(server 1)"], patterns=[
+            r"^\[scheduler\] .*takes over the data of server 1 ",
+            r"^\[scheduler\] .*server 3 \(id \d+, [^)]*\) has joined: it "
+            r"holds the state of its ranges",
+            r"^\[server 1 r1\] .*joined a running cluster as server 3 "])
 
     def test_with_failover_but_no_copies_the_cluster_ends_the_job(self):
         # Without copies (EMBER_REPLICAS=0) the cluster cannot fail over: it
@@ -836,22 +830,14 @@ class SshTest(EngineTests, unittest.TestCase):
                    p["exe"] == os.path.basename(CLUSTER_FAILOVER)]
         self.assertEqual(len(victims), 1, job.report())
         os.kill(victims[0], signal.SIGKILL)
-        status = job.wait(PUSH_JOB_LIMIT + 15)
-        out = job.output()
-        self.assertEqual(status, 0, job.report())
-        self.assertRegex(out, r"(?m)^\[server 1\] ember-launch: server 1 "
-                         r"\(pid %d on [^)]+\) exited with status 137$" %
-                         victims[0], job.report())
-        self.assertRegex(out, r"(?m)^ember-launch: server 1 \(pid \d+\) "
-                         r"exited with status 137; the job goes on "
-                         r"\(--failover\)", job.report())
-        self.assertRegex(out, r"(?m)^\[scheduler\] .*takes over the data "
-                         r"of server 1 ", job.report())
-        self.assertRegex(out, r"(?m)^\[worker 0\] cluster_failover: sums "
-                         r"exact", job.report())
-        self.assertIn("ember-launch: the job finished without server 1, "
-                      "which died during it (--failover)", out)
-        self.assertEqual(tagged_processes(tag), {}, job.report())
+        check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
+            "ember-launch: the job finished without server 1, which died "
+            "during it (--failover)"], patterns=[
+            r"^\[server 1\] ember-launch: server 1 \(pid %d on [^)]+\) "
+            r"exited with status 137$" % victims[0],
+            r"^ember-launch: server 1 \(pid \d+\) exited with status 137; "
+            r"the job goes on \(--failover\)",
+            r"^\[scheduler\] .*takes over the data of server 1 "])
 
     def test_sigkill_of_the_launcher_stops_the_remote_nodes(self):
         tag = uuid.uuid4().hex
