@@ -215,6 +215,7 @@ void EncodeMeta(const Meta& meta, const std::vector<SArray<char>>& data,
     if (!meta.cluster_token.empty()) c->set_cluster_token(meta.cluster_token);
     if (meta.join_running) c->set_join_running(true);
     if (meta.join_replace) c->set_join_replace(true);
+    if (meta.join_ask_ms != 0) c->set_join_ask_ms(meta.join_ask_ms);
     if (meta.handed_over) c->set_handed_over(true);
     c->set_holder(meta.holder);
     c->set_holder_epoch(meta.holder_epoch);
@@ -270,6 +271,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
   meta->cluster_token.clear();
   meta->join_running = false;
   meta->join_replace = false;
+  meta->join_ask_ms = 0;
   meta->handed_over = false;
   meta->worker_event = WorkerEvent::kNone;
   meta->num_servers = 0;
@@ -297,6 +299,7 @@ Status DecodeMeta(const char* bytes, size_t size, Meta* meta,
     meta->cluster_token = c.cluster_token();
     meta->join_running = c.join_running();
     meta->join_replace = c.join_replace();
+    meta->join_ask_ms = c.join_ask_ms();
     meta->handed_over = c.handed_over();
     meta->holder = c.holder();
     meta->holder_epoch = c.holder_epoch();

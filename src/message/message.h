@@ -191,6 +191,9 @@ struct Meta {
   // kJoin: a server that replaces a dead one (EMBER_JOIN=replace): held
   // until a server slot is vacant.
   bool join_replace = false;
+  // kJoin with join_replace: the node sends its JOIN again every this many
+  // ms while it is held (0: never).
+  int join_ask_ms = 0;
   // kReplicaReady: who holds a whole copy of the sender's data, as of
   // which ring epoch.
   int holder = kEmpty;

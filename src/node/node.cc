@@ -250,6 +250,13 @@ Status Node::Start(int customer_id, bool do_barrier) {
     me.local_endpoint = van_->local_endpoint();
     me.metrics_port = metrics_port_.load();
     join.meta.nodes.push_back(me);
+    // A replacement asks again every beat while the scheduler holds its
+    // join: a scheduler started again meanwhile learns of it, and one that
+    // holds it can tell that it still lives (docs/replication.md).
+    if (options_.join_replace) {
+      join.meta.join_ask_ms = std::max(options_.heartbeat_interval_ms, 0);
+    }
+    const Meta ask_again = join.meta;  // A JOIN has no data frames.
     lock.Unlock();
     PS_RETURN_IF_ERROR(van_->Send(std::move(join)));
     lock.Lock();
@@ -271,6 +278,17 @@ Status Node::Start(int customer_id, bool do_barrier) {
                        << options_.scheduler_host << ":"
                        << options_.scheduler_port
                        << " (the cluster forms when every node has joined)";
+        },
+        ask_again.join_ask_ms,
+        [&] {
+          Message again;
+          again.meta = ask_again;
+          lock.native().unlock();
+          Status s = van_->Send(std::move(again));
+          if (!s.ok()) {
+            LOG(WARNING) << "cannot ask to join again: " << s.ToString();
+          }
+          lock.native().lock();
         });
     if (!abort_status_.ok()) return abort_status_;
     if (!done) {

@@ -176,6 +176,20 @@ void Scheduler::HandleJoin(const Message& msg) {
     RejectLocked(node, key, abort_status_.message());
     return;
   }
+  if (options_.scheduler_restart && !formed_ && msg.meta.join_replace &&
+      msg.meta.join_ask_ms > 0) {
+    // A replacement that asks again is held once the members have
+    // re-registered; a refusal now would end it for nothing.
+    std::string since;
+    if (LogAllowed("early replacement", &since)) {
+      LOG(WARNING) << "not yet answering the join of " << node.DebugString()
+                   << " (EMBER_JOIN=replace): this scheduler restarted and "
+                      "has not yet heard from the running cluster's members; "
+                      "it asks again every "
+                   << msg.meta.join_ask_ms << " ms" << since;
+    }
+    return;
+  }
   if (options_.scheduler_restart && !formed_) {
     // A restarted scheduler never forms a new cluster: the running one's
     // members re-register first.
@@ -206,12 +220,29 @@ void Scheduler::HandleJoin(const Message& msg) {
     // A replacement (EMBER_JOIN=replace): its launcher saw the server it
     // replaces die, perhaps before this scheduler declared the death; it
     // waits for the vacant slot.
-    if (RefusedForSettingsLocked(msg)) return;
-    for (const HeldJoin& h : held_joins_) {
-      if (h.node.address() == node.address()) return;  // A copy.
+    for (const auto& n : table_) {
+      if (n.second.address() == node.address() && !dead_.count(n.first) &&
+          !left_.count(n.first)) {
+        // A copy sent before its admission reached it (perhaps from a
+        // scheduler that died since): it is a member now.
+        return;
+      }
     }
+    if (RefusedForSettingsLocked(msg)) return;
     const int64_t now = clock_->NowMs();
-    held_joins_.push_back(HeldJoin{node, key, now + options_.start_timeout_ms});
+    const int64_t ask_ms = std::max(msg.meta.join_ask_ms, 0);
+    for (HeldJoin& h : held_joins_) {
+      if (h.node.address() != node.address()) continue;
+      // Asked again: it lives. A process that took the address of one
+      // that died meanwhile takes its place in the queue.
+      h.node = node;
+      h.key = key;
+      h.asked_ms = now;
+      h.ask_ms = ask_ms;
+      return;
+    }
+    held_joins_.push_back(
+        HeldJoin{node, key, now + options_.start_timeout_ms, now, ask_ms});
     ServeHeldJoinsLocked(now);
     for (const HeldJoin& h : held_joins_) {
       if (h.node.address() == node.address()) {
@@ -515,6 +546,22 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node,
 }
 
 void Scheduler::ServeHeldJoinsLocked(int64_t now) {
+  for (auto it = held_joins_.begin(); it != held_joins_.end();) {
+    const int64_t silent_limit =
+        std::max<int64_t>(options_.heartbeat_timeout_ms, 3 * it->ask_ms);
+    if (it->ask_ms <= 0 || now - it->asked_ms <= silent_limit) {
+      ++it;
+      continue;
+    }
+    const std::string why = "its join was held, and it did not ask again for " +
+                            std::to_string(now - it->asked_ms) +
+                            " ms (it asks every " + std::to_string(it->ask_ms) +
+                            " ms); it is taken for dead";
+    LOG(WARNING) << "dropping the held join of " << it->node.DebugString()
+                 << ": " << why;
+    RejectLocked(it->node, it->key, why);
+    it = held_joins_.erase(it);
+  }
   while (!held_joins_.empty()) {
     const HeldJoin h = held_joins_.front();
     std::string why;

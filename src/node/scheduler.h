@@ -251,7 +251,10 @@ class Scheduler {
   // The replacements whose joins are held (EMBER_JOIN=replace): the first
   // is admitted once a server slot is vacant and no membership change is
   // under way; each is refused once it has waited start_timeout_ms, or
-  // when the run ends.
+  // when the run ends. One that asks again (join_ask_ms) but has not for
+  // the heartbeat timeout (or 3 of its periods, if longer) is taken for
+  // dead and dropped first, so a replacement that died while held never
+  // takes a share of the ranges.
   void ServeHeldJoinsLocked(int64_t now) REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.
@@ -413,11 +416,14 @@ class Scheduler {
   std::string servers_consistency_ GUARDED_BY(mu_);
   int servers_replicas_ GUARDED_BY(mu_) = -1;
   // Joins of replacement servers (EMBER_JOIN=replace) that came while no
-  // server slot was vacant, oldest first, with the time each is refused.
+  // server slot was vacant, oldest first, with the time each is refused and
+  // when it was last asked (the node asks again every ask_ms; 0: never).
   struct HeldJoin {
     NodeInfo node;
     std::string key;
     int64_t until_ms = 0;
+    int64_t asked_ms = 0;
+    int64_t ask_ms = 0;
   };
   std::vector<HeldJoin> held_joins_ GUARDED_BY(mu_);
   bool finishing_ GUARDED_BY(mu_) = false;  // RefuseHeldJoins was called

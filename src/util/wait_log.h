@@ -5,7 +5,9 @@
 // has just begun to last is reported at once.
 //
 // WaitLogging: a bounded wait on a condition variable that logs, every
-// interval, that it is still waiting (a node waiting for its cluster).
+// interval, that it is still waiting (a node waiting for its cluster), and
+// may do something else periodically meanwhile (a held replacement asking
+// again).
 //
 // Thread safety: WaitLogDue is a pure function; WaitLogging, as the
 // condition variable it waits on.
@@ -31,22 +33,33 @@ inline bool WaitLogDue(int64_t waited_ms, int64_t interval_ms) {
 
 // Waits on `cv` (`lock` holds its mutex) until `done()` or `timeout_ms` has
 // passed, calling `log_waiting` every `log_interval_ms` meanwhile (never if
-// that is 0 or less); returns done(). Both run with the lock held.
+// that is 0 or less) and `every` every `every_ms` (never if that is 0 or
+// less); returns done(). All three run with the lock held; `every` may
+// release it and take it again.
 inline bool WaitLogging(std::condition_variable* cv,
                         std::unique_lock<std::mutex>* lock, int64_t timeout_ms,
                         int64_t log_interval_ms,
                         const std::function<bool()>& done,
-                        const std::function<void()>& log_waiting) {
+                        const std::function<void()>& log_waiting,
+                        int64_t every_ms = 0,
+                        const std::function<void()>& every = nullptr) {
   using Steady = std::chrono::steady_clock;
-  const auto deadline = Steady::now() + std::chrono::milliseconds(timeout_ms);
+  using Ms = std::chrono::milliseconds;
+  const auto start = Steady::now();
+  const auto deadline = start + Ms(timeout_ms);
+  auto next_log = log_interval_ms > 0 ? start + Ms(log_interval_ms) : deadline;
+  auto next_every = every_ms > 0 && every ? start + Ms(every_ms) : deadline;
   while (!done() && Steady::now() < deadline) {
-    auto next = deadline;
-    if (log_interval_ms > 0) {
-      next = std::min(
-          next, Steady::now() + std::chrono::milliseconds(log_interval_ms));
-    }
+    const auto next = std::min({deadline, next_log, next_every});
     if (cv->wait_until(*lock, next, done)) continue;
-    if (next < deadline) log_waiting();
+    if (next_log < deadline && Steady::now() >= next_log) {
+      log_waiting();
+      next_log = Steady::now() + Ms(log_interval_ms);
+    }
+    if (next_every < deadline && Steady::now() >= next_every) {
+      every();
+      next_every = Steady::now() + Ms(every_ms);
+    }
   }
   return done();
 }

@@ -106,6 +106,7 @@ void ExpectMetaEq(const Meta& a, const Meta& b) {
   EXPECT_EQ(a.reason, b.reason);
   EXPECT_EQ(a.join_running, b.join_running);
   EXPECT_EQ(a.join_replace, b.join_replace);
+  EXPECT_EQ(a.join_ask_ms, b.join_ask_ms);
   EXPECT_EQ(a.worker_event, b.worker_event);
   EXPECT_EQ(a.clock_query, b.clock_query);
   EXPECT_EQ(a.num_servers, b.num_servers);
@@ -155,6 +156,7 @@ Meta FullControlMeta() {
   m.reason = "heartbeat timeout";
   m.join_running = true;
   m.join_replace = true;
+  m.join_ask_ms = 250;
   m.worker_event = WorkerEvent::kBack;
   m.num_servers = 4096;
   m.num_workers = 65536;

@@ -346,5 +346,133 @@ TEST_F(DisconnectTest, WithTheGraceOffEventsAreIgnored) {
   EXPECT_FALSE(DeadAfterCheck());
 }
 
+// Replacements (EMBER_JOIN=replace) that ask again while held
+// (docs/replication.md, "Replacing a dead server"): 2 servers (8 at
+// node:10, 10 at node:11) and a worker (9), with copies.
+class HeldJoinTest : public SchedulerTest {
+ protected:
+  void FormTwoServers(bool restart = false) {
+    options_.num_servers = 2;
+    options_.replicas = 1;
+    options_.start_timeout_ms = 60000;
+    options_.scheduler_restart = restart;
+    scheduler_ = std::make_unique<Scheduler>(
+        options_, "0123456789abcdef", &van_, &clock_, &counters_, &host_);
+    if (restart) return;
+    Form();
+    scheduler_->HandleJoin(Join(Role::kServer, 11, std::string(16, 't')));
+    ASSERT_TRUE(scheduler_->WaitFormed().ok());
+  }
+  // A replacement's JOIN from node:<port> that asks again every `ask_ms`.
+  Message Replacement(int port, char key, int ask_ms) {
+    Message join = Join(Role::kServer, port, std::string(16, key));
+    join.meta.join_replace = true;
+    join.meta.join_ask_ms = ask_ms;
+    return join;
+  }
+  void Beat(int sender) {
+    Message beat;
+    beat.meta.control = Control::kHeartbeat;
+    beat.meta.request = true;
+    beat.meta.sender = sender;
+    scheduler_->HandleHeartbeat(beat);
+  }
+  // What was sent to the process with key `key`: its controls' names.
+  std::vector<std::string> SentTo(char key) {
+    std::vector<std::string> names;
+    for (const Message& m : host_.sent) {
+      if (KeysEqual(m.meta.auth, ToKey128(std::string(16, key)))) {
+        names.push_back(ControlName(m.meta.control));
+      }
+    }
+    return names;
+  }
+  std::string ReasonTo(char key) {
+    for (const Message& m : host_.sent) {
+      if (KeysEqual(m.meta.auth, ToKey128(std::string(16, key))) &&
+          m.meta.control == Control::kAbort) {
+        return m.meta.reason;
+      }
+    }
+    return "";
+  }
+};
+
+// Two replacements are held while both servers live. The older stops
+// asking (it died while held); the younger asks on. When server 8 is
+// declared dead, the silent one is dropped with an ABORT that says why,
+// and the one that asked takes the vacant slot: a dead process never gets
+// a share of the ranges.
+TEST_F(HeldJoinTest, OneThatStopsAskingIsDroppedAndOneThatAsksIsAdmitted) {
+  FormTwoServers();
+  host_.sent.clear();
+  scheduler_->HandleJoin(Replacement(30, 'a', 100));  // Dies while held.
+  scheduler_->HandleJoin(Replacement(31, 'b', 100));
+  EXPECT_TRUE(SentTo('a').empty());
+  EXPECT_TRUE(SentTo('b').empty());
+  for (int t = 0; t < 4; ++t) {
+    clock_.Advance(300);
+    Beat(9);
+    Beat(10);  // Server 8 is silent.
+    scheduler_->HandleJoin(Replacement(31, 'b', 100));
+    scheduler_->CheckLiveness();
+  }
+  // 1200 ms: server 8 is dead, and so is the replacement at node:30.
+  EXPECT_NE(std::find(host_.calls.begin(), host_.calls.end(),
+                      "failed over 8 at epoch 2"),
+            host_.calls.end());
+  EXPECT_EQ(SentTo('a'), std::vector<std::string>{"abort"});
+  EXPECT_NE(ReasonTo('a').find("did not ask again for 1200 ms (it asks "
+                               "every 100 ms); it is taken for dead"),
+            std::string::npos)
+      << ReasonTo('a');
+  EXPECT_TRUE(ReasonTo('b').empty());
+  const std::vector<std::string> to_b = SentTo('b');
+  EXPECT_NE(std::find(to_b.begin(), to_b.end(), "node_table"), to_b.end());
+  // The ring: the survivor and the replacement (node:31 as server 2).
+  ASSERT_NE(host_.membership.ring, nullptr);
+  EXPECT_EQ(host_.membership.ring->server_ids(), (std::vector<int>{10, 12}));
+  EXPECT_EQ(host_.membership.nodes.at(12).port, 31);
+  // A copy of its JOIN that comes once it is a member changes nothing.
+  host_.sent.clear();
+  scheduler_->HandleJoin(Replacement(31, 'b', 100));
+  EXPECT_TRUE(host_.sent.empty());
+}
+
+// A held join that does not ask again (join_ask_ms 0: the node has no
+// heartbeats) is never taken for dead: only its start timeout ends it.
+TEST_F(HeldJoinTest, OneThatNeverAsksIsKeptTillItsTimeout) {
+  FormTwoServers();
+  host_.sent.clear();
+  scheduler_->HandleJoin(Replacement(30, 'a', 0));
+  clock_.Advance(5000);
+  Beat(8);
+  Beat(9);
+  Beat(10);
+  scheduler_->CheckLiveness();
+  EXPECT_TRUE(SentTo('a').empty());
+  clock_.Advance(60000);
+  Beat(8);
+  Beat(9);
+  Beat(10);
+  scheduler_->CheckLiveness();
+  EXPECT_NE(ReasonTo('a').find("no server slot became vacant within 60 s"),
+            std::string::npos)
+      << ReasonTo('a');
+}
+
+// A restarted scheduler that has not yet heard from the running cluster's
+// members does not refuse a replacement that asks again (it is held once
+// they re-register), but still refuses one that does not.
+TEST_F(HeldJoinTest, ARestartedSchedulerLetsAReplacementThatAsksAgainWait) {
+  FormTwoServers(/*restart=*/true);
+  scheduler_->HandleJoin(Replacement(30, 'a', 100));
+  EXPECT_TRUE(host_.sent.empty());
+  scheduler_->HandleJoin(Replacement(31, 'b', 0));
+  EXPECT_EQ(SentTo('b'), std::vector<std::string>{"abort"});
+  EXPECT_NE(ReasonTo('b').find("the scheduler restarted"), std::string::npos)
+      << ReasonTo('b');
+}
+
 }  // namespace
 }  // namespace ps
