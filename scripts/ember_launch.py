@@ -1226,9 +1226,11 @@ def replacement_environment(base, job, index, root_uri, root_port):
 def _replacer(sup, job, environ, index, root_uri, root_port):
     """What starts a server in place of local server INDEX when it (or a
     replacement of it) dies, while replacements are left (--replace-servers)
-    and the job runs: its scheduler and a worker are running. The scheduler
-    holds the replacement's join until it has declared the death
-    (EMBER_JOIN=replace)."""
+    and the job runs: a worker is running, and so is the scheduler, or it
+    died and will be started again (--restart-scheduler; the two may die
+    together). The scheduler holds the replacement's join until it has
+    declared the death (EMBER_JOIN=replace); the replacement asks again
+    while it waits, so a restarted scheduler learns of it."""
     def replace():
         left = job.replace_servers - len(sup.replacements)
         scheduler = [n for n in sup.nodes if n.role == "scheduler"]
@@ -1237,7 +1239,10 @@ def _replacer(sup, job, environ, index, root_uri, root_port):
             sup.message("no replacement for it: all %d started already "
                         "(--replace-servers)" % job.replace_servers)
             return
-        if not any(n.running for n in scheduler) or \
+        # A scheduler that died survivably is started again as its death
+        # is handled, perhaps later in the same step.
+        if not any(n.running or (n.survivable and n.status)
+                   for n in scheduler) or \
                 not any(n.running for n in workers):
             sup.message("no replacement for it: the job is ending")
             return

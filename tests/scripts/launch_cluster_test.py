@@ -646,6 +646,35 @@ class LocalTest(EngineTests, unittest.TestCase):
             r"holds the state of its ranges",
             r"^\[server 1 r1\] .*joined a running cluster as server 3 "])
 
+    def test_a_replacement_waits_through_a_restart_of_the_scheduler(self):
+        # Server 1 and the scheduler are SIGKILLed together: the launcher
+        # starts a replacement (EMBER_JOIN=replace) and the scheduler again.
+        # The replacement's JOIN finds no scheduler, or one that has not yet
+        # heard from the members; it asks again every beat, is held once they
+        # have re-registered, and takes the slot of server 1 once the
+        # restarted scheduler declares it dead (it never re-registers). The
+        # sums are exact and the launcher exits 0.
+        tag = uuid.uuid4().hex
+        job = self.failover_job(tag, 3, 1, PUSHES, [
+            "--failover", "--replace-servers", "1", "--restart-scheduler",
+            "1"])
+        schedulers = [pid for pid, p in tagged_processes(tag).items()
+                      if p["role"] == "scheduler"]
+        self.assertEqual(len(schedulers), 1, job.report())
+        self.kill_server(job, tag, 1)
+        os.kill(schedulers[0], signal.SIGKILL)
+        check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
+            "ember-launch: starting replacement 1 (server 1) in its place (1 "
+            "of 1, --replace-servers)",
+            "ember-launch: the job finished without server 1, which died "
+            "during it (--failover); replacements started: replacement 1 "
+            "(server 1)"], patterns=[
+            # Server 1 never re-registers: 4 of 5, or of 4 once it is dead.
+            r"^\[scheduler r1\] .*re-registered \(4 of [45] members\)",
+            r"^\[scheduler r1\] .*server 3 \(id \d+, [^)]*\) has joined: "
+            r"it holds the state of its ranges",
+            r"^\[server 1 r1\] .*joined a running cluster as server 3 "])
+
     def test_with_failover_but_no_copies_the_cluster_ends_the_job(self):
         # Without copies (EMBER_REPLICAS=0) the cluster cannot fail over: it
         # ends itself, naming the dead server, and the launcher exits with

@@ -7,6 +7,7 @@ is started here; launch_cluster_test.py runs real jobs."""
 import contextlib
 import io
 import os
+import signal
 import stat
 import sys
 import tempfile
@@ -522,6 +523,30 @@ class RestartTest(unittest.TestCase):
         self.assertIn("no replacement for it: the job is ending",
                       self.said(replace))
         self.assertEqual(self.sup.replacements, [])
+
+    def test_a_replacement_is_started_if_the_dead_scheduler_will_restart(
+            self):
+        # A server and the scheduler killed together: the server's death may
+        # be handled first, while the scheduler is dead and not yet started
+        # again.
+        self.job.replace_servers = 1
+        scheduler = self.start("scheduler 0")
+        self.start("worker 0")
+        os.kill(scheduler.pid, signal.SIGKILL)
+        for _ in range(100):
+            if not scheduler.running:
+                break
+            self.sup.step(0.1)
+        self.assertEqual(scheduler.status, 137)
+        replace = el._replacer(self.sup, self.job, dict(os.environ), 1,
+                               "127.0.0.1", 4000)
+        # Its last restart: it stays dead.
+        self.assertIn("no replacement for it: the job is ending",
+                      self.said(replace))
+        scheduler.survivable = True  # Restarts are left.
+        self.assertIn("starting replacement 1 (server 1) in its place",
+                      self.said(replace))
+        self.assertEqual(len(self.sup.replacements), 1)
 
     def test_the_scheduler_restarts_while_a_worker_runs_and_restarts_left(
             self):
