@@ -256,10 +256,8 @@ void Scheduler::HandleJoin(const Message& msg) {
     return;
   }
   if (formed_) {
-    int live_servers = static_cast<int>(servers_.size());
-    const bool server =
-        node.role == Role::kServer &&
-        (msg.meta.join_running || live_servers < options_.num_servers);
+    const bool server = node.role == Role::kServer &&
+                        (msg.meta.join_running || SlotVacantLocked());
     bool worker = false;
     if (node.role == Role::kWorker) {
       bool vacant = false;
@@ -269,7 +267,7 @@ void Scheduler::HandleJoin(const Message& msg) {
     if (server || worker) {
       if (RefusedForSettingsLocked(msg)) return;
       if (server) {
-        AdmitServerLocked(node, key);
+        AdmitServerLocked(node, key, !msg.meta.join_running);
       } else {
         AdmitWorkerLocked(node, key);
       }
@@ -464,8 +462,13 @@ void Scheduler::FormLocked() {
   cv_.notify_all();
 }
 
-void Scheduler::AdmitServerLocked(const NodeInfo& node,
-                                  const std::string& key) {
+bool Scheduler::SlotVacantLocked() const {
+  return static_cast<int>(servers_.size()) < options_.num_servers ||
+         unfilled_deaths_ > 0;
+}
+
+void Scheduler::AdmitServerLocked(const NodeInfo& node, const std::string& key,
+                                  bool fills_vacancy) {
   auto refuse = [&](const std::string& why) REQUIRES(mu_) {
     LOG(WARNING) << "refusing the join of " << node.DebugString() << ": "
                  << why;
@@ -515,6 +518,7 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node,
   Status s = van_->Connect(n.id, n.host, n.port, n.local_endpoint);
   if (!s.ok()) return refuse("cannot connect to it: " + s.ToString());
   table_[n.id] = n;
+  if (fills_vacancy && unfilled_deaths_ > 0) --unfilled_deaths_;
   member_keys_[n.id] = ToKey128(key);
   joins_.push_back(n);
   join_keys_[n.address()] = key;
@@ -569,12 +573,11 @@ void Scheduler::ServeHeldJoinsLocked(int64_t now) {
       why = abort_status_.message();
     } else if (finishing_) {
       why = "the job finished before a server slot became vacant";
-    } else if (static_cast<int>(servers_.size()) < options_.num_servers &&
-               joining_ < 0 && leaving_ < 0) {
+    } else if (SlotVacantLocked() && joining_ < 0 && leaving_ < 0) {
       held_joins_.erase(held_joins_.begin());
       // The next one waits for this join to end (joining_), unless this
       // one is refused.
-      AdmitServerLocked(h.node, h.key);
+      AdmitServerLocked(h.node, h.key, /*fills_vacancy=*/true);
       continue;
     } else if (now >= h.until_ms) {
       why = "no server slot became vacant within " +
@@ -1657,6 +1660,7 @@ bool Scheduler::FailOverLocked(int id, int heir, const std::string& why) {
   ring_ = std::make_shared<const KeyRing>(std::move(next.value()));
   servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
                  servers_.end());
+  ++unfilled_deaths_;
   LOG(WARNING) << "failover: " << DescribeLocked(heir)
                << " takes over the data "
                << "of " << who << "; " << ring_->DebugString();

@@ -214,9 +214,11 @@ class Scheduler {
   // A server's join after the cluster formed (docs/replication.md,
   // "Joining"): admitted with the next server rank unless another join is
   // under way; it takes its share of the ranges (KeyRing::AddServer) under
-  // the next ring epoch, which PublishLocked sends every member.
-  void AdmitServerLocked(const NodeInfo& node, const std::string& key)
-      REQUIRES(mu_);
+  // the next ring epoch, which PublishLocked sends every member. One that
+  // `fills_vacancy` (not EMBER_JOIN=1) takes the place of a dead server
+  // not yet replaced, if any (unfilled_deaths_).
+  void AdmitServerLocked(const NodeInfo& node, const std::string& key,
+                         bool fills_vacancy) REQUIRES(mu_);
   // A worker's join after the cluster formed (elastic workers,
   // docs/consistency.md): a claim of its rank (EMBER_WORKER_RANK, in the
   // join's rank) takes back a rank whose worker is dead or gone; otherwise
@@ -426,6 +428,13 @@ class Scheduler {
     int64_t ask_ms = 0;
   };
   std::vector<HeldJoin> held_joins_ GUARDED_BY(mu_);
+  // Servers failed over whose place no server has taken since. A job grown
+  // beyond DMLC_NUM_SERVER (EMBER_JOIN=1) has a vacant slot after a death
+  // only by this count.
+  int unfilled_deaths_ GUARDED_BY(mu_) = 0;
+  // Whether a server slot is vacant: fewer live servers than
+  // DMLC_NUM_SERVER, or a death not yet replaced.
+  bool SlotVacantLocked() const REQUIRES(mu_);
   bool finishing_ GUARDED_BY(mu_) = false;  // RefuseHeldJoins was called
 };
 

@@ -175,6 +175,43 @@ TEST_F(JoinAfterFailoverTest, AReplacementAskingBeforeTheDeathIsDeclaredWaits) {
   EXPECT_TRUE(log.Find("refusing").empty());
 }
 
+// A job grown beyond DMLC_NUM_SERVER (EMBER_JOIN=1) has as many live
+// servers as it was started with after a death, yet the dead server's slot
+// is vacant: a held replacement takes it, and the job keeps its size.
+TEST_F(JoinAfterFailoverTest, AReplacementTakesTheSlotOfADeathInAGrownJob) {
+  Form(2, 2, /*replicas=*/1);
+  finalize_ = false;  // A member dies: no final barrier.
+  const std::vector<Key> keys = SpreadKeys(4096);
+  LogCapture log;
+  ASSERT_NE(Join(/*join=*/true), nullptr);  // 3 servers of DMLC_NUM_SERVER 2.
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("has joined: it holds the state of its ranges").empty();
+  }));
+  PushOnes(keys, 5, 0, nullptr);
+  Postoffice* newcomer = cluster_->AddServer(
+      /*join=*/false, [](Options* o) { o->join_replace = true; });
+  Status started = Status::Internal("not started");
+  std::thread start([&] { started = newcomer->StartStatus(0, true); });
+  ASSERT_TRUE(WaitUntil([&] {
+    return !log.Find("(EMBER_JOIN=replace) until a server slot is vacant")
+                .empty();
+  }));
+  cluster_->KillByHeartbeat(cluster_->server(1));
+  start.join();
+  ASSERT_TRUE(started.ok()) << started;
+  servers_.push_back(std::make_unique<CountingServer>(newcomer));
+  ASSERT_TRUE(WaitUntil([&] {
+    return log.Find("has joined: it holds the state of its ranges").size() == 2;
+  }));
+  PushOnes(keys, 20, 0, nullptr);
+  ExpectAll(keys, 2 * 25);
+  auto ring = cluster_->worker(0)->node()->key_ring();
+  EXPECT_EQ(ring->epoch(), 4u);  // Growth, failover, replacement.
+  ASSERT_EQ(ring->num_servers(), 3);
+  EXPECT_GE(ring->IndexOf(newcomer->node()->my_id()), 0);
+  EXPECT_TRUE(log.Find("refusing").empty());
+}
+
 // Under bsp (k=1), server 1 of 2 dies in a half-pushed round (worker 0
 // has pushed for it, worker 1 not yet), the survivor takes its data, and a
 // replacement (no EMBER_JOIN) takes the vacant slot and its share of the
