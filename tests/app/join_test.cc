@@ -106,7 +106,24 @@ TEST_P(JoinTest, AServerJoinsUnderSpreadPlacement) {
 
 // The joins that follow a failover, which needs copies: with the replica
 // count each test names (JoinTest's parameter is not used).
-class JoinAfterFailoverTest : public JoinTest {};
+class JoinAfterFailoverTest : public JoinTest {
+ protected:
+  // Starts a replacement (EMBER_JOIN=replace) on `*start`, which stores
+  // its Start's status in `*started`; returns it once the scheduler holds
+  // its join (`log` has seen it).
+  Postoffice* StartHeldReplacement(const LogCapture& log, std::thread* start,
+                                   Status* started) {
+    Postoffice* newcomer = cluster_->AddServer(
+        /*join=*/false, [](Options* o) { o->join_replace = true; });
+    *start = std::thread(
+        [newcomer, started] { *started = newcomer->StartStatus(0, true); });
+    EXPECT_TRUE(WaitUntil([&] {
+      return !log.Find("(EMBER_JOIN=replace) until a server slot is vacant")
+                  .empty();
+    }));
+    return newcomer;
+  }
+};
 
 // After a failover leaves a server slot vacant, a server started later with
 // the usual settings (no EMBER_JOIN) takes it: the cluster runs on 2
@@ -149,14 +166,9 @@ TEST_F(JoinAfterFailoverTest, AReplacementAskingBeforeTheDeathIsDeclaredWaits) {
   const std::vector<Key> keys = SpreadKeys(4096);
   PushOnes(keys, 5, 0, nullptr);
   LogCapture log;
-  Postoffice* newcomer = cluster_->AddServer(
-      /*join=*/false, [](Options* o) { o->join_replace = true; });
   Status started = Status::Internal("not started");
-  std::thread start([&] { started = newcomer->StartStatus(0, true); });
-  ASSERT_TRUE(WaitUntil([&] {
-    return !log.Find("(EMBER_JOIN=replace) until a server slot is vacant")
-                .empty();
-  }));
+  std::thread start;
+  Postoffice* newcomer = StartHeldReplacement(log, &start, &started);
   // Held while both servers live: nothing changed.
   EXPECT_EQ(cluster_->worker(0)->node()->key_ring()->epoch(), 1u);
   cluster_->KillByHeartbeat(cluster_->server(1));
@@ -188,14 +200,9 @@ TEST_F(JoinAfterFailoverTest, AReplacementTakesTheSlotOfADeathInAGrownJob) {
     return !log.Find("has joined: it holds the state of its ranges").empty();
   }));
   PushOnes(keys, 5, 0, nullptr);
-  Postoffice* newcomer = cluster_->AddServer(
-      /*join=*/false, [](Options* o) { o->join_replace = true; });
   Status started = Status::Internal("not started");
-  std::thread start([&] { started = newcomer->StartStatus(0, true); });
-  ASSERT_TRUE(WaitUntil([&] {
-    return !log.Find("(EMBER_JOIN=replace) until a server slot is vacant")
-                .empty();
-  }));
+  std::thread start;
+  Postoffice* newcomer = StartHeldReplacement(log, &start, &started);
   cluster_->KillByHeartbeat(cluster_->server(1));
   start.join();
   ASSERT_TRUE(started.ok()) << started;

@@ -98,6 +98,15 @@ class SchedulerTest : public ::testing::Test {
     scheduler_->HandleJoin(Join(Role::kServer, 10, std::string(16, 's')));
   }
 
+  // Node `sender` beats.
+  void Beat(int sender) {
+    Message beat;
+    beat.meta.control = Control::kHeartbeat;
+    beat.meta.request = true;
+    beat.meta.sender = sender;
+    scheduler_->HandleHeartbeat(beat);
+  }
+
   Options options_;
   InProcNetwork network_;
   InProcVan van_;  // Only connected on: the host sends.
@@ -174,12 +183,8 @@ TEST_F(SchedulerTest, OwnBarrierIsReleasedThroughTheHost) {
 
 TEST_F(SchedulerTest, SilentMemberIsDeclaredDeadToAllAndToItsNode) {
   Form();
-  Message beat;
-  beat.meta.control = Control::kHeartbeat;
-  beat.meta.request = true;
-  beat.meta.sender = 9;
   clock_.Advance(600);
-  scheduler_->HandleHeartbeat(beat);  // The worker beats; the server not.
+  Beat(9);  // The worker beats; the server not.
   clock_.Advance(600);
   host_.calls.clear();
   scheduler_->CheckLiveness();
@@ -244,13 +249,6 @@ class DisconnectTest : public SchedulerTest {
     e.ids = {8};
     e.address = "node:10";
     van_.RaisePeerEvent(e);
-  }
-  void Beat(int sender) {
-    Message beat;
-    beat.meta.control = Control::kHeartbeat;
-    beat.meta.request = true;
-    beat.meta.sender = sender;
-    scheduler_->HandleHeartbeat(beat);
   }
   // Whether a liveness check now declares server 8 dead.
   bool DeadAfterCheck() {
@@ -369,13 +367,6 @@ class HeldJoinTest : public SchedulerTest {
     join.meta.join_replace = true;
     join.meta.join_ask_ms = ask_ms;
     return join;
-  }
-  void Beat(int sender) {
-    Message beat;
-    beat.meta.control = Control::kHeartbeat;
-    beat.meta.request = true;
-    beat.meta.sender = sender;
-    scheduler_->HandleHeartbeat(beat);
   }
   // What was sent to the process with key `key`: its controls' names.
   std::vector<std::string> SentTo(char key) {

@@ -635,15 +635,22 @@ class LocalTest(EngineTests, unittest.TestCase):
         job = self.failover_job(tag, 3, 1, PUSHES,
                                 ["--failover", "--replace-servers", "1"])
         self.kill_server(job, tag, 1)
+        self.check_replaced(job, tag, "scheduler", [
+            r"^\[scheduler\] .*takes over the data of server 1 "])
+
+    def check_replaced(self, job, tag, scheduler, patterns):
+        """Checks the end of JOB, in which server 1 of 3 was killed and
+        replaced once: the launcher's lines, its replacement's join as server
+        3 (logged by the scheduler whose prefix is SCHEDULER) and PATTERNS,
+        then check_went_on's checks."""
         check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
             "ember-launch: starting replacement 1 (server 1) in its place (1 "
             "of 1, --replace-servers)",
             "ember-launch: the job finished without server 1, which died "
             "during it (--failover); replacements started: replacement 1 "
-            "(server 1)"], patterns=[
-            r"^\[scheduler\] .*takes over the data of server 1 ",
-            r"^\[scheduler\] .*server 3 \(id \d+, [^)]*\) has joined: it "
-            r"holds the state of its ranges",
+            "(server 1)"], patterns=list(patterns) + [
+            r"^\[%s\] .*server 3 \(id \d+, [^)]*\) has joined: it holds "
+            r"the state of its ranges" % re.escape(scheduler),
             r"^\[server 1 r1\] .*joined a running cluster as server 3 "])
 
     def test_a_replacement_waits_through_a_restart_of_the_scheduler(self):
@@ -663,17 +670,9 @@ class LocalTest(EngineTests, unittest.TestCase):
         self.assertEqual(len(schedulers), 1, job.report())
         self.kill_server(job, tag, 1)
         os.kill(schedulers[0], signal.SIGKILL)
-        check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
-            "ember-launch: starting replacement 1 (server 1) in its place (1 "
-            "of 1, --replace-servers)",
-            "ember-launch: the job finished without server 1, which died "
-            "during it (--failover); replacements started: replacement 1 "
-            "(server 1)"], patterns=[
+        self.check_replaced(job, tag, "scheduler r1", [
             # Server 1 never re-registers: 4 of 5, or of 4 once it is dead.
-            r"^\[scheduler r1\] .*re-registered \(4 of [45] members\)",
-            r"^\[scheduler r1\] .*server 3 \(id \d+, [^)]*\) has joined: "
-            r"it holds the state of its ranges",
-            r"^\[server 1 r1\] .*joined a running cluster as server 3 "])
+            r"^\[scheduler r1\] .*re-registered \(4 of [45] members\)"])
 
     def test_with_failover_but_no_copies_the_cluster_ends_the_job(self):
         # Without copies (EMBER_REPLICAS=0) the cluster cannot fail over: it
