@@ -46,6 +46,12 @@ TIME_SCALE = float(os.environ.get("EMBER_TEST_TIME_SCALE", "1"))
 # for a join or a failover to happen while they run).
 PUSH_JOB_LIMIT = int(JOB_LIMIT * TIME_SCALE)
 PUSHES = "--iterations=6000"
+# Heartbeats of the jobs in which a node dies: a death is detected within
+# 1.5 s (a closed connection within 0.2 s). x TIME_SCALE: a sanitizer
+# build's nodes miss tighter beats under load; and a 600 ms timeout failed
+# once under ctest -j2, when the whole machine stalled for 460 ms.
+DEATH_BEATS = ["--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" % (100 * TIME_SCALE),
+               "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=%d" % (1500 * TIME_SCALE)]
 KILL_LIMIT = 15  # A killed node must end the job within this, in seconds.
 TAG = "LAUNCH_TEST_TAG"  # Marks the processes of one job (--env TAG).
 
@@ -372,16 +378,12 @@ class EngineTests:
         # key from the first one's file), the members re-register, the
         # workers of cluster_failover finish with exact sums (through the
         # final barrier, which needs the scheduler) and the launcher exits
-        # 0. Deaths are detected within 0.6 s (x TIME_SCALE).
+        # 0. Deaths are detected as DEATH_BEATS says.
         tag = uuid.uuid4().hex
         # The later --timeout wins.
         argv = self.argv(CLUSTER_FAILOVER, "--env", TAG,
                          "--restart-scheduler", "1", "--log-dir", "{LOGS}",
-                         "--timeout", str(PUSH_JOB_LIMIT),
-                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" %
-                         (100 * TIME_SCALE),
-                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=%d" %
-                         (600 * TIME_SCALE))
+                         "--timeout", str(PUSH_JOB_LIMIT), *DEATH_BEATS)
         job = Job(self, argv + [PUSHES], self.env(), tag)
         job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
         schedulers = [pid for pid, p in tagged_processes(tag).items()
@@ -584,8 +586,7 @@ class LocalTest(EngineTests, unittest.TestCase):
 
     def failover_job(self, tag, servers, replicas, pushes, options=()):
         """A --failover job of cluster_failover: SERVERS servers, 2 workers,
-        EMBER_REPLICAS=REPLICAS, deaths detected within 0.6 s (x TIME_SCALE:
-        a sanitizer build's nodes miss tighter heartbeats under load), with
+        EMBER_REPLICAS=REPLICAS, deaths detected as DEATH_BEATS says, with
         the launcher's OPTIONS (default --failover); returned once both
         workers push."""
         job = Job(self, [PYTHON, SCRIPT, "-n", "2", "-s", str(servers)] +
@@ -593,10 +594,7 @@ class LocalTest(EngineTests, unittest.TestCase):
                   ["--timeout", str(PUSH_JOB_LIMIT),
                          "--scheduler", SCHEDULER, "--log-dir", "{LOGS}",
                          "--env", TAG, "--env", "EMBER_REPLICAS=%d" % replicas,
-                         "--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" %
-                         (100 * TIME_SCALE),
-                         "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=%d" %
-                         (600 * TIME_SCALE), "--",
+                         *DEATH_BEATS, "--",
                          CLUSTER_FAILOVER, pushes], tag=tag)
         job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
         return job
@@ -843,15 +841,13 @@ class SshTest(EngineTests, unittest.TestCase):
         # does not stop the job; its ssh client exits with the server's
         # status, the cluster fails over, the sums are exact and the
         # launcher exits 0. 3 servers x 2 workers, EMBER_REPLICAS=1, deaths
-        # detected within 0.6 s (x TIME_SCALE).
+        # detected as DEATH_BEATS says.
         tag = uuid.uuid4().hex
         job = Job(self, self.argv(
             CLUSTER_FAILOVER, "-s", "3", "--failover", "--env", TAG,
             "--env", "EMBER_REPLICAS=1", "--log-dir", "{LOGS}",
-            "--timeout", str(PUSH_JOB_LIMIT),
-            "--env", "EMBER_HEARTBEAT_INTERVAL_MS=%d" % (100 * TIME_SCALE),
-            "--env", "EMBER_HEARTBEAT_TIMEOUT_MS=%d" % (600 * TIME_SCALE)) +
-            [PUSHES], tag=tag)
+            "--timeout", str(PUSH_JOB_LIMIT), *DEATH_BEATS) + [PUSHES],
+            tag=tag)
         job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
         victims = [pid for pid, p in tagged_processes(tag).items()
                    if p["role"] == "server" and p["rank"] == "1" and
