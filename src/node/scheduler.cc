@@ -239,6 +239,7 @@ void Scheduler::HandleJoin(const Message& msg) {
       h.key = key;
       h.asked_ms = now;
       h.ask_ms = ask_ms;
+      ServeHeldJoinsLocked(now);  // It may have waited to be heard again.
       return;
     }
     held_joins_.push_back(
@@ -574,6 +575,10 @@ void Scheduler::ServeHeldJoinsLocked(int64_t now) {
     } else if (finishing_) {
       why = "the job finished before a server slot became vacant";
     } else if (SlotVacantLocked() && joining_ < 0 && leaving_ < 0) {
+      // One that asks again is admitted only if it asked in its last 3
+      // periods: else it may have died since, and is admitted when it asks
+      // again (or dropped once silent for the heartbeat timeout).
+      if (h.ask_ms > 0 && now - h.asked_ms > 3 * h.ask_ms) return;
       held_joins_.erase(held_joins_.begin());
       // The next one waits for this join to end (joining_), unless this
       // one is refused.

@@ -256,7 +256,8 @@ class Scheduler {
   // when the run ends. One that asks again (join_ask_ms) but has not for
   // the heartbeat timeout (or 3 of its periods, if longer) is taken for
   // dead and dropped first, so a replacement that died while held never
-  // takes a share of the ranges.
+  // takes a share of the ranges; one silent for more than 3 of its periods
+  // is admitted only when it asks again.
   void ServeHeldJoinsLocked(int64_t now) REQUIRES(mu_);
   // Refuses a join: an ABORT with `reason`, authenticated with the
   // joining process's key.

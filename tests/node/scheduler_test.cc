@@ -430,6 +430,31 @@ TEST_F(HeldJoinTest, OneThatStopsAskingIsDroppedAndOneThatAsksIsAdmitted) {
   EXPECT_TRUE(host_.sent.empty());
 }
 
+// A held join is admitted only if it asked in its last 3 periods: one that
+// was silent for longer (but less than the heartbeat timeout) when the
+// slot became vacant is admitted when it asks again.
+TEST_F(HeldJoinTest, OneSilentLatelyIsAdmittedOnlyWhenItAsksAgain) {
+  FormTwoServers();
+  host_.sent.clear();
+  scheduler_->HandleJoin(Replacement(30, 'a', 100));
+  for (int t = 0; t < 4; ++t) {
+    clock_.Advance(300);
+    Beat(9);
+    Beat(10);  // Server 8 is silent; so is the replacement after 300 ms.
+    if (t == 0) scheduler_->HandleJoin(Replacement(30, 'a', 100));
+    scheduler_->CheckLiveness();
+  }
+  // 1200 ms: server 8 is dead; the replacement last asked 900 ms ago.
+  EXPECT_NE(std::find(host_.calls.begin(), host_.calls.end(),
+                      "failed over 8 at epoch 2"),
+            host_.calls.end());
+  EXPECT_TRUE(SentTo('a').empty());
+  scheduler_->HandleJoin(Replacement(30, 'a', 100));
+  const std::vector<std::string> to_a = SentTo('a');
+  EXPECT_NE(std::find(to_a.begin(), to_a.end(), "node_table"), to_a.end());
+  EXPECT_EQ(host_.membership.ring->server_ids(), (std::vector<int>{10, 12}));
+}
+
 // A held join that does not ask again (join_ask_ms 0: the node has no
 // heartbeats) is never taken for dead: only its start timeout ends it.
 TEST_F(HeldJoinTest, OneThatNeverAsksIsKeptTillItsTimeout) {
