@@ -61,10 +61,14 @@
 // paper's key caching (the receiver knowing a request's keys already) could
 // save at most (docs/replication.md, "Measured: batched copies").
 //
+// --requests=N makes every client send exactly N requests, with no warm-up,
+// instead of running for --seconds: a fixed amount of work, whose
+// instructions callgrind can count (scripts/bench_multi.py, "callgrind").
+//
 // Output, one line:
 //   RESULT baseline=zmq_topology servers=2 clients=2 keys=1000 mode=push
 //          window=8 req_s=... keys_s=... replies=separate transport=tcp
-//          curve=0 io_threads=1 forward=none copies=0
+//          curve=0 io_threads=1 forward=none copies=0 ... client_pids=...
 #include <gflags/gflags.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -89,6 +93,9 @@ DEFINE_string(mode, "push", "push or pull");
 DEFINE_int32(window, 8, "requests in flight per client");
 DEFINE_double(seconds, 2, "measured duration, in seconds");
 DEFINE_double(warmup_seconds, 0.5, "unmeasured run first");
+DEFINE_int64(requests, 0,
+             "if > 0: every client sends exactly this many requests, with no "
+             "warm-up, instead of running for --seconds (for callgrind)");
 DEFINE_string(replies, "separate", "separate or same");
 DEFINE_string(transport, "tcp", "tcp or ipc (abstract Unix sockets)");
 DEFINE_int32(sndbuf, -1, "ZMQ_SNDBUF of every socket (-1: the OS default)");
@@ -539,6 +546,11 @@ void RunClient(int index, const std::vector<int>& server_ports,
     outstanding[slot] = FLAGS_servers;
     ++next;
   };
+  // With --requests, exactly that many are issued, and the run ends when
+  // the last is answered.
+  const auto issued_all = [&] {
+    return FLAGS_requests > 0 && next >= static_cast<uint64_t>(FLAGS_requests);
+  };
   auto run = [&](double seconds) {
     for (int slot = 0; slot < FLAGS_window; ++slot) issue(slot);
     uint64_t done = 0;
@@ -571,7 +583,9 @@ void RunClient(int index, const std::vector<int>& server_ports,
           for (auto& f : frames) zmq_msg_close(&f);
           if (--outstanding[h.slot] > 0) continue;
           ++done;
-          if (!stopping && std::chrono::steady_clock::now() >= stop) {
+          if (!stopping &&
+              (FLAGS_requests > 0 ? issued_all()
+                                  : std::chrono::steady_clock::now() >= stop)) {
             stopping = true;
           }
           if (stopping) {
@@ -587,7 +601,7 @@ void RunClient(int index, const std::vector<int>& server_ports,
             .count();
     return done / elapsed;
   };
-  run(FLAGS_warmup_seconds);
+  if (FLAGS_requests == 0) run(FLAGS_warmup_seconds);
   double req_s = run(FLAGS_seconds);
   if (write(result_pipe, &req_s, sizeof(req_s)) != sizeof(req_s)) _exit(1);
   // Tell the servers this client is done (a one-frame message).
@@ -610,7 +624,8 @@ int main(int argc, char** argv) {
       FLAGS_window < 1 || (FLAGS_mode != "push" && FLAGS_mode != "pull") ||
       (FLAGS_replies != "same" && FLAGS_replies != "separate") ||
       (FLAGS_transport != "tcp" && FLAGS_transport != "ipc") ||
-      FLAGS_io_threads < 1) {
+      FLAGS_io_threads < 1 ||
+      (FLAGS_requests != 0 && FLAGS_requests < FLAGS_window)) {
     std::fprintf(stderr, "zmq_topology: bad flags\n");
     return 1;
   }
@@ -728,6 +743,12 @@ int main(int argc, char** argv) {
       copies_agree = false;
     }
   }
+  // The clients' process IDs name their callgrind files (--requests).
+  std::string client_pids;
+  for (pid_t p : clients) {
+    if (!client_pids.empty()) client_pids += ",";
+    client_pids += std::to_string(p);
+  }
   // The servers serve until they are told to stop.
   for (pid_t p : pids) kill(p, SIGTERM);
   for (pid_t p : pids) waitpid(p, nullptr, 0);
@@ -735,13 +756,13 @@ int main(int argc, char** argv) {
       "RESULT baseline=zmq_topology servers=%d clients=%d keys=%lld mode=%s "
       "window=%d req_s=%.1f keys_s=%.0f replies=%s transport=%s curve=%d "
       "io_threads=%d forward=%s copies=%llu copy_messages=%llu copy_keys=%d "
-      "request_keys=%d\n",
+      "request_keys=%d client_pids=%s\n",
       FLAGS_servers, FLAGS_clients, static_cast<long long>(FLAGS_keys),
       FLAGS_mode.c_str(), FLAGS_window, total, total * FLAGS_keys,
       FLAGS_replies.c_str(), FLAGS_transport.c_str(), FLAGS_curve ? 1 : 0,
       FLAGS_io_threads, FLAGS_forward.c_str(),
       static_cast<unsigned long long>(copies),
       static_cast<unsigned long long>(copy_messages), FLAGS_copy_keys ? 1 : 0,
-      FLAGS_request_keys ? 1 : 0);
+      FLAGS_request_keys ? 1 : 0, client_pids.c_str());
   return copies_agree ? 0 : 1;
 }

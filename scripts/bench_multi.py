@@ -547,11 +547,45 @@ def callgrind_counts(runner, program, n1, n2, program_scheduler=False,
     return per
 
 
+def zmq_callgrind_counts(runner, n1, n2):
+    """The client's instructions per 1000-key push of raw ZeroMQ
+    (zmq_topology, the same transport as Ember's nodes, 1 client, window 8)
+    at 1 and at GROWTH_SERVERS[-1] servers: the price of the messages alone,
+    and so the floor of any design that sends one message to each server."""
+    transport = ("tcp" if os.environ.get("EMBER_LOCAL_IPC") == "0"
+                 else "ipc")
+    per = {}
+    with tempfile.TemporaryDirectory(prefix="ember-cg-zmq-") as tmp:
+        wrap = bl.callgrind_wrapper(
+            tmp, os.path.join(runner.build, "bench", "zmq_topology"))
+        for s in GROWTH_SERVERS:
+            totals = []
+            for n in (n1, n2):
+                d = os.path.join(tmp, "s%d-n%d" % (s, n))
+                os.makedirs(d)
+                out = runner.run([wrap, "--transport=" + transport,
+                                  "--servers=%d" % s, "--clients=1",
+                                  "--mode=push", "--keys=1000", "--window=8",
+                                  "--requests=%d" % n],
+                                 {"CG_DIR": d, "DMLC_ROLE": "client"})
+                m = re.search(r"^RESULT baseline=zmq_topology .*"
+                              r"\bclient_pids=(\d+)\s*$", out, re.M)
+                if not m:
+                    raise BenchError("no client_pids in:\n" + out[-4000:])
+                totals.append(bl.parse_callgrind_total(
+                    os.path.join(d, "client.%s.out" % m.group(1))))
+            per[s] = bl.per_request(totals[0], totals[1], n1, n2)
+    return per
+
+
 def callgrind(runner, pslite=None, n1=50, n2=150):
     """Ember's worker instructions per 1000-key push at 1 and 4 servers and,
     with `pslite` (a folder holding pslite_api_bench built against ps-lite),
     ps-lite's beside them: every extra server costs one more message each
-    way, whose price is mostly ZeroMQ's and the allocator's."""
+    way, whose price is mostly ZeroMQ's and the allocator's. Raw ZeroMQ's
+    client (zmq_topology) is counted the same way: its price per extra
+    server, added to Ember's 1-server count, is the floor of Ember's ratio
+    for any design that sends one message to each server."""
     if not bl.have_valgrind():
         print("\ncallgrind: skipped, valgrind is not installed "
               "(scripts/deps.sh --bench installs it)", flush=True)
@@ -565,8 +599,11 @@ def callgrind(runner, pslite=None, n1=50, n2=150):
         programs.append(("ps-lite", os.path.join(pslite, "pslite_api_bench"),
                          True, None))
     last = GROWTH_SERVERS[-1]
-    for who, program, own_scheduler, env in programs:
-        per = callgrind_counts(runner, program, n1, n2, own_scheduler, env)
+    counts = [(who, callgrind_counts(runner, program, n1, n2, own_scheduler,
+                                     env))
+              for who, program, own_scheduler, env in programs]
+    counts.append(("zeromq", zmq_callgrind_counts(runner, n1, n2)))
+    for who, per in counts:
         for s in GROWTH_SERVERS:
             print("  %-8s %d server(s): %.0f instructions per request" %
                   (who, s, per[s]), flush=True)
@@ -579,6 +616,17 @@ def callgrind(runner, pslite=None, n1=50, n2=150):
                   "the first: %.0f" %
                   (who, last, per[last] / per[1],
                    (per[last] - per[1]) / (last - 1)), flush=True)
+    # If Ember's own work per extra message were nothing, each extra server
+    # would still cost what raw ZeroMQ's messages cost.
+    ember, zmq = counts[0][1], counts[-1][1]
+    if ember.get(1) and zmq.get(1):
+        floor = ember[1] + (zmq[last] - zmq[1])
+        print("  floor    %d servers / 1 server with raw ZeroMQ's price per "
+              "extra server and nothing of Ember's own: %.3f" %
+              (last, floor / ember[1]), flush=True)
+        bl.emit("bench=callgrind_floor", [("servers", last),
+                                          ("ratio", "%.3f" % (floor /
+                                                              ember[1]))])
 
 
 def main(argv=None):

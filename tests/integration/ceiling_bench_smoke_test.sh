@@ -8,7 +8,8 @@
 # to the next server (it exits non-zero unless every copy forwarded was
 # received, and acknowledged under ack, batch and coalesce; under async no
 # more than were forwarded), refuses to forward with one server or to
-# batch frames it splits; cipher_bench
+# batch frames it splits; with --requests it sends that many and names its
+# clients' processes; cipher_bench
 # prints a rate for every cipher. No figure is judged.
 # usage: ceiling_bench_smoke_test.sh ZMQ_TOPOLOGY [CIPHER_BENCH]
 set -u
@@ -86,6 +87,22 @@ if timeout -k 5 30 "$zmq_topology" --servers=1 --forward=ack >"$out" 2>&1; then
   fail "zmq_topology accepted --forward=ack with one server"
 else
   echo "ceiling_bench_smoke_test: ok: --forward with one server refused"
+fi
+
+# --requests (callgrind's fixed amount of work): ends by itself, names
+# every client's process; fewer requests than the window are refused.
+if ! timeout -k 5 60 "$zmq_topology" --servers=4 --clients=2 --keys=1000 \
+  --window=8 --requests=40 --transport=ipc >"$out" 2>&1; then
+  fail "zmq_topology --requests=40 exited with an error"
+elif ! grep -qE "^RESULT baseline=zmq_topology .* req_s=[1-9][0-9.]* .* client_pids=[0-9]+,[0-9]+$" "$out"; then
+  fail "zmq_topology --requests=40: no RESULT line with req_s > 0 and two client_pids"
+else
+  echo "ceiling_bench_smoke_test: ok: zmq_topology --requests"
+fi
+if timeout -k 5 30 "$zmq_topology" --window=8 --requests=3 >"$out" 2>&1; then
+  fail "zmq_topology accepted --requests below --window"
+else
+  echo "ceiling_bench_smoke_test: ok: --requests below --window refused"
 fi
 
 if [[ -n $cipher_bench ]]; then

@@ -240,6 +240,18 @@ class CallgrindTest(unittest.TestCase):
                     f.write("summary: %d\n" % (1000 + n * (base +
                                                            step * (s - 1))))
 
+            def run(self, argv, env):
+                # Raw ZeroMQ (zmq_topology under the wrapper): 5 + 3 per
+                # extra server, in the file of the client it names.
+                flag = {a.split("=")[0]: a.split("=")[1] for a in argv[1:]}
+                s, n = int(flag["--servers"]), int(flag["--requests"])
+                self.calls.append(("zeromq", s, n, None, None))
+                with open(os.path.join(env["CG_DIR"], "client.9.out"), "w",
+                          encoding="utf-8") as f:
+                    f.write("summary: %d\n" % (500 + n * (5 + 3 * (s - 1))))
+                return ("RESULT baseline=zmq_topology servers=%d clients=1 "
+                        "req_s=1.0 client_pids=9\n" % s)
+
         runner = FakeRunner()
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
@@ -256,9 +268,16 @@ class CallgrindTest(unittest.TestCase):
                       "beyond the first: 12", text)
         # ps-lite's program runs its own scheduler; Ember's runs without
         # copies, as in every comparison with ps-lite.
+        self.assertIn("zeromq   4 servers / 1 server: 2.800; each server "
+                      "beyond the first: 3", text)
+        # The floor: Ember's 20 at 1 server plus raw ZeroMQ's 3 x 3.
+        self.assertIn("nothing of Ember's own: 1.450", text)
+        self.assertIn("RESULT bench=callgrind_floor servers=4 ratio=1.450",
+                      text)
         self.assertEqual({(c[0], c[3], c[4]) for c in runner.calls},
-                         {("ember", False, "0"), ("ps-lite", True, None)})
-        self.assertEqual(len(runner.calls), 8)
+                         {("ember", False, "0"), ("ps-lite", True, None),
+                          ("zeromq", None, None)})
+        self.assertEqual(len(runner.calls), 12)
 
 
 class PortTest(unittest.TestCase):
