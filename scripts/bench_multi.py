@@ -19,8 +19,10 @@ each case's medians, the median of the per-round ratios and its range, then
 a cost-growth table (nanoseconds per key at 1 K, 100 K, 1 M and 10 M keys
 per request, at 1 and 4 servers, Ember beside raw ZeroMQ), and, if valgrind
 is installed, the worker's instructions per 1000-key push at 1 and 4
-servers (callgrind, the difference of two runs of N1 and N2 requests), and
-with --pslite ps-lite's program's beside them.
+servers (callgrind, the difference of two runs of N1 and N2 requests), with
+--pslite ps-lite's program's beside them, raw ZeroMQ's client beside them
+(the floor of the 4 / 1 ratio), and every process's instructions per 2x2
+sparse push with EMBER_REPLICAS=0 against 1.
 
 Part "curve" runs Ember with EMBER_CURVE=1 against without (dense 4 MB
 pushes at 1x1 and 2x2, of 1 M random keys and of a dense tensor's keys,
@@ -578,6 +580,34 @@ def zmq_callgrind_counts(runner, n1, n2):
     return per
 
 
+def replicas_callgrind_counts(runner, n1, n2, servers=2, workers=2):
+    """{replicas: {role: instructions per request}} of the sparse 1000-key
+    push (window 8) with EMBER_REPLICAS=0 and 1, over all the workers and
+    all the servers, per request of one worker: the CPU a copy adds, which
+    does not depend on the machine's load as requests/s do."""
+    per = {}
+    with tempfile.TemporaryDirectory(prefix="ember-cg-rep-") as tmp:
+        wrap = bl.callgrind_wrapper(tmp, os.path.join(runner.build, "bench",
+                                                      "pslite_api_bench"))
+        for k in (0, 1):
+            totals = []
+            for n in (n1, n2):
+                d = os.path.join(tmp, "k%d-n%d" % (k, n))
+                os.makedirs(d)
+                runner.cluster(servers, workers, wrap,
+                               ["mode=push", "keys=1000", "window=8",
+                                "requests=%d" % n],
+                               dict(bl.CALLGRIND_ENV, CG_DIR=d,
+                                    EMBER_REPLICAS=str(k)))
+                totals.append({role: bl.role_total(d, role, count)
+                               for role, count in (("worker", workers),
+                                                   ("server", servers))})
+            per[k] = {role: bl.per_request(totals[0][role], totals[1][role],
+                                           n1 * workers, n2 * workers)
+                      for role in ("worker", "server")}
+    return per
+
+
 def callgrind(runner, pslite=None, n1=50, n2=150):
     """Ember's worker instructions per 1000-key push at 1 and 4 servers and,
     with `pslite` (a folder holding pslite_api_bench built against ps-lite),
@@ -585,7 +615,9 @@ def callgrind(runner, pslite=None, n1=50, n2=150):
     way, whose price is mostly ZeroMQ's and the allocator's. Raw ZeroMQ's
     client (zmq_topology) is counted the same way: its price per extra
     server, added to Ember's 1-server count, is the floor of Ember's ratio
-    for any design that sends one message to each server."""
+    for any design that sends one message to each server. Then every
+    process's instructions per 2 x 2 sparse push without a copy and with
+    one (EMBER_REPLICAS=0 and 1): the CPU share a copy leaves."""
     if not bl.have_valgrind():
         print("\ncallgrind: skipped, valgrind is not installed "
               "(scripts/deps.sh --bench installs it)", flush=True)
@@ -627,6 +659,22 @@ def callgrind(runner, pslite=None, n1=50, n2=150):
         bl.emit("bench=callgrind_floor", [("servers", last),
                                           ("ratio", "%.3f" % (floor /
                                                               ember[1]))])
+    # The CPU of one copy: on 2 cores every process shares, the rate with a
+    # copy can be at most this share of the rate without.
+    rep = replicas_callgrind_counts(runner, n1, n2)
+    print("\nall processes' instructions per 1000-key push, 2 x 2, "
+          "window 8 (callgrind)", flush=True)
+    for k in (0, 1):
+        print("  EMBER_REPLICAS=%d: workers %.0f, servers %.0f, all %.0f" %
+              (k, rep[k]["worker"], rep[k]["server"],
+               rep[k]["worker"] + rep[k]["server"]), flush=True)
+    off, on = (sum(rep[k].values()) for k in (0, 1))
+    print("  without / with a copy: %.3f" % (off / on), flush=True)
+    bl.emit("bench=callgrind_replicas", [
+        ("servers", 2), ("workers", 2), ("keys", 1000),
+        ("off_ir_per_request", "%.0f" % off),
+        ("on_ir_per_request", "%.0f" % on),
+        ("off_over_on", "%.3f" % (off / on))])
 
 
 def main(argv=None):

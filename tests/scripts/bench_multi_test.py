@@ -227,11 +227,26 @@ class CallgrindTest(unittest.TestCase):
             def __init__(self):
                 self.calls = []
 
-            def cluster(self, s, w, wrap, args, env, program_scheduler):
+            def cluster(self, s, w, wrap, args, env,
+                        program_scheduler=False):
                 with open(wrap, encoding="utf-8") as f:
                     who = "ps-lite" if "/psl/" in f.read() else "ember"
                 n = int([a for a in args if a.startswith("requests=")][0]
                         .split("=")[1])
+                if w == 2:
+                    # The copy's cost, 2 x 2: each worker 30 a request, each
+                    # server 10 without a copy and 40 with one.
+                    self.calls.append(("replicas", s, n, program_scheduler,
+                                       env["EMBER_REPLICAS"]))
+                    step = 40 if env["EMBER_REPLICAS"] == "1" else 10
+                    for role, pid, c in (("worker", 1, 30), ("worker", 2, 30),
+                                         ("server", 3, step),
+                                         ("server", 4, step)):
+                        path = os.path.join(env["CG_DIR"],
+                                            "%s.%d.out" % (role, pid))
+                        with open(path, "w", encoding="utf-8") as f:
+                            f.write("summary: %d\n" % (100 + n * c))
+                    return
                 base, step = cost[who]
                 self.calls.append((who, s, n, program_scheduler,
                                    env.get("EMBER_REPLICAS")))
@@ -274,10 +289,19 @@ class CallgrindTest(unittest.TestCase):
         self.assertIn("nothing of Ember's own: 1.450", text)
         self.assertIn("RESULT bench=callgrind_floor servers=4 ratio=1.450",
                       text)
+        # Per request of one worker: 30 + 10 without a copy, 30 + 40 with.
+        self.assertIn("EMBER_REPLICAS=0: workers 30, servers 10, all 40",
+                      text)
+        self.assertIn("EMBER_REPLICAS=1: workers 30, servers 40, all 70",
+                      text)
+        self.assertIn("RESULT bench=callgrind_replicas servers=2 workers=2 "
+                      "keys=1000 off_ir_per_request=40 on_ir_per_request=70 "
+                      "off_over_on=0.571", text)
         self.assertEqual({(c[0], c[3], c[4]) for c in runner.calls},
                          {("ember", False, "0"), ("ps-lite", True, None),
-                          ("zeromq", None, None)})
-        self.assertEqual(len(runner.calls), 12)
+                          ("zeromq", None, None), ("replicas", False, "0"),
+                          ("replicas", False, "1")})
+        self.assertEqual(len(runner.calls), 16)
 
 
 class PortTest(unittest.TestCase):
