@@ -220,13 +220,10 @@ void Scheduler::HandleJoin(const Message& msg) {
     // A replacement (EMBER_JOIN=replace): its launcher saw the server it
     // replaces die, perhaps before this scheduler declared the death; it
     // waits for the vacant slot.
-    for (const auto& n : table_) {
-      if (n.second.address() == node.address() && !dead_.count(n.first) &&
-          !left_.count(n.first)) {
-        // A copy sent before its admission reached it (perhaps from a
-        // scheduler that died since): it is a member now.
-        return;
-      }
+    if (LiveMemberAtLocked(node, /*same_customer=*/false) != Meta::kEmpty) {
+      // A copy sent before its admission reached it (perhaps from a
+      // scheduler that died since): it is a member now.
+      return;
     }
     if (RefusedForSettingsLocked(msg)) return;
     const int64_t now = clock_->NowMs();
@@ -245,14 +242,14 @@ void Scheduler::HandleJoin(const Message& msg) {
     held_joins_.push_back(
         HeldJoin{node, key, now + options_.start_timeout_ms, now, ask_ms});
     ServeHeldJoinsLocked(now);
-    for (const HeldJoin& h : held_joins_) {
-      if (h.node.address() == node.address()) {
-        LOG(WARNING) << "holding the join of " << node.DebugString()
-                     << " (EMBER_JOIN=replace) until a server slot is vacant "
-                        "and no membership change is under way, for at most "
-                     << options_.start_timeout_ms / 1000
-                     << " s (EMBER_START_TIMEOUT)";
-      }
+    // Serving only removes joins: if this one is still held, it is last.
+    if (!held_joins_.empty() &&
+        held_joins_.back().node.address() == node.address()) {
+      LOG(WARNING) << "holding the join of " << node.DebugString()
+                   << " (EMBER_JOIN=replace) until a server slot is vacant "
+                      "and no membership change is under way, for at most "
+                   << options_.start_timeout_ms / 1000
+                   << " s (EMBER_START_TIMEOUT)";
     }
     return;
   }
@@ -491,12 +488,10 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node, const std::string& key,
       ring_->num_servers() >= static_cast<int>(KeyRing::kMaxServers)) {
     return refuse("the key ring cannot take another server");
   }
-  for (const auto& n : table_) {
-    if (n.second.address() == node.address() && !dead_.count(n.first) &&
-        !left_.count(n.first)) {
-      return refuse("a live member (" + DescribeLocked(n.first) +
-                    ") has that address");
-    }
+  const int live = LiveMemberAtLocked(node, /*same_customer=*/false);
+  if (live != Meta::kEmpty) {
+    return refuse("a live member (" + DescribeLocked(live) +
+                  ") has that address");
   }
   // A rank and an id never used in this run: members keep the ids of the
   // dead, and a message from or about a dead id must never reach the
@@ -552,8 +547,8 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node, const std::string& key,
 
 void Scheduler::ServeHeldJoinsLocked(int64_t now) {
   for (auto it = held_joins_.begin(); it != held_joins_.end();) {
-    const int64_t silent_limit =
-        std::max<int64_t>(options_.heartbeat_timeout_ms, 3 * it->ask_ms);
+    const int64_t silent_limit = std::max<int64_t>(
+        options_.heartbeat_timeout_ms, HeldJoin::kFreshPeriods * it->ask_ms);
     if (it->ask_ms <= 0 || now - it->asked_ms <= silent_limit) {
       ++it;
       continue;
@@ -575,10 +570,9 @@ void Scheduler::ServeHeldJoinsLocked(int64_t now) {
     } else if (finishing_) {
       why = "the job finished before a server slot became vacant";
     } else if (SlotVacantLocked() && joining_ < 0 && leaving_ < 0) {
-      // One that asks again is admitted only if it asked in its last 3
-      // periods: else it may have died since, and is admitted when it asks
+      // One silent lately may have died since: it is admitted when it asks
       // again (or dropped once silent for the heartbeat timeout).
-      if (h.ask_ms > 0 && now - h.asked_ms > 3 * h.ask_ms) return;
+      if (h.SilentLately(now)) return;
       held_joins_.erase(held_joins_.begin());
       // The next one waits for this join to end (joining_), unless this
       // one is refused.
@@ -607,6 +601,18 @@ void Scheduler::RefuseHeldJoins() {
   ServeHeldJoinsLocked(clock_->NowMs());
 }
 
+int Scheduler::LiveMemberAtLocked(const NodeInfo& node,
+                                  bool same_customer) const {
+  for (const auto& n : table_) {
+    if (n.second.address() == node.address() &&
+        (!same_customer || n.second.customer_id == node.customer_id) &&
+        !dead_.count(n.first) && !left_.count(n.first)) {
+      return n.first;
+    }
+  }
+  return Meta::kEmpty;
+}
+
 bool Scheduler::DroppedWorkerLocked(int id) const {
   return options_.worker_rejoin_ms >= 0 && !away_.count(id) &&
          (dead_.count(id) || left_.count(id));
@@ -619,13 +625,10 @@ void Scheduler::AdmitWorkerLocked(const NodeInfo& node,
                  << why;
     RejectLocked(node, key, why);
   };
-  for (const auto& n : table_) {
-    if (n.second.address() == node.address() &&
-        n.second.customer_id == node.customer_id && !dead_.count(n.first) &&
-        !left_.count(n.first)) {
-      return refuse("a live member (" + DescribeLocked(n.first) +
-                    ") has that address");
-    }
+  const int live = LiveMemberAtLocked(node, /*same_customer=*/true);
+  if (live != Meta::kEmpty) {
+    return refuse("a live member (" + DescribeLocked(live) +
+                  ") has that address");
   }
   int ranks = 0;  // Worker ranks used in this run: 0 .. ranks - 1.
   for (int id : workers_) ranks = std::max(ranks, table_[id].rank + 1);

@@ -247,6 +247,10 @@ class Scheduler {
   // Whether a dead worker no longer counts (elastic workers): barriers
   // go on without it.
   bool DroppedWorkerLocked(int id) const REQUIRES(mu_);
+  // The live member (neither dead nor gone) at `node`'s address, and with
+  // its customer id too if `same_customer`; Meta::kEmpty if none.
+  int LiveMemberAtLocked(const NodeInfo& node, bool same_customer) const
+      REQUIRES(mu_);
   // The leaving server's hand-over is acknowledged: it is a member no
   // more (left_), and another membership change may begin.
   void LeaveDoneLocked() REQUIRES(mu_);
@@ -422,6 +426,16 @@ class Scheduler {
   // server slot was vacant, oldest first, with the time each is refused and
   // when it was last asked (the node asks again every ask_ms; 0: never).
   struct HeldJoin {
+    // A join not asked again for this many of its periods may have died:
+    // it is not admitted till it asks again, and dropped once silent for
+    // the heartbeat timeout too.
+    static constexpr int64_t kFreshPeriods = 3;
+
+    // Whether it asks again but has not for kFreshPeriods of its periods.
+    bool SilentLately(int64_t now) const {
+      return ask_ms > 0 && now - asked_ms > kFreshPeriods * ask_ms;
+    }
+
     NodeInfo node;
     std::string key;
     int64_t until_ms = 0;
