@@ -302,6 +302,15 @@ class Job:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def kill_scheduler(test, job, tag):
+    """SIGKILLs the job's one scheduler (by PID); returns its PID."""
+    schedulers = [pid for pid, p in tagged_processes(tag).items()
+                  if p["role"] == "scheduler"]
+    test.assertEqual(len(schedulers), 1, job.report())
+    os.kill(schedulers[0], signal.SIGKILL)
+    return schedulers[0]
+
+
 def check_launcher_kill(test, job, tag, expected, untagged=None):
     """SIGKILLs JOB's launcher: its EXPECTED tagged processes (launcher
     included) and the UNTAGGED ones must all end within KILL_LIMIT s, with
@@ -386,13 +395,10 @@ class EngineTests:
                          "--timeout", str(PUSH_JOB_LIMIT), *DEATH_BEATS)
         job = Job(self, argv + [PUSHES], self.env(), tag)
         job.wait_output(r"^\[worker 1\] cluster_failover: progress [1-9]")
-        schedulers = [pid for pid, p in tagged_processes(tag).items()
-                      if p["role"] == "scheduler"]
-        self.assertEqual(len(schedulers), 1, job.report())
-        os.kill(schedulers[0], signal.SIGKILL)
+        scheduler = kill_scheduler(self, job, tag)
         check_went_on(self, job, tag, PUSH_JOB_LIMIT + 15, lines=[
             "ember-launch: scheduler 0 (pid %d) exited with status 137; the "
-            "job goes on (--restart-scheduler)" % schedulers[0],
+            "job goes on (--restart-scheduler)" % scheduler,
             "ember-launch: the job finished; its scheduler died during it "
             "and was started again 1 time(s)"], patterns=[
             r"^ember-launch: starting the scheduler again on port \d+ \(1 "
@@ -663,11 +669,8 @@ class LocalTest(EngineTests, unittest.TestCase):
         job = self.failover_job(tag, 3, 1, PUSHES, [
             "--failover", "--replace-servers", "1", "--restart-scheduler",
             "1"])
-        schedulers = [pid for pid, p in tagged_processes(tag).items()
-                      if p["role"] == "scheduler"]
-        self.assertEqual(len(schedulers), 1, job.report())
         self.kill_server(job, tag, 1)
-        os.kill(schedulers[0], signal.SIGKILL)
+        kill_scheduler(self, job, tag)
         self.check_replaced(job, tag, "scheduler r1", [
             # Server 1 never re-registers: 4 of 5, or of 4 once it is dead.
             r"^\[scheduler r1\] .*re-registered \(4 of [45] members\)"])
