@@ -546,11 +546,6 @@ void RunClient(int index, const std::vector<int>& server_ports,
     outstanding[slot] = FLAGS_servers;
     ++next;
   };
-  // With --requests, exactly that many are issued, and the run ends when
-  // the last is answered.
-  const auto issued_all = [&] {
-    return FLAGS_requests > 0 && next >= static_cast<uint64_t>(FLAGS_requests);
-  };
   auto run = [&](double seconds) {
     for (int slot = 0; slot < FLAGS_window; ++slot) issue(slot);
     uint64_t done = 0;
@@ -583,9 +578,11 @@ void RunClient(int index, const std::vector<int>& server_ports,
           for (auto& f : frames) zmq_msg_close(&f);
           if (--outstanding[h.slot] > 0) continue;
           ++done;
-          if (!stopping &&
-              (FLAGS_requests > 0 ? issued_all()
-                                  : std::chrono::steady_clock::now() >= stop)) {
+          // With --requests, exactly that many are issued, and the run
+          // ends when the last is answered.
+          if (!stopping && (FLAGS_requests > 0
+                                ? next >= static_cast<uint64_t>(FLAGS_requests)
+                                : std::chrono::steady_clock::now() >= stop)) {
             stopping = true;
           }
           if (stopping) {

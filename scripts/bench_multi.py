@@ -127,6 +127,12 @@ def ratios(ember, baseline):
     return [r for r in bl.per_round_ratios(ember, baseline) if r is not None]
 
 
+def local_transport():
+    """zmq_topology's --transport for the one Ember's local nodes use
+    between each other (abstract sockets unless EMBER_LOCAL_IPC=0)."""
+    return "tcp" if os.environ.get("EMBER_LOCAL_IPC") == "0" else "ipc"
+
+
 class Runner(bl.Runner):
     """benchlib's Runner with the measured seconds of every run."""
 
@@ -150,11 +156,8 @@ class Runner(bl.Runner):
 
     def zmq(self, servers, clients, mode, keys, window, seconds=None,
             extra_args=()):
-        # The same transport as Ember's nodes use between each other.
-        transport = ("tcp" if os.environ.get("EMBER_LOCAL_IPC") == "0"
-                     else "ipc")
         out = self.run([os.path.join(self.build, "bench", "zmq_topology"),
-                        "--transport=" + transport,
+                        "--transport=" + local_transport(),
                         "--servers=%d" % servers, "--clients=%d" % clients,
                         "--mode=" + mode, "--keys=%d" % keys,
                         "--window=%d" % window,
@@ -526,27 +529,41 @@ def growth(runner):
         print(row, flush=True)
 
 
+def cluster_push_counts(runner, wrap, d, servers, workers, n1, n2, env,
+                        program_scheduler=False, roles=("worker",)):
+    """{role: instructions per request of one worker} of 1000-key pushes
+    (window 8) of the program under `wrap` on a servers x workers cluster,
+    summed over every process of each role: the difference of two runs of
+    n1 and n2 requests per worker, so start-up and shutdown cancel out.
+    Each run's profiles go to a folder of its own under d."""
+    counts = {"worker": workers, "server": servers}
+    totals = []
+    for n in (n1, n2):
+        run_dir = os.path.join(d, "n%d" % n)
+        os.makedirs(run_dir)
+        runner.cluster(servers, workers, wrap,
+                       ["mode=push", "keys=1000", "window=8",
+                        "requests=%d" % n],
+                       dict(bl.CALLGRIND_ENV, CG_DIR=run_dir, **env),
+                       program_scheduler)
+        totals.append({role: bl.role_total(run_dir, role, counts[role])
+                       for role in roles})
+    return {role: bl.per_request(totals[0][role], totals[1][role],
+                                 n1 * workers, n2 * workers)
+            for role in roles}
+
+
 def callgrind_counts(runner, program, n1, n2, program_scheduler=False,
                      env=None):
     """The worker's instructions per 1000-key push of `program` at 1 and at
-    GROWTH_SERVERS[-1] servers (1 worker, window 8): the difference of two
-    runs of n1 and n2 requests, so start-up and shutdown cancel out."""
-    per = {}
+    GROWTH_SERVERS[-1] servers (1 worker, window 8)."""
     with tempfile.TemporaryDirectory(prefix="ember-cg-") as tmp:
         wrap = bl.callgrind_wrapper(tmp, program)
-        for s in GROWTH_SERVERS:
-            totals = []
-            for n in (n1, n2):
-                d = os.path.join(tmp, "s%d-n%d" % (s, n))
-                os.makedirs(d)
-                runner.cluster(s, 1, wrap,
-                               ["mode=push", "keys=1000", "window=8",
-                                "requests=%d" % n],
-                               dict(bl.CALLGRIND_ENV, CG_DIR=d, **(env or {})),
-                               program_scheduler)
-                totals.append(bl.role_total(d, "worker"))
-            per[s] = bl.per_request(totals[0], totals[1], n1, n2)
-    return per
+        return {s: cluster_push_counts(runner, wrap,
+                                       os.path.join(tmp, "s%d" % s), s, 1,
+                                       n1, n2, env or {},
+                                       program_scheduler)["worker"]
+                for s in GROWTH_SERVERS}
 
 
 def zmq_callgrind_counts(runner, n1, n2):
@@ -554,8 +571,6 @@ def zmq_callgrind_counts(runner, n1, n2):
     (zmq_topology, the same transport as Ember's nodes, 1 client, window 8)
     at 1 and at GROWTH_SERVERS[-1] servers: the price of the messages alone,
     and so the floor of any design that sends one message to each server."""
-    transport = ("tcp" if os.environ.get("EMBER_LOCAL_IPC") == "0"
-                 else "ipc")
     per = {}
     with tempfile.TemporaryDirectory(prefix="ember-cg-zmq-") as tmp:
         wrap = bl.callgrind_wrapper(
@@ -565,7 +580,7 @@ def zmq_callgrind_counts(runner, n1, n2):
             for n in (n1, n2):
                 d = os.path.join(tmp, "s%d-n%d" % (s, n))
                 os.makedirs(d)
-                out = runner.run([wrap, "--transport=" + transport,
+                out = runner.run([wrap, "--transport=" + local_transport(),
                                   "--servers=%d" % s, "--clients=1",
                                   "--mode=push", "--keys=1000", "--window=8",
                                   "--requests=%d" % n],
@@ -585,27 +600,15 @@ def replicas_callgrind_counts(runner, n1, n2, servers=2, workers=2):
     push (window 8) with EMBER_REPLICAS=0 and 1, over all the workers and
     all the servers, per request of one worker: the CPU a copy adds, which
     does not depend on the machine's load as requests/s do."""
-    per = {}
     with tempfile.TemporaryDirectory(prefix="ember-cg-rep-") as tmp:
         wrap = bl.callgrind_wrapper(tmp, os.path.join(runner.build, "bench",
                                                       "pslite_api_bench"))
-        for k in (0, 1):
-            totals = []
-            for n in (n1, n2):
-                d = os.path.join(tmp, "k%d-n%d" % (k, n))
-                os.makedirs(d)
-                runner.cluster(servers, workers, wrap,
-                               ["mode=push", "keys=1000", "window=8",
-                                "requests=%d" % n],
-                               dict(bl.CALLGRIND_ENV, CG_DIR=d,
-                                    EMBER_REPLICAS=str(k)))
-                totals.append({role: bl.role_total(d, role, count)
-                               for role, count in (("worker", workers),
-                                                   ("server", servers))})
-            per[k] = {role: bl.per_request(totals[0][role], totals[1][role],
-                                           n1 * workers, n2 * workers)
-                      for role in ("worker", "server")}
-    return per
+        return {k: cluster_push_counts(runner, wrap,
+                                       os.path.join(tmp, "k%d" % k), servers,
+                                       workers, n1, n2,
+                                       {"EMBER_REPLICAS": str(k)},
+                                       roles=("worker", "server"))
+                for k in (0, 1)}
 
 
 def callgrind(runner, pslite=None, n1=50, n2=150):
