@@ -451,7 +451,7 @@ void Scheduler::FormLocked() {
     return;
   }
   ring->set_replicas(options_.replicas);
-  ring_ = std::make_shared<const KeyRing>(std::move(ring.value()));
+  InstallRingLocked(std::make_shared<const KeyRing>(std::move(ring.value())));
   for (int id : servers_) holders_[id] = ring_->ReplicaTargets(id);
   PublishLocked();
   formed_ = true;
@@ -536,7 +536,7 @@ void Scheduler::AdmitServerLocked(const NodeInfo& node, const std::string& key,
   }
   holders_[n.id] = {};
   servers_.push_back(n.id);
-  ring_ = std::make_shared<const KeyRing>(std::move(next.value()));
+  InstallRingLocked(std::make_shared<const KeyRing>(std::move(next.value())));
   joining_ = n.id;
   LOG(WARNING) << DescribeLocked(n.id)
                << " joins the running cluster; its ranges move to it from "
@@ -886,12 +886,22 @@ void Scheduler::OnBeatLocked(const Message& beat) {
   auto since = lagging_since_.emplace(id, now).first;
   if (now - since->second < resend_ms) return;
   since->second = now;
+  // What it missed: a failover's notice, or a join's or a leave's table.
+  // A ring older than this scheduler remembers: its table.
+  auto had = ring_servers_.find(beat.meta.epoch);
+  Message m = had == ring_servers_.end()
+                  ? NodeTableLocked(id)
+                  : CatchUpMessageLocked(id, beat.meta.epoch, had->second,
+                                         "failed over; this notice was sent "
+                                         "again, the first was lost");
+  if (m.meta.control == Control::kNone) m = NodeTableLocked(id);
   LOG(WARNING) << DescribeLocked(id) << " beats with ring epoch "
                << beat.meta.epoch << ", not " << ring_->epoch() << ", for "
-               << resend_ms
-               << " ms (EMBER_MIGRATION_RESEND_MS): its node table was lost; "
-                  "sending it again";
-  SendLocked(NodeTableLocked(id));
+               << resend_ms << " ms (EMBER_MIGRATION_RESEND_MS): its "
+               << (m.meta.control == Control::kNodeFailed ? "failover notice"
+                                                          : "node table")
+               << " was lost; sending it again";
+  SendLocked(std::move(m));
 }
 
 void Scheduler::SendEchoLocked(int to) {
@@ -1124,7 +1134,7 @@ void Scheduler::AdoptReportedLocked(const std::vector<NodeInfo>& nodes,
     // declared dead, as after silence.
     last_beat_ms_[n.address()] = now;
   }
-  ring_ = std::move(ring);
+  InstallRingLocked(std::move(ring));
   servers_.clear();
   for (int id : IdsOfRole(table_, Role::kServer)) {
     if (ring_->IndexOf(id) >= 0) {
@@ -1171,7 +1181,7 @@ void Scheduler::AdoptLaterRingLocked(const std::vector<NodeInfo>& nodes,
   }
   LOG(WARNING) << "a member reports a later ring than this scheduler's ("
                << ring_->DebugString() << "): " << ring->DebugString();
-  ring_ = std::move(ring);
+  InstallRingLocked(std::move(ring));
   for (int id : std::vector<int>(servers_)) {
     if (ring_->IndexOf(id) >= 0) continue;
     dead_.insert(id);
@@ -1200,40 +1210,56 @@ void Scheduler::CatchUpLocked(int id) {
   if (reported == reported_epoch_.end() || reported->second >= ring_->epoch()) {
     return;
   }
-  const uint64_t old_epoch = reported->second;
-  const std::vector<int> had = reported_servers_[id];
+  Message m = CatchUpMessageLocked(id, reported->second, reported_servers_[id],
+                                   "failed over while the scheduler restarted");
+  reported->second = ring_->epoch();
+  reported_servers_[id] = ring_->server_ids();
+  if (m.meta.control == Control::kNone) return;
+  LOG(INFO) << "bringing " << DescribeLocked(id) << " up to "
+            << ring_->DebugString();
+  SendLocked(std::move(m));
+}
+
+Message Scheduler::CatchUpMessageLocked(int id, uint64_t old_epoch,
+                                        const std::vector<int>& had,
+                                        const std::string& reason) {
   std::vector<int> gone;
   bool added = false;
+  bool dropped = false;
   for (int s : had) {
-    if (ring_->IndexOf(s) < 0) gone.push_back(s);
+    if (ring_->IndexOf(s) >= 0) continue;
+    dropped = true;
+    // A server that leaves or left hands its ranges over; one gone
+    // otherwise failed over.
+    if (!left_.count(s) && s != leaving_) gone.push_back(s);
   }
   for (int s : ring_->server_ids()) {
     added = added || std::find(had.begin(), had.end(), s) == had.end();
   }
-  reported->second = ring_->epoch();
-  reported_servers_[id] = ring_->server_ids();
-  Message m;
   if (!gone.empty()) {
-    // The failover notice the scheduler that died did not send it.
     if (gone.size() > 1 || added) {
-      LOG(ERROR) << DescribeLocked(id) << " re-registered with ring epoch "
-                 << old_epoch
+      LOG(ERROR) << DescribeLocked(id) << " has ring epoch " << old_epoch
                  << "; more than one server's failover since cannot be "
                     "caught up: it learns of "
                  << DescribeLocked(gone[0]) << "'s only";
     }
-    m = SchedulerMessage(Control::kNodeFailed, id);
+    Message m = SchedulerMessage(Control::kNodeFailed, id);
     m.meta.ring = ring_->ToInfo();
     m.meta.failed_node = gone[0];
-    m.meta.reason = "failed over while the scheduler restarted";
-  } else if (added) {
-    m = NodeTableLocked(id);  // Of a join it did not receive.
-  } else {
-    return;
+    m.meta.reason = reason;
+    return m;
   }
-  LOG(INFO) << "bringing " << DescribeLocked(id) << " up to "
-            << ring_->DebugString();
-  SendLocked(std::move(m));
+  // A join or a leave it did not receive.
+  if (added || dropped) return NodeTableLocked(id);
+  return Message();
+}
+
+void Scheduler::InstallRingLocked(std::shared_ptr<const KeyRing> ring) {
+  ring_ = std::move(ring);
+  ring_servers_[ring_->epoch()] = ring_->server_ids();
+  while (ring_servers_.size() > kRingHistory) {
+    ring_servers_.erase(ring_servers_.begin());
+  }
 }
 
 void Scheduler::PublishToHostLocked() {
@@ -1315,7 +1341,7 @@ void Scheduler::HandleLeaveRequest(const Message& msg) {
   holders_.erase(id);
   servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
                  servers_.end());
-  ring_ = std::make_shared<const KeyRing>(std::move(next.value()));
+  InstallRingLocked(std::make_shared<const KeyRing>(std::move(next.value())));
   leaving_ = id;
   LOG(WARNING) << DescribeLocked(id)
                << " leaves the running cluster; its ranges move to the other "
@@ -1665,7 +1691,7 @@ bool Scheduler::FailOverLocked(int id, int heir, const std::string& why) {
     v.erase(std::remove(v.begin(), v.end(), id), v.end());
   }
   holders_[heir] = both;
-  ring_ = std::make_shared<const KeyRing>(std::move(next.value()));
+  InstallRingLocked(std::make_shared<const KeyRing>(std::move(next.value())));
   servers_.erase(std::remove(servers_.begin(), servers_.end(), id),
                  servers_.end());
   ++unfilled_deaths_;

@@ -288,6 +288,16 @@ class Scheduler {
   // failover notice for a server that has gone from it, a node table if
   // servers were added.
   void CatchUpLocked(int id) REQUIRES(mu_);
+  // The message that brings member `id`, whose ring of `old_epoch` held
+  // the servers `had`, up to ring_: a failover notice (with `reason`) for
+  // a server gone from it that does not leave; else its node table if the
+  // servers differ (a join or a leave it missed); else an empty message
+  // (Control::kNone).
+  Message CatchUpMessageLocked(int id, uint64_t old_epoch,
+                               const std::vector<int>& had,
+                               const std::string& reason) REQUIRES(mu_);
+  // ring_ = `ring`, remembered in ring_servers_.
+  void InstallRingLocked(std::shared_ptr<const KeyRing> ring) REQUIRES(mu_);
   // The membership as the host sees it (SchedulerHost::OnMembership),
   // without a NODE_TABLE to the members.
   void PublishToHostLocked() REQUIRES(mu_);
@@ -417,6 +427,10 @@ class Scheduler {
   // Member id -> since when (clock time) its beats have shown a ring older
   // than ring_ (OnBeatLocked).
   std::map<int, int64_t> lagging_since_ GUARDED_BY(mu_);
+  // The servers of the last kRingHistory rings (by epoch), so that a
+  // lagging member is sent what it missed (OnBeatLocked).
+  static constexpr size_t kRingHistory = 64;
+  std::map<uint64_t, std::vector<int>> ring_servers_ GUARDED_BY(mu_);
   // The settings the running servers started with (consistency, as
   // ConsistencyConfig's text, and EMBER_REPLICAS), from the first server
   // JOIN or REJOIN that sent them; empty and -1 until then.

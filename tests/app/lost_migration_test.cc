@@ -222,6 +222,45 @@ TEST(LostMigration, AMemberThatLostTheNodeTableIsSentItAgain) {
   faulty.Finish();
 }
 
+// A member that lost the NODE_FAILED of a failover (server 1 died and
+// server 2, its heir, took over its ranges) would wait for ever: the worker
+// for the dead server's answer, the heir with requests of a ring it does not
+// have. Its beats show the older ring epoch, and after
+// EMBER_MIGRATION_RESEND_MS the scheduler sends it the failover notice again
+// (a node table would not do: a member drops one that adds no server). The
+// worker then resends what the dead server owed to the heir, and every push
+// counts once. Lost by the worker, then by the heir.
+TEST(LostMigration, AMemberThatLostAFailoverNoticeIsSentItAgain) {
+  for (int loser : {0, 1}) {
+    SCOPED_TRACE(loser == 0 ? "the worker lost it" : "the heir lost it");
+    FaultCluster faulty(1, 3, 1, false, [](Options* o) { Tweak(o, 1); });
+    InProcCluster& cluster = faulty.cluster();
+    Node* node =
+        loser == 0 ? cluster.worker(0)->node() : cluster.server(2)->node();
+    LogCapture log;
+    const std::vector<Key> keys = SpreadKeys(256);
+    PushOnesWhile(faulty.workers(), keys, 2, 0, nullptr);
+    FaultPlan plan;
+    plan.drop = 1;
+    plan.target.kind = FaultTarget::Kind::kControl;
+    plan.target.controls = {Control::kNodeFailed};
+    plan.target.links = {{Node::kSchedulerId, node->my_id()}};
+    faulty.Hold(plan);
+    cluster.KillByHeartbeat(cluster.server(1));
+    ASSERT_TRUE(
+        WaitUntil([&] { return faulty.injector().counters().dropped == 1; }));
+    EXPECT_EQ(node->ring_epoch(), 1u);
+    ASSERT_TRUE(faulty.injector().set_plan(FaultPlan()).ok());
+    faulty.InjectWithTicks(FaultPlan(), kTickMs);
+    PushOnesWhile(faulty.workers(), keys, 3, 0, nullptr);
+    EXPECT_EQ(node->ring_epoch(), 2u);
+    EXPECT_FALSE(log.Find("its failover notice was lost").empty());
+    faulty.Settle();
+    ExpectAllKeys(faulty.workers()[0].get(), keys, 5);
+    // A member died: no final barrier.
+  }
+}
+
 // A newcomer whose first node table (the answer to its JOIN) is lost never
 // beats: the scheduler sends it the table again, and it joins.
 TEST(LostMigration, ANewcomerWhoseFirstNodeTableIsLostIsSentItAgain) {
