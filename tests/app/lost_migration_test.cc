@@ -51,6 +51,16 @@ FaultPlan MigrationDropPlan() {
   return plan;
 }
 
+// Every `control` message from the scheduler to node `to` dropped.
+FaultPlan DropFromScheduler(Control control, int to) {
+  FaultPlan plan;
+  plan.drop = 1;
+  plan.target.kind = FaultTarget::Kind::kControl;
+  plan.target.controls = {control};
+  plan.target.links = {{Node::kSchedulerId, to}};
+  return plan;
+}
+
 void Tweak(Options* o, int replicas) {
   o->replicas = replicas;
   o->migration_resend_ms = kResendMs;
@@ -200,12 +210,7 @@ TEST(LostMigration, AMemberThatLostTheNodeTableIsSentItAgain) {
   InProcCluster& cluster = faulty.cluster();
   Node* worker = cluster.worker(0)->node();
   LogCapture log;
-  FaultPlan plan;
-  plan.drop = 1;
-  plan.target.kind = FaultTarget::Kind::kControl;
-  plan.target.controls = {Control::kNodeTable};
-  plan.target.links = {{Node::kSchedulerId, worker->my_id()}};
-  faulty.Hold(plan);
+  faulty.Hold(DropFromScheduler(Control::kNodeTable, worker->my_id()));
   Postoffice* po = cluster.AddServer(true);
   ASSERT_TRUE(po->StartStatus(0, true).ok());
   faulty.servers().push_back(std::make_unique<CountingServer>(po));
@@ -240,12 +245,7 @@ TEST(LostMigration, AMemberThatLostAFailoverNoticeIsSentItAgain) {
     LogCapture log;
     const std::vector<Key> keys = SpreadKeys(256);
     PushOnesWhile(faulty.workers(), keys, 2, 0, nullptr);
-    FaultPlan plan;
-    plan.drop = 1;
-    plan.target.kind = FaultTarget::Kind::kControl;
-    plan.target.controls = {Control::kNodeFailed};
-    plan.target.links = {{Node::kSchedulerId, node->my_id()}};
-    faulty.Hold(plan);
+    faulty.Hold(DropFromScheduler(Control::kNodeFailed, node->my_id()));
     cluster.KillByHeartbeat(cluster.server(1));
     ASSERT_TRUE(
         WaitUntil([&] { return faulty.injector().counters().dropped == 1; }));
@@ -267,13 +267,8 @@ TEST(LostMigration, ANewcomerWhoseFirstNodeTableIsLostIsSentItAgain) {
   FaultCluster faulty(1, 2, 1, false, [](Options* o) { Tweak(o, 0); });
   InProcCluster& cluster = faulty.cluster();
   LogCapture log;
-  FaultPlan plan;
-  plan.drop = 1;
-  plan.target.kind = FaultTarget::Kind::kControl;
-  plan.target.controls = {Control::kNodeTable};
   // The newcomer's id: rank 2's (8 + 2 x rank).
-  plan.target.links = {{Node::kSchedulerId, 12}};
-  faulty.Hold(plan);
+  faulty.Hold(DropFromScheduler(Control::kNodeTable, 12));
   Postoffice* po = cluster.AddServer(true);
   auto started =
       std::async(std::launch::async, [po] { return po->StartStatus(0, true); });
