@@ -284,9 +284,8 @@ class Scheduler {
   void AdoptLaterRingLocked(const std::vector<NodeInfo>& nodes,
                             std::shared_ptr<const KeyRing> ring) REQUIRES(mu_);
   // Brings member `id`, which re-registered with the ring of
-  // reported_epoch_[id] over reported_servers_[id], up to ring_: a
-  // failover notice for a server that has gone from it, a node table if
-  // servers were added.
+  // reported_epoch_[id] over reported_servers_[id], up to ring_ with
+  // CatchUpMessageLocked's message.
   void CatchUpLocked(int id) REQUIRES(mu_);
   // The message that brings member `id`, whose ring of `old_epoch` held
   // the servers `had`, up to ring_: a failover notice (with `reason`) for
