@@ -888,12 +888,13 @@ void Scheduler::OnBeatLocked(const Message& beat) {
   since->second = now;
   // What it missed: a failover's notice, or a join's or a leave's table.
   // A ring older than this scheduler remembers: its table.
+  Message m;
   auto had = ring_servers_.find(beat.meta.epoch);
-  Message m = had == ring_servers_.end()
-                  ? NodeTableLocked(id)
-                  : CatchUpMessageLocked(id, beat.meta.epoch, had->second,
-                                         "failed over; this notice was sent "
-                                         "again, the first was lost");
+  if (had != ring_servers_.end()) {
+    m = CatchUpMessageLocked(id, beat.meta.epoch, had->second,
+                             "failed over; this notice was sent again, the "
+                             "first was lost");
+  }
   if (m.meta.control == Control::kNone) m = NodeTableLocked(id);
   LOG(WARNING) << DescribeLocked(id) << " beats with ring epoch "
                << beat.meta.epoch << ", not " << ring_->epoch() << ", for "
